@@ -1,0 +1,282 @@
+"""The configuration file: YAML in, validated settings out, every problem reported at once.
+
+Strict like blackbox_exporter: an unknown key is an error (a typo must not
+silently fall back to a default). Errors carry their path
+(`endpoints[1].speculation.method: ...`) and are collected, not raised one
+by one, so `spectax check-config` lists everything wrong in one run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from decimal import Decimal
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
+
+from spectax.billing.price_table import PriceTable, PriceTableError
+from spectax.economics import (
+    DEFAULT_RIDGE_BATCH,
+    SPECULATIVE_METHODS,
+    draft_cost_ratio_for,
+)
+
+DEFAULT_LISTEN = "127.0.0.1:9837"
+DEFAULT_STATE_DIRECTORY = "./spectax-state"
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,62}$")
+
+
+class ConfigError(ValueError):
+    """An invalid configuration; `problems` lists each one with its path."""
+
+    def __init__(self, source: str, problems: list[str]):
+        self.source = source
+        self.problems = problems
+        super().__init__(f"{source}: {len(problems)} problem(s):\n  " + "\n  ".join(problems))
+
+
+def _parse_duration(value: Any) -> Any:
+    """Seconds as a number, or a string such as `15s`, `500ms`, `5m`, `1h`."""
+    if isinstance(value, str):
+        match = _DURATION.match(value)
+        if not match:
+            raise ValueError(f"{value!r} is not a duration (examples: 15, 15s, 500ms, 5m, 1h)")
+        return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    return value
+
+
+Duration = Annotated[float, BeforeValidator(_parse_duration), Field(gt=0)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PriceConfig(_Strict):
+    """Either a rate per GPU-hour, or a row of the price table."""
+
+    usd_per_hour: Decimal | None = Field(default=None, ge=0)
+    provider: str | None = None
+    product: str | None = None
+    gpu: str | None = None
+
+
+class SpeculationConfig(_Strict):
+    method: Literal["ngram", "eagle", "eagle3", "mtp", "medusa", "draft_model"]
+    draft_cost_ratio: float | None = Field(default=None, ge=0, le=10)
+    draft_weight_bytes: int | None = Field(default=None, ge=0)
+    draft_params: float | None = Field(default=None, gt=0)
+    target_params: float | None = Field(default=None, gt=0)
+
+    @property
+    def cost_ratio(self) -> float:
+        """The configured `c`, or the method's default (validated to exist at load)."""
+        if self.draft_cost_ratio is not None:
+            return self.draft_cost_ratio
+        default = draft_cost_ratio_for(self.method, self.draft_params, self.target_params)
+        assert default is not None, "validated in load_config"
+        return default
+
+
+class EndpointConfig(_Strict):
+    name: str
+    url: str
+    engine: Literal["vllm"] = "vllm"
+    gpu: str | None = None
+    gpus: int = Field(default=1, ge=1, le=4096)
+    gpu_memory_bytes: int | None = Field(default=None, gt=0)
+    price: PriceConfig | None = None
+    billing_mode: Literal["provisioned", "serverless"] = "provisioned"
+    speculation: SpeculationConfig | None = None
+    ridge_batch: float = Field(default=DEFAULT_RIDGE_BATCH, gt=0)
+    acceptance_threshold: float = Field(default=0.5, ge=0, le=1)
+    control: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _label_safe(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError("must be 1-63 letters, digits, '_', '.' or '-', starting alphanumeric")
+        return value
+
+    @field_validator("url")
+    @classmethod
+    def _http(cls, value: str) -> str:
+        if not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError("must be an http:// or https:// URL")
+        return value
+
+
+class Config(_Strict):
+    listen: str = DEFAULT_LISTEN
+    scrape_interval: Duration = 15.0
+    scrape_timeout: Duration = 10.0
+    window: Duration = 300.0
+    max_body_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
+    state_directory: str = Field(
+        default_factory=lambda: os.environ.get("STATE_DIRECTORY", DEFAULT_STATE_DIRECTORY)
+    )
+    storage_url: str | None = None
+    price_table: str | None = None
+    endpoints: list[EndpointConfig] = Field(default_factory=list)
+
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        host, _, port = value.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError("must be HOST:PORT, for example 127.0.0.1:9837")
+        return value
+
+    @property
+    def listen_host(self) -> str:
+        return self.listen.rpartition(":")[0].strip("[]")
+
+    @property
+    def listen_port(self) -> int:
+        return int(self.listen.rpartition(":")[2])
+
+    @property
+    def database_url(self) -> str:
+        if self.storage_url:
+            return self.storage_url
+        return f"sqlite+aiosqlite:///{Path(self.state_directory) / 'spectax.sqlite'}"
+
+    def endpoint(self, name: str) -> EndpointConfig:
+        return next(e for e in self.endpoints if e.name == name)
+
+
+class Settings:
+    """A validated configuration with its prices resolved: what the daemon runs on."""
+
+    def __init__(self, config: Config, prices: PriceTable, usd_per_hour: dict[str, Decimal]):
+        self.config = config
+        self.prices = prices
+        self.usd_per_hour = usd_per_hour
+
+
+def load_config(path: Path | str | None) -> Settings:
+    """Read, validate and resolve a configuration file; None gives the defaults."""
+    source = str(path) if path is not None else "<defaults>"
+    raw: Any = {}
+    if path is not None:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(source, [f"cannot read: {exc.strerror}"]) from None
+        try:
+            raw = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+            problem = getattr(exc, "problem", None) or str(exc)
+            raise ConfigError(source, [f"{where}not valid YAML: {problem}"]) from None
+    return validate(raw, source)
+
+
+def validate(raw: Any, source: str = "<config>") -> Settings:
+    if not isinstance(raw, dict):
+        raise ConfigError(source, ["the top level must be a mapping of settings"])
+    problems: list[str] = []
+    config: Config | None = None
+    try:
+        config = Config.model_validate(raw)
+    except ValidationError as exc:
+        problems += [_describe(error) for error in exc.errors()]
+    if config is None:
+        raise ConfigError(source, problems)
+
+    prices = PriceTable.load(None)
+    if config.price_table:
+        try:
+            prices = PriceTable.load(Path(config.price_table))
+        except PriceTableError as exc:
+            problems.append(f"price_table: {exc}")
+
+    names = [e.name for e in config.endpoints]
+    usd_per_hour: dict[str, Decimal] = {}
+    for i, endpoint in enumerate(config.endpoints):
+        where = f"endpoints[{i}]"
+        if names.count(endpoint.name) > 1 and names.index(endpoint.name) != i:
+            problems.append(f"{where}.name: {endpoint.name!r} is used by an earlier endpoint")
+        if endpoint.control is not None:
+            if endpoint.control == endpoint.name:
+                problems.append(f"{where}.control: an endpoint cannot be its own control")
+            elif endpoint.control not in names:
+                problems.append(f"{where}.control: no endpoint named {endpoint.control!r}")
+        spec = endpoint.speculation
+        if (
+            spec is not None
+            and spec.draft_cost_ratio is None
+            and draft_cost_ratio_for(spec.method, spec.draft_params, spec.target_params) is None
+        ):
+            problems.append(
+                f"{where}.speculation.draft_cost_ratio: required for method draft_model "
+                "(or give draft_params and target_params)"
+            )
+        price, problem = _resolve_price(endpoint, prices)
+        if problem:
+            problems.append(f"{where}.price: {problem}")
+        elif price is not None:
+            usd_per_hour[endpoint.name] = price
+    if config.scrape_timeout > config.scrape_interval:
+        problems.append("scrape_timeout: must not be longer than scrape_interval")
+    if config.window < 2 * config.scrape_interval:
+        problems.append("window: must hold at least two scrape intervals")
+    if problems:
+        raise ConfigError(source, problems)
+    return Settings(config, prices, usd_per_hour)
+
+
+def _resolve_price(
+    endpoint: EndpointConfig, prices: PriceTable
+) -> tuple[Decimal | None, str | None]:
+    price = endpoint.price
+    if price is None:
+        return None, None  # unpriced: no spend and no cost figures, rather than a false $0
+    if price.usd_per_hour is not None:
+        if price.provider or price.product:
+            return None, "give either usd_per_hour or provider/product/gpu, not both"
+        return price.usd_per_hour, None
+    gpu = price.gpu or endpoint.gpu
+    if not (price.provider and price.product and gpu):
+        return None, "needs usd_per_hour, or provider, product and gpu to look up"
+    try:
+        return prices.lookup(price.provider, price.product, gpu).usd_per_hour, None
+    except PriceTableError as exc:
+        return None, str(exc)
+
+
+def _describe(error: Any) -> str:
+    path = ""
+    for part in error["loc"]:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    message = error["msg"]
+    if error["type"] == "extra_forbidden":
+        message = "unknown key (check the spelling; see the README's configuration reference)"
+    elif error["type"] == "literal_error":
+        message = f"{message}, got {error.get('input')!r}"
+    return f"{path or '<top>'}: {message}"
+
+
+__all__ = [
+    "SPECULATIVE_METHODS",
+    "Config",
+    "ConfigError",
+    "EndpointConfig",
+    "Settings",
+    "load_config",
+    "validate",
+]

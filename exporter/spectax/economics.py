@@ -1,0 +1,433 @@
+"""The economics of speculative decoding (ECONOMICS.md), as pure functions.
+
+No I/O, no clock, no globals: every function takes the window's numbers and
+returns one quantity, so each formula can be checked against the worked
+examples on its own. `assess()` composes them into an `Assessment`.
+
+Step-time model (ECONOMICS.md §3). One engine step over n tokens costs
+`T(n) = a + b*n`; the ridge batch is `B* = a/b`. At batch B, one request's
+share of the fixed cost is `a/B`, which in units of `b` is `r = B*/B`. So, in
+units of `b`, a plain request-step costs `r + 1`, a verify step carrying K
+drafts costs `r + K + 1`, and each draft token costs `c*(r + 1)`.
+
+A window emits G tokens, A of them accepted drafts, so it took `G - A`
+request-steps, which verified `(G - A) + Dt` tokens:
+
+    T_spec = (G - A)*r + (G - A + Dt) + c*Dt*(r + 1)
+    T_ns   = G*(r + 1)
+    S      = T_ns / T_spec
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+Verdict = Literal["pays", "tax", "no_speculation", "no_drafts", "no_traffic"]
+BillingMode = Literal["provisioned", "serverless"]
+
+MAX_RECOMMENDED_SPECULATIVE_TOKENS = 10
+
+# Draft cost ratio `c` by speculative method (ECONOMICS.md §5). A separate
+# draft model has no default: its cost depends on its size.
+DEFAULT_DRAFT_COST_RATIO: dict[str, float] = {
+    "ngram": 0.0,
+    "eagle": 0.05,
+    "eagle3": 0.05,
+    "mtp": 0.05,
+    "medusa": 0.05,
+}
+SPECULATIVE_METHODS = (*DEFAULT_DRAFT_COST_RATIO, "draft_model")
+DEFAULT_RIDGE_BATCH = 32.0
+
+
+def draft_cost_ratio_for(
+    method: str, draft_params: float | None = None, target_params: float | None = None
+) -> float | None:
+    """Default `c` for a method; None when it cannot be known (a draft model of unknown size).
+
+    A separate draft model costs roughly its latency ratio, which scales with
+    its parameter count: `max(0.02, 2 * draft_params / target_params)` (the
+    factor 2 covers the draft model's own per-step overheads).
+    """
+    if method in DEFAULT_DRAFT_COST_RATIO:
+        return DEFAULT_DRAFT_COST_RATIO[method]
+    if method == "draft_model" and draft_params and target_params:
+        return max(0.02, 2.0 * draft_params / target_params)
+    return None
+
+
+# ---------------------------------------------------------------- §2 speculation
+
+
+def acceptance_ratio(accepted: float, draft_tokens: float) -> float | None:
+    """alpha = A / Dt: the share of proposed draft tokens that were accepted."""
+    return accepted / draft_tokens if draft_tokens > 0 else None
+
+
+def acceptance_length(accepted: float, drafts: float) -> float | None:
+    """tau = 1 + A / Dr: tokens emitted per verify step, the bonus token included."""
+    return 1.0 + accepted / drafts if drafts > 0 else None
+
+
+def position_acceptance(accepted_per_position: Sequence[float], drafts: float) -> tuple[float, ...]:
+    """p_k = A_k / Dr, the share of drafts whose token at position k was accepted."""
+    if drafts <= 0:
+        return ()
+    return tuple(a / drafts for a in accepted_per_position)
+
+
+def iid_acceptance_length(a: float, k: int) -> float:
+    """Tokens per verify step if each draft token is accepted independently with probability a.
+
+    This is the seed articles' `(1 - a^(K+1)) / (1 - a)`. Note that `a` here
+    is a per-token probability, not vLLM's acceptance ratio alpha; with i.i.d.
+    acceptance they relate by `alpha = (tau - 1) / K`.
+    """
+    if a == 1.0:
+        return float(k + 1)
+    return (1.0 - a ** (k + 1)) / (1.0 - a)
+
+
+# ---------------------------------------------------------------- §3 step-time model
+
+
+def relative_batch(ridge_batch: float, concurrency: float) -> float:
+    """r = B* / B: one request's share of the fixed per-step cost, in units of b.
+
+    Concurrency below one request is floored at 1: a step always carries at
+    least the request it runs for.
+    """
+    return ridge_batch / max(concurrency, 1.0)
+
+
+def gpu_time_with_speculation(
+    output_tokens: float, accepted: float, draft_tokens: float, r: float, c: float
+) -> float:
+    """T_spec = (G - A)*r + (G - A + Dt) + c*Dt*(r + 1), in units of b."""
+    steps = output_tokens - accepted
+    return steps * r + (steps + draft_tokens) + c * draft_tokens * (r + 1.0)
+
+
+def gpu_time_without_speculation(output_tokens: float, r: float) -> float:
+    """T_ns = G*(r + 1): one plain request-step per token, in units of b."""
+    return output_tokens * (r + 1.0)
+
+
+def modelled_speedup(
+    output_tokens: float,
+    accepted: float,
+    draft_tokens: float,
+    concurrency: float,
+    ridge_batch: float,
+    c: float,
+) -> float | None:
+    """S = T_ns / T_spec. Above 1 speculation pays; below 1 it is a tax."""
+    if output_tokens <= 0:
+        return None
+    r = relative_batch(ridge_batch, concurrency)
+    t_spec = gpu_time_with_speculation(output_tokens, accepted, draft_tokens, r, c)
+    return gpu_time_without_speculation(output_tokens, r) / t_spec
+
+
+def breakeven_acceptance(concurrency: float, ridge_batch: float, c: float) -> float:
+    """alpha* = c + B / (B + B*): the acceptance at which S = 1.
+
+    Setting T_spec = T_ns and dividing by Dt gives
+    `A/Dt = c + 1/(r + 1)`, and `1/(r + 1) = B/(B + B*)`. The G terms cancel,
+    and so does K: the bar depends on batch and draft cost only. Batch is
+    floored at 1 request, as in `relative_batch`.
+    """
+    b = max(concurrency, 1.0)
+    return c + b / (b + ridge_batch)
+
+
+def crossover_concurrency(alpha: float, ridge_batch: float, c: float) -> float | None:
+    """B_x = B* (alpha - c) / (1 - alpha + c): the batch above which today's acceptance is a tax.
+
+    Solving `alpha = c + B/(B + B*)` for B. None when `alpha <= c` (it never
+    pays); +inf when `alpha - c >= 1` (it never turns into a tax).
+    """
+    if alpha <= c:
+        return None
+    denominator = 1.0 - alpha + c
+    if denominator <= 0:
+        return math.inf
+    return ridge_batch * (alpha - c) / denominator
+
+
+def recommended_speculative_tokens(
+    position_acceptance_ratios: Sequence[float], breakeven: float
+) -> int:
+    """The largest K with p_(K-1) > alpha*; 0 means: turn speculation off.
+
+    Drafting position k pays only if its own acceptance clears the break-even
+    bar. When every observed position clears it, the next position's
+    acceptance is extrapolated geometrically from the last two, and K+1 is
+    recommended if that clears the bar too. Capped at 10.
+    """
+    p = list(position_acceptance_ratios)
+    k = max((i + 1 for i, pk in enumerate(p) if pk > breakeven), default=0)
+    if p and k == len(p) and len(p) >= 2 and p[-2] > 0:
+        extrapolated = p[-1] * (p[-1] / p[-2])
+        if extrapolated > breakeven:
+            k += 1
+    return min(k, MAX_RECOMMENDED_SPECULATIVE_TOKENS)
+
+
+def draft_compute_share(
+    output_tokens: float, accepted: float, draft_tokens: float, r: float, c: float
+) -> float:
+    """Share of GPU time spent drafting: c*Dt*(r + 1) / T_spec."""
+    t_spec = gpu_time_with_speculation(output_tokens, accepted, draft_tokens, r, c)
+    return c * draft_tokens * (r + 1.0) / t_spec
+
+
+def rejected_share(
+    output_tokens: float, accepted: float, draft_tokens: float, r: float, c: float
+) -> float:
+    """Share of GPU time spent on draft tokens thrown away: (Dt - A)(1 + c(r + 1)) / T_spec.
+
+    Each rejected token was drafted (c(r + 1)) and verified (1) for nothing.
+    The drafting part is also inside `draft_compute_share`: the two shares
+    overlap and are not to be added.
+    """
+    t_spec = gpu_time_with_speculation(output_tokens, accepted, draft_tokens, r, c)
+    return (draft_tokens - accepted) * (1.0 + c * (r + 1.0)) / t_spec
+
+
+# ---------------------------------------------------------------- §4 money
+
+
+def cost_per_million(spend_usd: float, tokens: float) -> float | None:
+    """$ / tokens * 1e6."""
+    return spend_usd / tokens * 1e6 if tokens > 0 else None
+
+
+def spend_estimate_usd(usd_per_hour: float, gpus: int, seconds: float) -> float:
+    """The price-table estimate: GPU price x GPUs x time."""
+    return usd_per_hour * gpus * seconds / 3600.0
+
+
+def speculation_savings_usd(busy_spend_usd: float, speedup: float) -> float:
+    """Value of the GPU time speculation saved: $_busy * (S - 1); negative = tax.
+
+    GPU-seconds saved are `T_busy * (S - 1)`; at the endpoint's price that is
+    `$_busy * (S - 1)`. On provisioned endpoints this is capacity freed, not
+    invoice money.
+    """
+    return busy_spend_usd * (speedup - 1.0)
+
+
+def cost_per_million_without_speculation(
+    spend_usd: float, busy_spend_usd: float, speedup: float, output_tokens: float
+) -> float | None:
+    """What a million output tokens would have cost without speculation.
+
+    The busy GPU time would have been S times longer; the idle spend of a
+    provisioned endpoint is paid either way, so it stays:
+    `($ - $_busy + $_busy * S) / G * 1e6`. When the whole window is busy (the
+    `assess` case, and serverless endpoints) this is ECONOMICS.md's
+    `$_busy * S / G * 1e6` exactly.
+    """
+    counterfactual = spend_usd - busy_spend_usd + busy_spend_usd * speedup
+    return cost_per_million(counterfactual, output_tokens)
+
+
+def vram_opportunity_usd(
+    spend_usd: float, draft_weight_bytes: int | None, gpu_memory_bytes: int | None
+) -> float | None:
+    """$ * draft_weight_bytes / gpu_memory_bytes: VRAM the draft holds instead of KV cache."""
+    if not draft_weight_bytes or not gpu_memory_bytes:
+        return None
+    return spend_usd * draft_weight_bytes / gpu_memory_bytes
+
+
+# ---------------------------------------------------------------- assessment
+
+
+@dataclass(frozen=True, slots=True)
+class Traffic:
+    """The engine's side of one window: counter deltas and mean concurrency.
+
+    Speculation counters are None when the engine does not speculate.
+    """
+
+    output_tokens: float
+    prompt_tokens: float
+    concurrency: float
+    drafts: float | None = None
+    draft_tokens: float | None = None
+    accepted_tokens: float | None = None
+    accepted_per_position: tuple[float, ...] = ()
+    restarted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Parameters:
+    """Per-endpoint settings the formulas need (ECONOMICS.md §5)."""
+
+    draft_cost_ratio: float = 0.0
+    ridge_batch: float = DEFAULT_RIDGE_BATCH
+    draft_weight_bytes: int | None = None
+    gpu_memory_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Money:
+    """Spend over the window: all of it, and the part spent while busy.
+
+    None for an endpoint without a price: its money figures are then left
+    out rather than shown as a $0 that looks real.
+    """
+
+    seconds: float
+    spend_usd: float | None
+    busy_spend_usd: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Assessment:
+    """Everything spectax says about one endpoint and model over one window."""
+
+    model: str
+    output_tokens: float
+    prompt_tokens: float
+    drafts: float | None
+    draft_tokens: float | None
+    accepted_tokens: float | None
+    concurrency_requests: float
+    restarted: bool
+    acceptance_ratio: float | None
+    acceptance_length_tokens: float | None
+    position_acceptance_ratio: tuple[float, ...]
+    breakeven_acceptance_ratio: float | None
+    speedup_ratio: float | None
+    speedup_measured_ratio: float | None
+    crossover_concurrency_requests: float | None
+    recommended_speculative_tokens: int | None
+    draft_compute_share_ratio: float | None
+    rejected_share_ratio: float | None
+    seconds: float
+    spend_usd: float | None
+    busy_spend_usd: float | None
+    cost_per_million_output_tokens_usd: float | None
+    cost_per_million_output_tokens_no_speculation_usd: float | None
+    cost_per_million_tokens_usd: float | None
+    speculation_savings_usd: float | None
+    draft_compute_usd: float | None
+    rejected_usd: float | None
+    vram_usd: float | None
+    verdict: Verdict
+
+    @property
+    def speedup_in_force(self) -> float | None:
+        """The measured speedup when there is one, else the modelled one."""
+        if self.speedup_measured_ratio is not None:
+            return self.speedup_measured_ratio
+        return self.speedup_ratio
+
+    def per_hour(self, usd: float | None) -> float | None:
+        """A dollar amount over this window as a rate in $/h."""
+        if usd is None or self.seconds <= 0:
+            return None
+        return usd * 3600.0 / self.seconds
+
+
+def verdict_for(traffic: Traffic, speedup: float | None) -> Verdict:
+    """pays | tax | no_speculation | no_drafts | no_traffic, in that order of precedence."""
+    if traffic.draft_tokens is None:
+        return "no_speculation"
+    if traffic.output_tokens <= 0:
+        return "no_traffic"
+    if traffic.draft_tokens <= 0 or speedup is None:
+        return "no_drafts"
+    return "pays" if speedup > 1.0 else "tax"
+
+
+def assess(
+    model: str,
+    traffic: Traffic,
+    params: Parameters,
+    money: Money,
+    measured_speedup: float | None = None,
+) -> Assessment:
+    """Compose the quantities of ECONOMICS.md §2-§4 for one window.
+
+    A window without output or without drafts has no acceptance, speedup or
+    savings: those are None rather than a 0 that looks like a real value.
+    The verdict uses the measured speedup when one is given.
+    """
+    g, c, b_star = traffic.output_tokens, params.draft_cost_ratio, params.ridge_batch
+    speculating = traffic.draft_tokens is not None
+    dt = traffic.draft_tokens or 0.0
+    a = traffic.accepted_tokens or 0.0
+    dr = traffic.drafts or 0.0
+    drafting = speculating and g > 0 and dt > 0
+
+    alpha = acceptance_ratio(a, dt) if drafting else None
+    tau = acceptance_length(a, dr) if drafting else None
+    positions = position_acceptance(traffic.accepted_per_position, dr) if drafting else ()
+    breakeven = breakeven_acceptance(traffic.concurrency, b_star, c) if speculating else None
+    r = relative_batch(b_star, traffic.concurrency)
+
+    speedup = shares = None
+    if drafting:
+        speedup = modelled_speedup(g, a, dt, traffic.concurrency, b_star, c)
+        shares = (draft_compute_share(g, a, dt, r, c), rejected_share(g, a, dt, r, c))
+    # A measured speedup speaks for speculation only in a window that drafted.
+    if not drafting:
+        measured_speedup = None
+    in_force = measured_speedup if measured_speedup is not None else speedup
+    crossover = crossover_concurrency(alpha, b_star, c) if alpha is not None else None
+    recommended = None
+    if breakeven is not None and positions:
+        recommended = recommended_speculative_tokens(positions, breakeven)
+
+    spend, busy = money.spend_usd, money.busy_spend_usd
+    savings = counterfactual = None
+    if in_force is not None and spend is not None and busy is not None:
+        savings = speculation_savings_usd(busy, in_force)
+        counterfactual = cost_per_million_without_speculation(spend, busy, in_force, g)
+    overhead = shares if shares and busy is not None else None
+    return Assessment(
+        model=model,
+        output_tokens=g,
+        prompt_tokens=traffic.prompt_tokens,
+        drafts=traffic.drafts,
+        draft_tokens=traffic.draft_tokens,
+        accepted_tokens=traffic.accepted_tokens,
+        concurrency_requests=traffic.concurrency,
+        restarted=traffic.restarted,
+        acceptance_ratio=alpha,
+        acceptance_length_tokens=tau,
+        position_acceptance_ratio=positions,
+        breakeven_acceptance_ratio=breakeven,
+        speedup_ratio=speedup,
+        speedup_measured_ratio=measured_speedup,
+        crossover_concurrency_requests=crossover,
+        recommended_speculative_tokens=recommended,
+        draft_compute_share_ratio=shares[0] if shares else None,
+        rejected_share_ratio=shares[1] if shares else None,
+        seconds=money.seconds,
+        spend_usd=spend,
+        busy_spend_usd=busy,
+        cost_per_million_output_tokens_usd=(
+            cost_per_million(spend, g) if spend is not None else None
+        ),
+        cost_per_million_output_tokens_no_speculation_usd=counterfactual,
+        cost_per_million_tokens_usd=(
+            cost_per_million(spend, g + traffic.prompt_tokens) if spend is not None else None
+        ),
+        speculation_savings_usd=savings,
+        draft_compute_usd=busy * overhead[0] if busy is not None and overhead else None,
+        rejected_usd=busy * overhead[1] if busy is not None and overhead else None,
+        vram_usd=(
+            vram_opportunity_usd(spend, params.draft_weight_bytes, params.gpu_memory_bytes)
+            if speculating and spend is not None
+            else None
+        ),
+        verdict=verdict_for(traffic, in_force),
+    )

@@ -1,0 +1,333 @@
+"""The `/metrics` exposition: a custom Collector over the latest snapshots.
+
+`collect()` runs synchronously inside the HTTP handler, so it only reads the
+immutable snapshots the monitors last published and never does I/O. Every
+family is declared once in `FAMILIES` with its type and help text; the README's
+metrics table is tested against what this serves.
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from spectax import __version__
+from spectax.economics import Assessment
+from spectax.monitor import EndpointSnapshot
+from spectax.scrape import REASONS
+
+PROVISIONED_NOTE = (
+    " On provisioned (always-on) endpoints this is GPU capacity freed or consumed,"
+    " which becomes money only if replicas are scaled accordingly."
+)
+
+
+@dataclass(frozen=True)
+class StoreStatus:
+    pending_windows: int
+    write_errors: int
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    kind: str  # gauge | counter
+    help: str
+    labels: tuple[str, ...]
+
+
+def _f(name: str, kind: str, help_: str, *labels: str) -> Family:
+    return Family(name, kind, help_, labels)
+
+
+_E, _M = "endpoint", "model"
+FAMILIES: dict[str, Family] = {
+    f.name: f
+    for f in (
+        _f(
+            "spectax_build_info", "gauge", "spectax build: version and Python.", "version", "python"
+        ),
+        _f(
+            "spectax_endpoint_info",
+            "gauge",
+            "Configured endpoint: engine, GPU, GPU count, speculative method and billing mode.",
+            _E,
+            "engine",
+            "gpu",
+            "gpus",
+            "method",
+            "billing_mode",
+        ),
+        _f("spectax_endpoint_up", "gauge", "1 when the last scrape of the endpoint succeeded.", _E),
+        _f(
+            "spectax_engine_metrics_present",
+            "gauge",
+            "1 when the page carries engine metrics; 0 e.g. when vLLM runs --disable-log-stats.",
+            _E,
+        ),
+        _f("spectax_scrape_duration_seconds", "gauge", "Duration of the last scrape.", _E),
+        _f(
+            "spectax_last_scrape_success_timestamp_seconds",
+            "gauge",
+            "Unix time of the last successful scrape.",
+            _E,
+        ),
+        _f("spectax_scrape_failures_total", "counter", "Failed scrapes by reason.", _E, "reason"),
+        _f(
+            "spectax_acceptance_ratio",
+            "gauge",
+            "Accepted / proposed draft tokens over the window (vLLM's acceptance rate, alpha).",
+            _E,
+            _M,
+        ),
+        _f(
+            "spectax_acceptance_length_tokens",
+            "gauge",
+            "Mean tokens emitted per verify step over the window, bonus token included (tau).",
+            _E,
+            _M,
+        ),
+        _f(
+            "spectax_position_acceptance_ratio",
+            "gauge",
+            "Share of drafts whose token at this position was accepted, over the window.",
+            _E,
+            _M,
+            "position",
+        ),
+        _f(
+            "spectax_breakeven_acceptance_ratio",
+            "gauge",
+            "Acceptance above which speculation pays at the window's concurrency (alpha*).",
+            _E,
+            _M,
+        ),
+        _f(
+            "spectax_acceptance_threshold_ratio",
+            "gauge",
+            "Configured paging threshold for the acceptance ratio.",
+            _E,
+        ),
+        _f(
+            "spectax_speedup_ratio",
+            "gauge",
+            "GPU time without speculation / with it over the window; below 1 speculation is a tax.",
+            _E,
+            _M,
+            "method",
+        ),
+        _f(
+            "spectax_concurrency_requests",
+            "gauge",
+            "Time-average of running requests over the window (B).",
+            _E,
+            _M,
+        ),
+        _f(
+            "spectax_crossover_concurrency_requests",
+            "gauge",
+            "Concurrency above which speculation is a tax at the window's acceptance (B_x).",
+            _E,
+            _M,
+        ),
+        _f(
+            "spectax_ridge_batch_requests",
+            "gauge",
+            "Ridge batch B* = a/b of the step-time model in force.",
+            _E,
+            "source",
+        ),
+        _f(
+            "spectax_recommended_speculative_tokens",
+            "gauge",
+            "Draft length whose every position clears the break-even acceptance; 0 = turn it off.",
+            _E,
+            _M,
+        ),
+        _f(
+            "spectax_gpu_cost_usd_per_hour",
+            "gauge",
+            "Price in force for the endpoint: USD per GPU-hour times GPU count.",
+            _E,
+        ),
+        _f(
+            "spectax_spend_usd_total",
+            "counter",
+            "Accrued spend of the endpoint; basis=estimated is the price-table estimate.",
+            _E,
+            "basis",
+        ),
+        _f(
+            "spectax_cost_per_million_output_tokens_usd",
+            "gauge",
+            "Realized cost per million output tokens over the window (scenario=actual), and what"
+            " the same output would have cost without speculation (scenario=no_speculation)."
+            + PROVISIONED_NOTE,
+            _E,
+            _M,
+            "scenario",
+        ),
+        _f(
+            "spectax_speculation_savings_usd_per_hour",
+            "gauge",
+            "Value of the GPU time speculation saved over the window, per hour; negative = tax."
+            + PROVISIONED_NOTE,
+            _E,
+            _M,
+        ),
+        _f(
+            "spectax_draft_overhead_usd_per_hour",
+            "gauge",
+            "Spend on drafting compute, on rejected draft tokens (their drafting included, so the"
+            " kinds overlap), and on VRAM the draft holds instead of KV cache.",
+            _E,
+            _M,
+            "kind",
+        ),
+        _f(
+            "spectax_cold_starts_total",
+            "counter",
+            "Engine restarts seen (new process start time or counters going down).",
+            _E,
+        ),
+        _f(
+            "spectax_store_pending_windows",
+            "gauge",
+            "Window rows closed but not yet written to the store (held while it is unreachable).",
+        ),
+        _f("spectax_store_write_errors_total", "counter", "Failed attempts to write to the store."),
+        _f(
+            "spectax_output_tokens_total",
+            "counter",
+            "Output tokens counted by spectax since it started (sums of engine deltas).",
+            _E,
+            _M,
+        ),
+        _f(
+            "spectax_draft_tokens_total",
+            "counter",
+            "Draft tokens proposed, counted by spectax since it started.",
+            _E,
+            _M,
+        ),
+        _f(
+            "spectax_accepted_tokens_total",
+            "counter",
+            "Draft tokens accepted, counted by spectax since it started.",
+            _E,
+            _M,
+        ),
+    )
+}
+
+
+class SnapshotCollector(Collector):
+    """Yields fresh metric families from the snapshots `snapshots()` returns."""
+
+    def __init__(
+        self,
+        snapshots: Callable[[], Mapping[str, EndpointSnapshot]],
+        store_status: Callable[[], StoreStatus],
+    ):
+        self._snapshots = snapshots
+        self._store_status = store_status
+
+    def describe(self) -> list[Metric]:
+        return []  # unchecked collector: families depend on the snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        families = {name: _new(family) for name, family in FAMILIES.items()}
+
+        def put(name: str, labels: tuple[str, ...], value: float | None) -> None:
+            if value is not None and not math.isnan(value):
+                families[name].add_metric(list(labels), value)
+
+        put("spectax_build_info", (__version__, platform.python_version()), 1)
+        store = self._store_status()
+        put("spectax_store_pending_windows", (), float(store.pending_windows))
+        put("spectax_store_write_errors_total", (), float(store.write_errors))
+        for name, snap in sorted(self._snapshots().items()):
+            _endpoint(put, name, snap)
+            for model, assessment in sorted(snap.assessments.items()):
+                _assessment(put, name, model, assessment, snap)
+        yield from families.values()
+
+
+def _endpoint(put: Callable[..., None], name: str, snap: EndpointSnapshot) -> None:
+    cfg = snap.config
+    spec = cfg.speculation
+    put(
+        "spectax_endpoint_info",
+        (
+            name,
+            cfg.engine,
+            cfg.gpu or "",
+            str(cfg.gpus),
+            spec.method if spec else "none",
+            cfg.billing_mode,
+        ),
+        1,
+    )
+    put("spectax_endpoint_up", (name,), float(snap.up))
+    put("spectax_engine_metrics_present", (name,), float(snap.engine_metrics))
+    put("spectax_scrape_duration_seconds", (name,), snap.scrape_duration_seconds)
+    put("spectax_last_scrape_success_timestamp_seconds", (name,), snap.last_success_timestamp)
+    for reason in REASONS:
+        put("spectax_scrape_failures_total", (name, reason), float(snap.failures.get(reason, 0)))
+    put("spectax_acceptance_threshold_ratio", (name,), cfg.acceptance_threshold)
+    if spec is not None:
+        put("spectax_ridge_batch_requests", (name, "configured"), cfg.ridge_batch)
+    if snap.usd_per_hour is not None:
+        put("spectax_gpu_cost_usd_per_hour", (name,), float(snap.usd_per_hour) * cfg.gpus)
+        put("spectax_spend_usd_total", (name, "estimated"), float(snap.spend_usd_total))
+    put("spectax_cold_starts_total", (name,), float(snap.cold_starts_total))
+    for model, (output, drafted, accepted) in sorted(snap.tokens_total.items()):
+        put("spectax_output_tokens_total", (name, model), output)
+        if spec is not None:
+            put("spectax_draft_tokens_total", (name, model), drafted)
+            put("spectax_accepted_tokens_total", (name, model), accepted)
+
+
+def _assessment(
+    put: Callable[..., None], name: str, model: str, a: Assessment, snap: EndpointSnapshot
+) -> None:
+    em = (name, model)
+    put("spectax_concurrency_requests", em, a.concurrency_requests)
+    put("spectax_acceptance_ratio", em, a.acceptance_ratio)
+    put("spectax_acceptance_length_tokens", em, a.acceptance_length_tokens)
+    for position, ratio in enumerate(a.position_acceptance_ratio):
+        put("spectax_position_acceptance_ratio", (*em, str(position)), ratio)
+    put("spectax_breakeven_acceptance_ratio", em, a.breakeven_acceptance_ratio)
+    put("spectax_speedup_ratio", (*em, "modeled"), a.speedup_ratio)
+    put("spectax_speedup_ratio", (*em, "measured"), a.speedup_measured_ratio)
+    put("spectax_crossover_concurrency_requests", em, a.crossover_concurrency_requests)
+    rec = a.recommended_speculative_tokens
+    put("spectax_recommended_speculative_tokens", em, None if rec is None else float(rec))
+    put(
+        "spectax_cost_per_million_output_tokens_usd",
+        (*em, "actual"),
+        a.cost_per_million_output_tokens_usd,
+    )
+    put(
+        "spectax_cost_per_million_output_tokens_usd",
+        (*em, "no_speculation"),
+        a.cost_per_million_output_tokens_no_speculation_usd,
+    )
+    put("spectax_speculation_savings_usd_per_hour", em, a.per_hour(a.speculation_savings_usd))
+    for kind, usd in (
+        ("draft_compute", a.draft_compute_usd),
+        ("rejected", a.rejected_usd),
+        ("vram", a.vram_usd),
+    ):
+        put("spectax_draft_overhead_usd_per_hour", (*em, kind), a.per_hour(usd))
+
+
+def _new(family: Family) -> CounterMetricFamily | GaugeMetricFamily:
+    if family.kind == "counter":
+        return CounterMetricFamily(family.name, family.help, labels=list(family.labels))
+    return GaugeMetricFamily(family.name, family.help, labels=list(family.labels))

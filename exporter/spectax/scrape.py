@@ -1,0 +1,91 @@
+"""Fetching one `/metrics` page: a timeout, a body-size cap, and errors that say what went wrong.
+
+Each endpoint is fetched by its own job; a slow or broken target only ever
+fails its own scrape. Errors carry a short `reason` from a fixed set, used as
+a metric label, and a message that never includes credentials.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Literal
+from urllib.parse import urlsplit, urlunsplit
+
+import aiohttp
+
+Reason = Literal["timeout", "connection", "http_status", "too_large", "parse", "decode"]
+REASONS: tuple[Reason, ...] = (
+    "timeout",
+    "connection",
+    "http_status",
+    "too_large",
+    "parse",
+    "decode",
+)
+ACCEPT = "text/plain;version=0.0.4;q=0.9,*/*;q=0.1"
+
+
+class ScrapeError(Exception):
+    def __init__(self, reason: Reason, message: str):
+        self.reason: Reason = reason
+        super().__init__(message)
+
+
+def metrics_url(url: str) -> str:
+    """The URL as configured, with `/metrics` added when it names only a server."""
+    parts = urlsplit(url)
+    if parts.path in ("", "/"):
+        parts = parts._replace(path="/metrics")
+    return urlunsplit(parts)
+
+
+def redact(url: str) -> str:
+    """The URL without user info or query string, for logs and error messages."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+async def fetch(session: aiohttp.ClientSession, url: str, timeout: float, max_bytes: int) -> str:
+    """GET the page and return its text, or raise ScrapeError."""
+    try:
+        async with asyncio.timeout(timeout):
+            async with session.get(url, headers={"Accept": ACCEPT}) as response:
+                if response.status != 200:
+                    raise ScrapeError("http_status", f"HTTP {response.status} from {redact(url)}")
+                if response.content_length is not None and response.content_length > max_bytes:
+                    raise _too_large(url, max_bytes)
+                body = bytearray()
+                async for chunk in response.content.iter_chunked(64 * 1024):
+                    body += chunk
+                    if len(body) > max_bytes:
+                        raise _too_large(url, max_bytes)
+    except TimeoutError:
+        raise ScrapeError(
+            "timeout", f"no complete answer from {redact(url)} within {timeout:g} s"
+        ) from None
+    except aiohttp.ClientError as exc:
+        raise ScrapeError(
+            "connection", f"{redact(url)}: {type(exc).__name__}: {_first_line(exc)}"
+        ) from None
+    except OSError as exc:
+        raise ScrapeError(
+            "connection", f"{redact(url)}: {exc.strerror or type(exc).__name__}"
+        ) from None
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ScrapeError(
+            "decode", f"{redact(url)}: body is not UTF-8 (byte {exc.start})"
+        ) from None
+
+
+def _too_large(url: str, max_bytes: int) -> ScrapeError:
+    return ScrapeError("too_large", f"{redact(url)}: body larger than {max_bytes} bytes")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).splitlines()
+    return text[0][:200] if text else ""

@@ -1,0 +1,119 @@
+"""SQLAlchemy models. Money is stored as integer nano-dollars: exact sums on every backend."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import BigInteger, DateTime, Float, Integer, String, Text, TypeDecorator
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.schema import UniqueConstraint
+
+NANO = Decimal("0.000000001")
+
+
+class Money(TypeDecorator[Decimal]):
+    """A Decimal amount of USD kept as an integer count of nano-dollars.
+
+    SQLite has no decimal type; integers are exact everywhere, so sums done
+    by the database are exact too.
+    """
+
+    impl = BigInteger
+    cache_ok = True
+
+    def process_bind_param(self, value: Decimal | None, dialect: Dialect) -> int | None:
+        if value is None:
+            return None
+        return int(value.quantize(NANO).scaleb(9))
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> Decimal | None:
+        if value is None:
+            return None
+        return Decimal(int(value)).scaleb(-9)
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on every backend (SQLite drops the zone)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime: store UTC with tzinfo")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class WindowRow(Base):
+    """One closed (or, after a graceful stop, partial) window of one endpoint and model.
+
+    Keyed by (endpoint, model, start): writing the same window again replaces
+    it, so retries and restarts never count it twice. Window-level figures
+    (seconds, busy_seconds, restarts) repeat on each model's row; spend is
+    split between models by output tokens.
+    """
+
+    __tablename__ = "windows"
+    __table_args__ = (UniqueConstraint("endpoint", "model", "start", name="uq_window"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    endpoint: Mapped[str] = mapped_column(String(64))
+    model: Mapped[str] = mapped_column(String(256))
+    start: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+    end: Mapped[datetime] = mapped_column(UtcDateTime)
+    seconds: Mapped[float] = mapped_column(Float)
+    busy_seconds: Mapped[float] = mapped_column(Float)
+    restarts: Mapped[int] = mapped_column(Integer)
+    output_tokens: Mapped[int] = mapped_column(BigInteger)
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger)
+    requests_finished: Mapped[int] = mapped_column(BigInteger)
+    drafts: Mapped[int | None] = mapped_column(BigInteger)
+    draft_tokens: Mapped[int | None] = mapped_column(BigInteger)
+    accepted_tokens: Mapped[int | None] = mapped_column(BigInteger)
+    accepted_per_position: Mapped[str] = mapped_column(Text, default="[]")
+    running_seconds: Mapped[float] = mapped_column(Float)
+    iteration_tokens_sum: Mapped[float | None] = mapped_column(Float)
+    iteration_tokens_count: Mapped[float | None] = mapped_column(Float)
+    inter_token_latency_sum: Mapped[float | None] = mapped_column(Float)
+    inter_token_latency_count: Mapped[float | None] = mapped_column(Float)
+    time_per_output_token_sum: Mapped[float | None] = mapped_column(Float)
+    time_per_output_token_count: Mapped[float | None] = mapped_column(Float)
+    spend_usd: Mapped[Decimal | None] = mapped_column(Money)
+    busy_spend_usd: Mapped[Decimal | None] = mapped_column(Money)
+    # The assessment of this window, as computed when it was written.
+    concurrency_requests: Mapped[float] = mapped_column(Float)
+    acceptance_ratio: Mapped[float | None] = mapped_column(Float)
+    breakeven_acceptance_ratio: Mapped[float | None] = mapped_column(Float)
+    speedup_ratio: Mapped[float | None] = mapped_column(Float)
+    ridge_batch_requests: Mapped[float] = mapped_column(Float)
+    draft_cost_ratio: Mapped[float | None] = mapped_column(Float)
+    speculation_savings_usd: Mapped[float | None] = mapped_column(Float)
+    verdict: Mapped[str] = mapped_column(String(16))
+
+
+class Cursor(Base):
+    """The last engine sample whose deltas are in the store, per endpoint.
+
+    Written in the same transaction as the windows it closes, so after a crash
+    the next scrape's delta from here covers exactly what is missing.
+    """
+
+    __tablename__ = "cursors"
+
+    endpoint: Mapped[str] = mapped_column(String(64), primary_key=True)
+    observed_at: Mapped[float] = mapped_column(Float)
+    sample: Mapped[str] = mapped_column(Text)
