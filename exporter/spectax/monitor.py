@@ -98,8 +98,11 @@ class EndpointMonitor:
                 "--disable-log-stats?); spend is still accrued",
                 self.config.name,
             )
+        first = self._last is None
         closed = self._observe(now, sample)
         self._publish(now, sample, duration)
+        if first:  # the baseline: a crash before the first window closes resumes from here
+            return PendingWrite(self.config.name, [], (now, sample))
         if not closed:
             return None
         return PendingWrite(
@@ -226,7 +229,7 @@ class EndpointMonitor:
         return self._aligned.add(interval)
 
     def _spend(self, seconds: float, busy: bool) -> Decimal:
-        """Estimated spend of an interval: provisioned GPUs bill every second, serverless busy ones."""
+        """Estimated spend: provisioned GPUs bill every second, serverless only busy ones."""
         if self.usd_per_hour is None:
             return Decimal(0)
         if self.config.billing_mode == "serverless" and not busy:

@@ -110,7 +110,8 @@ class Store:
         )
         async with self._sessions() as session:
             result = await session.execute(query)
-        return {endpoint: Decimal(int(total or 0)).scaleb(-9) for endpoint, total in result.all()}
+        # the sum keeps the column's type, so it arrives as a Decimal already
+        return {endpoint: total or Decimal(0) for endpoint, total in result.all()}
 
     async def open_window(self, endpoint: str, start: float) -> Window | None:
         """A partial window written at a graceful stop, to resume accumulating into."""

@@ -1,0 +1,225 @@
+"""`spectax assess` on real recorded vLLM pages gives ECONOMICS.md's numbers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import FIXTURES, page, reference_values
+
+from spectax.assess import JSON_KEYS
+from spectax.cli import main
+
+MODEL = "tiny-llama"
+TOL = 1e-6
+
+
+def run_assess(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(["assess", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def deltas(before: str, after: str, restarted: bool = False) -> dict[str, float]:
+    """The window's inputs computed from prometheus_client's reading of the two pages."""
+    b, a = reference_values(page(before)), reference_values(page(after))
+
+    def delta(name: str, key: str = MODEL) -> float:
+        now = a[name].get(key, 0.0)
+        return now if restarted else now - b[name].get(key, 0.0)
+
+    result = {
+        "G": delta("vllm:generation_tokens_total"),
+        "P": delta("vllm:prompt_tokens_total"),
+        "Dr": delta("vllm:spec_decode_num_drafts_total"),
+        "Dt": delta("vllm:spec_decode_num_draft_tokens_total"),
+        "A": delta("vllm:spec_decode_num_accepted_tokens_total"),
+        "B": max(
+            1.0,
+            (b["vllm:num_requests_running"].get(MODEL, 0) + a["vllm:num_requests_running"][MODEL])
+            / 2,
+        ),
+    }
+    positions = sorted(
+        (int(k.split("/")[1]), k) for k in a["vllm:spec_decode_num_accepted_tokens_per_pos_total"]
+    )
+    result["A_k"] = [
+        delta("vllm:spec_decode_num_accepted_tokens_per_pos_total", k) for _, k in positions
+    ]
+    return result
+
+
+def expected(d: dict[str, float], c: float, b_star: float = 32.0) -> dict[str, float]:
+    """ECONOMICS.md §2-§3, written out again here."""
+    g, a, dt, dr, b = d["G"], d["A"], d["Dt"], d["Dr"], d["B"]
+    r = b_star / b
+    t_spec = (g - a) * r + (g - a + dt) + c * dt * (r + 1)
+    t_ns = g * (r + 1)
+    alpha = a / dt
+    return {
+        "acceptance_ratio": alpha,
+        "acceptance_length_tokens": 1 + a / dr,
+        "breakeven_acceptance_ratio": c + b / (b + b_star),
+        "speedup_ratio": t_ns / t_spec,
+        "crossover_concurrency_requests": b_star * (alpha - c) / (1 - alpha + c),
+        "draft_compute_share_ratio": c * dt * (r + 1) / t_spec,
+        "rejected_share_ratio": (dt - a) * (1 + c * (r + 1)) / t_spec,
+    }
+
+
+CASES = [
+    # (before, after, method args, c, restarted)
+    ("spec_ngram_0_before_traffic.txt", "spec_ngram_3_after.txt", ["--method", "ngram"], 0.0, False),
+    ("spec_ngram_2_mid.txt", "spec_ngram_3_after.txt", ["--method", "ngram"], 0.0, False),
+    (
+        "spec_draft_0_before_traffic.txt",
+        "spec_draft_3_after.txt",
+        ["--method", "draft_model", "--draft-cost-ratio", "0.3"],
+        0.3,
+        False,
+    ),
+    ("spec_ngram_dp2_2_mid.txt", "spec_ngram_dp2_3_after.txt", ["--method", "ngram"], 0.0, False),
+    # Across a restart: the server's counters went back to 0; the delta is the new value.
+    ("spec_ngram_3_after.txt", "spec_ngram_restart_3_after.txt", ["--method", "eagle"], 0.05, True),
+]
+
+
+@pytest.mark.parametrize(("before", "after", "method", "c", "restarted"), CASES)
+def test_assess_json_matches_the_economics(capsys, before, after, method, c, restarted) -> None:
+    code, out, err = run_assess(
+        capsys,
+        str(FIXTURES / before),
+        str(FIXTURES / after),
+        *method,
+        "--seconds",
+        "600",
+        "--usd-per-hour",
+        "2.5",
+        "--gpus",
+        "2",
+        "--format",
+        "json",
+    )
+    assert code == 0, err
+    [result] = json.loads(out)
+    assert list(result) == list(JSON_KEYS)
+    d = deltas(before, after, restarted)
+    want = expected(d, c)
+    assert result["model"] == MODEL
+    assert result["restarted"] is restarted
+    assert result["output_tokens"] == d["G"] and result["draft_tokens"] == d["Dt"]
+    assert result["accepted_tokens"] == d["A"] and result["drafts"] == d["Dr"]
+    assert result["concurrency_requests"] == pytest.approx(d["B"])
+    for key, value in want.items():
+        assert result[key] == pytest.approx(value, abs=TOL), key
+    assert result["position_acceptance_ratio"] == pytest.approx([x / d["Dr"] for x in d["A_k"]])
+    spend = 2.5 * 2 * 600 / 3600
+    s = want["speedup_ratio"]
+    assert result["spend_usd"] == pytest.approx(spend, abs=TOL)
+    assert result["cost_per_million_output_tokens_usd"] == pytest.approx(spend / d["G"] * 1e6)
+    assert result["cost_per_million_output_tokens_no_speculation_usd"] == pytest.approx(
+        spend * s / d["G"] * 1e6
+    )
+    assert result["speculation_savings_usd"] == pytest.approx(spend * (s - 1), abs=TOL)
+    assert result["verdict"] == ("pays" if s > 1 else "tax")
+
+
+def test_assess_recommended_k_from_positions(capsys) -> None:
+    before, after = "spec_ngram_0_before_traffic.txt", "spec_ngram_3_after.txt"
+    code, out, _ = run_assess(
+        capsys, str(FIXTURES / before), str(FIXTURES / after), "--method", "ngram",
+        "--concurrency", "24", "--format", "json",
+    )
+    [result] = json.loads(out)
+    d = deltas(before, after)
+    bar = 24 / (24 + 32)  # c = 0
+    p = [x / d["Dr"] for x in d["A_k"]]
+    clearing = [k + 1 for k, pk in enumerate(p) if pk > bar]
+    assert result["breakeven_acceptance_ratio"] == pytest.approx(bar)
+    assert result["recommended_speculative_tokens"] == (max(clearing) if clearing else 0)
+    assert result["concurrency_requests"] == 24
+
+
+def test_no_speculation_pages(capsys) -> None:
+    code, out, _ = run_assess(
+        capsys, str(FIXTURES / "nospec_0_before_traffic.txt"), str(FIXTURES / "nospec_3_after.txt"),
+        "--format", "json", "--seconds", "60", "--usd-per-hour", "4",
+    )
+    assert code == 0
+    [result] = json.loads(out)
+    assert result["verdict"] == "no_speculation"
+    assert result["acceptance_ratio"] is None and result["speedup_ratio"] is None
+    assert result["cost_per_million_output_tokens_usd"] == pytest.approx(
+        4 * 60 / 3600 / result["output_tokens"] * 1e6
+    )
+
+
+def test_spec_enabled_without_drafts(capsys) -> None:
+    """High-temperature text without repeats: n-gram speculation on, nothing drafted."""
+    code, out, _ = run_assess(
+        capsys, str(FIXTURES / "spec_ngram_inflight_running_waiting.txt"),
+        str(FIXTURES / "spec_ngram_inflight_after.txt"), "--method", "ngram", "--format", "json",
+    )
+    [result] = json.loads(out)
+    assert result["draft_tokens"] == 0 and result["verdict"] == "no_drafts"
+    assert result["acceptance_ratio"] is None
+
+
+def test_text_format_puts_the_verdict_first(capsys) -> None:
+    code, out, _ = run_assess(
+        capsys, str(FIXTURES / "spec_ngram_0_before_traffic.txt"),
+        str(FIXTURES / "spec_ngram_3_after.txt"), "--method", "ngram",
+    )
+    assert code == 0
+    assert out.splitlines()[0].startswith("verdict: PAYS")
+    assert "acceptance_ratio" in out
+
+
+def test_price_lookup_from_the_table(capsys) -> None:
+    code, out, err = run_assess(
+        capsys, str(FIXTURES / "spec_ngram_0_before_traffic.txt"),
+        str(FIXTURES / "spec_ngram_3_after.txt"), "--method", "ngram", "--seconds", "3600",
+        "--provider", "runpod", "--gpu", "H100 SXM", "--product", "pods secure", "--format", "json",
+    )
+    assert code == 0, err
+    assert json.loads(out)[0]["spend_usd"] == pytest.approx(3.99)
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda d: d / "missing.txt", "no such file"),
+        (lambda d: _write(d / "bad.txt", 'vllm:generation_tokens_total{model_name="m"} banana\n'),
+         "malformed /metrics page"),
+        (lambda d: _write(d / "bin.txt", b"\xff\xfe\x00garbage"), "not UTF-8"),
+        (lambda d: FIXTURES / "spec_ngram_disable_log_stats_3_after.txt", "no engine metrics"),
+    ],
+)
+def test_bad_after_page_gives_one_clear_line(capsys, tmp_path, make, message) -> None:
+    code, out, err = run_assess(capsys, str(FIXTURES / "spec_ngram_2_mid.txt"), str(make(tmp_path)),
+                                "--method", "ngram")
+    assert code != 0
+    assert message in err
+    assert len(err.strip().splitlines()) == 1
+    assert "Traceback" not in err
+
+
+def test_speculating_pages_need_a_method(capsys) -> None:
+    code, _, err = run_assess(
+        capsys, str(FIXTURES / "spec_draft_0_before_traffic.txt"),
+        str(FIXTURES / "spec_draft_3_after.txt"),
+    )
+    assert code == 1 and "--method" in err
+    code, _, err = run_assess(
+        capsys, str(FIXTURES / "spec_draft_0_before_traffic.txt"),
+        str(FIXTURES / "spec_draft_3_after.txt"), "--method", "draft_model",
+    )
+    assert code == 1 and "--draft-cost-ratio" in err
+
+
+def _write(path, content):
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    return path

@@ -1,0 +1,141 @@
+"""History in SQLite: idempotent window writes, and restarts that neither lose nor double-count."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from conftest import page
+
+from spectax.config import validate
+from spectax.monitor import EndpointMonitor
+from spectax.store import Store
+
+PAGES = ["spec_ngram_0_before_traffic.txt", "spec_ngram_1_after_first_request.txt",
+         "spec_ngram_2_mid.txt", "spec_ngram_3_after.txt"]
+WINDOW = 300.0
+
+
+def settings(billing_mode: str = "provisioned"):
+    return validate({
+        "window": "5m",
+        "endpoints": [{
+            "name": "ngram", "url": "http://127.0.0.1:1/metrics",
+            "price": {"usd_per_hour": 3.6}, "gpus": 2, "billing_mode": billing_mode,
+            "speculation": {"method": "ngram"},
+        }],
+    })
+
+
+def new_monitor(s, **restored) -> EndpointMonitor:
+    endpoint = s.config.endpoints[0]
+    return EndpointMonitor(endpoint, s.usd_per_hour[endpoint.name], WINDOW, **restored)
+
+
+@pytest.fixture
+async def store(tmp_path: Path):
+    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path}/h.sqlite")
+    yield store
+    await store.close()
+
+
+async def feed(monitor: EndpointMonitor, store: Store, times_pages) -> None:
+    for t, name in times_pages:
+        write = monitor.observe_page(t, page(name), 0.01)
+        if write is not None:
+            await store.save(write.endpoint, write.rows, write.cursor)
+
+
+async def restored_monitor(store: Store, s) -> EndpointMonitor:
+    cursor = await store.cursor("ngram")
+    assert cursor is not None
+    start = (cursor[0] // WINDOW) * WINDOW
+    return new_monitor(
+        s, spend_total=(await store.spend_totals()).get("ngram", Decimal(0)), cursor=cursor,
+        open_window=await store.open_window("ngram", start),
+    )
+
+
+async def test_windows_are_stored_with_exact_sums(store: Store) -> None:
+    s = settings()
+    monitor = new_monitor(s)
+    # one page per 5-minute window: each interval closes the window before it
+    await feed(monitor, store, [(3000 + i * 300, p) for i, p in enumerate(PAGES)])
+    await feed(monitor, store, [(4500, PAGES[-1])])  # 3900..4500 lands in the open window
+    rows = await store.window_rows("ngram")
+    assert sum(r.output_tokens for r in rows) == 2186
+    assert sum(r.draft_tokens for r in rows) == 740 and sum(r.accepted_tokens for r in rows) == 564
+    # three closed windows, 900 s at 3.6 USD/h x 2 GPUs; the open one holds 600 s more
+    assert sum(r.spend_usd for r in rows) == Decimal("1.8")
+    assert (await store.spend_totals())["ngram"] == Decimal("1.8")
+    assert monitor.snapshot.spend_usd_total == Decimal("3.0")
+    assert {r.verdict for r in rows if r.output_tokens} == {"pays"}
+    assert all(r.start.tzinfo is not None for r in rows)
+
+
+async def test_writing_a_window_twice_replaces_it(store: Store) -> None:
+    monitor = new_monitor(settings())
+    monitor.observe_page(0, page(PAGES[0]), 0.01)
+    monitor.observe_page(200, page(PAGES[3]), 0.01)
+    write = monitor.observe_page(400, page(PAGES[3]), 0.01)  # closes [0, 300)
+    assert write is not None
+    await store.save(write.endpoint, write.rows, write.cursor)
+    await store.save(write.endpoint, write.rows, write.cursor)
+    rows = await store.window_rows("ngram")
+    assert len(rows) == 1 and rows[0].output_tokens == 2186
+
+
+async def test_graceful_restart_resumes_the_open_window(store: Store) -> None:
+    s = settings()
+    first = new_monitor(s)
+    await feed(first, store, [(10, PAGES[0]), (20, PAGES[1])])
+    flushed = first.flush()  # graceful stop inside window [0, 300)
+    assert flushed is not None
+    await store.save(flushed.endpoint, flushed.rows, flushed.cursor)
+
+    second = await restored_monitor(store, s)
+    assert second.snapshot.spend_usd_total == first.snapshot.spend_usd_total
+    await feed(second, store, [(40, PAGES[2]), (310, PAGES[3])])  # 310 closes [0, 300)
+    rows = await store.window_rows("ngram")
+    assert [r.start.timestamp() for r in rows] == [0.0]
+    assert rows[0].output_tokens == 2186 - 2186 + sum_generation(PAGES[2]) - 0
+    assert second.snapshot.spend_usd_total == Decimal(3.6 * 2 * 300 / 3600).quantize(Decimal("1e-9"))
+
+
+def sum_generation(name: str) -> int:
+    from spectax.engines import get_parser
+
+    return round(get_parser("vllm")(page(name)).models["tiny-llama"].generation_tokens)
+
+
+async def test_crash_loses_nothing_the_cursor_covers(store: Store) -> None:
+    """kill -9 between windows: the open window was never written; the cursor brings it back."""
+    s = settings()
+    first = new_monitor(s)
+    await feed(first, store, [(10, PAGES[0]), (310, PAGES[1]), (400, PAGES[2])])
+    # crash here: the window [300, 600) holding PAGES[1] -> PAGES[2] is lost from memory
+    second = await restored_monitor(store, s)
+    await feed(second, store, [(700, PAGES[3]), (1000, PAGES[3])])
+    rows = await store.window_rows("ngram")
+    assert sum(r.output_tokens for r in rows) == 2186
+    # everything from the cursor (t=10) to t=700: 690 s at 3.6 USD/h x 2 GPUs
+    assert sum(r.spend_usd for r in rows) == Decimal("1.38")
+
+
+async def test_serverless_bills_only_busy_time(store: Store) -> None:
+    monitor = new_monitor(settings("serverless"))
+    await feed(monitor, store, [(0, PAGES[0]), (100, PAGES[0]), (200, PAGES[3]), (400, PAGES[3])])
+    rows = await store.window_rows("ngram")
+    # only the 100 s interval that generated tokens is billed: 100 s x 2 GPUs x 3.6/h = 0.2
+    assert sum(r.spend_usd for r in rows) == Decimal("0.2")
+    assert rows[0].busy_seconds == 100
+
+
+async def test_unreachable_database_is_a_clear_error(tmp_path: Path) -> None:
+    from spectax.store import StoreError
+
+    with pytest.raises(StoreError) as caught:
+        await Store.open("postgresql+asyncpg://spectax:s3cret-canary@127.0.0.1:1/none")
+    assert "s3cret-canary" not in str(caught.value)
+    assert "cannot open the store (postgresql+asyncpg)" in str(caught.value)

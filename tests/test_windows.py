@@ -1,0 +1,108 @@
+"""Counter deltas, restarts and windows, on recorded vLLM pages."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import page, reference_values
+
+from spectax.engines import get_parser
+from spectax.windows import AlignedWindows, Interval, SlidingWindow, interval_between, restarted
+
+parse = get_parser("vllm")
+M = "tiny-llama"
+
+
+def sample(name: str):
+    return parse(page(name))
+
+
+def test_delta_between_two_pages_of_one_process() -> None:
+    before, after = sample("spec_ngram_2_mid.txt"), sample("spec_ngram_3_after.txt")
+    interval = interval_between(before, after, 100.0, 160.0)
+    ref_b = reference_values(page("spec_ngram_2_mid.txt"))
+    ref_a = reference_values(page("spec_ngram_3_after.txt"))
+    counts = interval.models[M]
+    assert not interval.restarted
+    name = "vllm:generation_tokens_total"
+    assert counts.generation_tokens == ref_a[name][M] - ref_b[name][M]
+    name = "vllm:spec_decode_num_draft_tokens_total"
+    assert counts.draft_tokens == ref_a[name][M] - ref_b[name][M]
+    assert interval.seconds == 60.0
+
+
+def test_restart_counts_the_new_process_from_zero() -> None:
+    """After a restart the new value is the delta: nothing negative, nothing lost."""
+    before, after = sample("spec_ngram_3_after.txt"), sample("spec_ngram_restart_2_mid.txt")
+    assert restarted(before, after)
+    interval = interval_between(before, after, 0.0, 30.0)
+    assert interval.restarted
+    assert interval.models[M].generation_tokens == after.models[M].generation_tokens
+    assert interval.models[M].accepted_per_position == after.models[M].accepted_per_position
+
+
+def test_restart_seen_by_counters_when_there_is_no_process_start_time() -> None:
+    """Data-parallel pages have no process_* families; a counter going down is the restart."""
+    before, after = sample("spec_ngram_dp2_3_after.txt"), sample("spec_ngram_dp2_2_mid.txt")
+    assert before.process_start_time_seconds is None
+    assert restarted(before, after)
+    forward = interval_between(after, before, 0, 1)
+    assert not forward.restarted and forward.models[M].generation_tokens > 0
+
+
+def test_new_model_in_same_process_has_no_delta_yet() -> None:
+    empty, first = sample("spec_ngram_disable_log_stats_2_mid.txt"), sample("spec_ngram_3_after.txt")
+    interval = interval_between(empty, first, 0, 15)
+    # The disable-log-stats page has a different process: that is a restart, counted from zero.
+    assert interval.restarted and interval.models[M].generation_tokens == 2186
+    same_process = type(first)(engine="vllm", models={}, process_start_time_seconds=first.process_start_time_seconds)
+    assert interval_between(same_process, first, 0, 15).models == {}
+
+
+def test_concurrency_is_the_time_average_of_running_requests() -> None:
+    busy = sample("spec_ngram_inflight_running_waiting.txt")
+    assert busy.models[M].requests_running == 2
+    after = sample("spec_ngram_inflight_after.txt")
+    interval = interval_between(busy, after, 0.0, 10.0)
+    # trapezoid: (2 + 0) / 2 over 10 s
+    assert interval.models[M].running_seconds == pytest.approx(10.0)
+    assert interval.busy
+
+
+def _interval(start: float, end: float, tokens: float) -> Interval:
+    from spectax.windows import Counts
+
+    return Interval(start, end, {M: Counts(generation_tokens=tokens, running_seconds=end - start)},
+                    restarted=False, busy=tokens > 0)
+
+
+def test_sliding_window_keeps_only_its_length() -> None:
+    window = SlidingWindow(60)
+    for i in range(10):
+        window.add(_interval(i * 15, (i + 1) * 15, 10))
+    total = window.total()
+    assert total is not None
+    assert total.seconds == 60 and total.models[M].generation_tokens == 40
+    assert total.concurrency(M) == pytest.approx(1.0)
+
+
+def test_aligned_windows_close_on_boundaries_and_sum_exactly() -> None:
+    windows = AlignedWindows(300)
+    closed = []
+    for i in range(60):  # 15 minutes of 15 s intervals
+        closed += windows.add(_interval(1000 + i * 15, 1000 + (i + 1) * 15, i))
+    assert [w.start for w in closed] == [900, 1200, 1500]
+    assert windows.open is not None and windows.open.start == 1800
+    total = sum(w.models[M].generation_tokens for w in [*closed, windows.open])
+    assert total == sum(range(60))
+    assert closed[0].end == 1200 and closed[0].seconds == 195  # 1000..1195; 1195..1210 is later
+    # An interval ending exactly on a boundary belongs to the window before it.
+    assert windows.add(_interval(1900, 2100, 1)) == []
+    assert windows.open.start == 1800 and windows.open.end == 2100
+
+
+def test_due_closes_a_window_when_no_scrape_arrives() -> None:
+    windows = AlignedWindows(300)
+    windows.add(_interval(0, 15, 1))
+    assert windows.due(299) == []
+    [closed] = windows.due(300)
+    assert closed.start == 0 and windows.open is None
