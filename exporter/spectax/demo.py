@@ -17,6 +17,7 @@ from spectax.config import Settings, validate
 from spectax.daemon import Daemon
 from spectax.simulate import DEMO_PROFILES, SimProfile, start_simulated_servers
 
+H100_MEMORY_BYTES = 80 * 10**9
 # How each demo server is billed: one always-on GPU, and two serverless ones.
 DEMO_BILLING: dict[str, dict[str, Any]] = {
     "code-assistant": {
@@ -35,6 +36,8 @@ DEMO_BILLING: dict[str, dict[str, Any]] = {
         "billing_mode": "serverless",
     },
 }
+# The drafters' weights: EAGLE heads for the coder, a 1B draft model (bf16) for the chat.
+DRAFT_WEIGHT_BYTES = {"code-assistant": 500 * 10**6, "chat-creative": 2 * 10**9}
 
 
 def demo_endpoints(urls: dict[str, str], profiles: dict[str, SimProfile]) -> list[dict[str, Any]]:
@@ -42,11 +45,18 @@ def demo_endpoints(urls: dict[str, str], profiles: dict[str, SimProfile]) -> lis
     endpoints = []
     for name, url in urls.items():
         profile = profiles[name]
-        endpoint: dict[str, Any] = {"name": name, "url": url, **DEMO_BILLING.get(name, {})}
+        endpoint: dict[str, Any] = {
+            "name": name,
+            "url": url,
+            "gpu_memory_bytes": H100_MEMORY_BYTES,
+            "ridge_batch": profile.ridge_batch,
+            **DEMO_BILLING.get(name, {}),
+        }
         if profile.num_speculative_tokens > 0:
             endpoint["speculation"] = {
-                "method": "draft_model",
+                "method": "eagle" if name == "code-assistant" else "draft_model",
                 "draft_cost_ratio": profile.draft_cost_ratio,
+                "draft_weight_bytes": DRAFT_WEIGHT_BYTES.get(name, 0),
             }
         endpoints.append(endpoint)
     for endpoint in endpoints:

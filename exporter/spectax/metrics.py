@@ -22,8 +22,8 @@ from spectax.monitor import EndpointSnapshot
 from spectax.scrape import REASONS
 
 PROVISIONED_NOTE = (
-    " On provisioned (always-on) endpoints this is GPU capacity freed or consumed,"
-    " which becomes money only if replicas are scaled accordingly."
+    " On provisioned (always-on) endpoints this is GPU capacity, not invoice money:"
+    " it becomes money only if replicas are scaled to match."
 )
 
 
@@ -165,9 +165,9 @@ FAMILIES: dict[str, Family] = {
         _f(
             "spectax_cost_per_million_output_tokens_usd",
             "gauge",
-            "Realized cost per million output tokens over the window (scenario=actual), and what"
-            " the same output would have cost without speculation (scenario=no_speculation)."
-            + PROVISIONED_NOTE,
+            "Realized cost per million output tokens over the window (scenario=actual), and the"
+            " price of the GPU time the same output would have taken without speculation"
+            " (scenario=no_speculation)." + PROVISIONED_NOTE,
             _E,
             _M,
             "scenario",

@@ -1,0 +1,168 @@
+"""Benchmark: spectax's vLLM parser vs prometheus_client's text parser.
+
+For every recorded fixture page, time `spectax.engines.vllm.parse` against
+`prometheus_client.parser.text_string_to_metric_families` plus the summing
+needed to get the same numbers, check that both give the same `EngineSample`,
+and print a table.
+
+    PYTHONPATH=exporter python bench/parse.py [--repeat 7] [--min-time 0.2]
+
+Each timing is the best of `--repeat` rounds; a round runs the parser enough
+times to last about `--min-time` seconds (timeit's auto-range) and reports the
+mean per call. The overall ratio is total reference time over total spectax
+time across all pages (each page once).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import platform
+import sys
+import timeit
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from spectax.engines.base import EngineSample, Histogram, ModelSample
+from spectax.engines.vllm import parse
+
+FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "vllm-0.32.0"
+
+_PLAIN = {
+    "vllm:generation_tokens_total": "generation_tokens",
+    "vllm:prompt_tokens_total": "prompt_tokens",
+    "vllm:request_success_total": "requests_finished",
+    "vllm:num_requests_running": "requests_running",
+    "vllm:num_requests_waiting": "requests_waiting",
+    "vllm:spec_decode_num_drafts_total": "drafts",
+    "vllm:spec_decode_num_draft_tokens_total": "draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens_total": "accepted_tokens",
+    "vllm:spec_decode_draft_acceptance_rate": "legacy_acceptance_rate",
+    "vllm:spec_decode_efficiency": "legacy_efficiency",
+    "vllm:iteration_tokens_total_sum": "iteration_sum",
+    "vllm:iteration_tokens_total_count": "iteration_count",
+    "vllm:inter_token_latency_seconds_sum": "itl_sum",
+    "vllm:inter_token_latency_seconds_count": "itl_count",
+    "vllm:time_per_output_token_seconds_sum": "v0_itl_sum",
+    "vllm:time_per_output_token_seconds_count": "v0_itl_count",
+    "vllm:request_time_per_output_token_seconds_sum": "tpot_sum",
+    "vllm:request_time_per_output_token_seconds_count": "tpot_count",
+}
+_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+
+
+def reference(text: str) -> EngineSample:
+    """The same result computed with prometheus_client's parser (what spectax replaces)."""
+    fields: dict[str, dict[str, float]] = {}
+    per_pos: dict[str, dict[int, float]] = {}
+    start: float | None = None
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == "process_start_time_seconds":
+                start = float(s.value)
+            elif s.name in _PLAIN:
+                v = fields.setdefault(s.labels["model_name"], {})
+                key = _PLAIN[s.name]
+                v[key] = v.get(key, 0.0) + float(s.value)
+            elif s.name == _PER_POS:
+                model = s.labels["model_name"]
+                fields.setdefault(model, {})
+                pos = per_pos.setdefault(model, {})
+                i = int(s.labels["position"])
+                pos[i] = pos.get(i, 0.0) + float(s.value)
+
+    def hist(v: dict[str, float], name: str) -> Histogram | None:
+        if f"{name}_sum" not in v:
+            return None
+        return Histogram(sum=v[f"{name}_sum"], count=v[f"{name}_count"])
+
+    models = {}
+    for model, v in fields.items():
+        pos = per_pos.get(model, {})
+        models[model] = ModelSample(
+            generation_tokens=v.get("generation_tokens", 0.0),
+            prompt_tokens=v.get("prompt_tokens", 0.0),
+            requests_finished=v.get("requests_finished", 0.0),
+            requests_running=v.get("requests_running", 0.0),
+            requests_waiting=v.get("requests_waiting", 0.0),
+            drafts=v.get("drafts"),
+            draft_tokens=v.get("draft_tokens"),
+            accepted_tokens=v.get("accepted_tokens"),
+            accepted_per_position=tuple(pos.get(i, 0.0) for i in range(max(pos, default=-1) + 1)),
+            iteration_tokens=hist(v, "iteration"),
+            inter_token_latency=hist(v, "itl") or hist(v, "v0_itl"),
+            time_per_output_token=hist(v, "tpot"),
+            legacy_acceptance_rate=v.get("legacy_acceptance_rate"),
+            legacy_efficiency=v.get("legacy_efficiency"),
+        )
+    return EngineSample(engine="vllm", models=models, process_start_time_seconds=start)
+
+
+def best_seconds(fn: Callable[[], Any], repeat: int, min_time: float) -> float:
+    """Best-of-`repeat` mean seconds per call, each round lasting about `min_time`."""
+    timer = timeit.Timer(fn)
+    number, elapsed = 1, timer.timeit(1)
+    while elapsed < min_time:  # like timeit's autorange, with a configurable duration
+        number = max(number * 2, math.ceil(number * min_time / max(elapsed, 1e-9)))
+        elapsed = timer.timeit(number)
+    return min(timer.repeat(repeat=repeat, number=number)) / number
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--repeat", type=int, default=7, help="rounds per measurement (best kept)")
+    ap.add_argument("--min-time", type=float, default=0.2, help="seconds per round")
+    args = ap.parse_args(argv)
+
+    pages = sorted(
+        p for p in FIXTURES.glob("*.txt") if p.name != "INDEX.txt" and "headers" not in p.name
+    )
+    print(f"machine: {platform.platform()}; {cpu_model()}")
+    print(f"python:  {platform.python_implementation()} {sys.version.split()[0]}")
+    print(f"timing:  best of {args.repeat} rounds of ~{args.min_time}s each, mean per call\n")
+    header = f"{'page':42} {'bytes':>7} {'spectax µs':>11} {'prom_client µs':>15} {'ratio':>7}"
+    print(header)
+    print("-" * len(header))
+    total_ours = total_ref = 0.0
+    mismatches = 0
+    for path in pages:
+        text = path.read_text(encoding="utf-8")
+        ok = parse(text) == reference(text)
+        mismatches += not ok
+        ours = best_seconds(partial(parse, text), args.repeat, args.min_time)
+        ref = best_seconds(partial(reference, text), args.repeat, args.min_time)
+        total_ours += ours
+        total_ref += ref
+        flag = "" if ok else "  MISMATCH"
+        print(
+            f"{path.name:42} {len(text.encode()):7d} {ours * 1e6:11.1f} {ref * 1e6:15.1f}"
+            f" {ref / ours:6.0f}x{flag}"
+        )
+    print("-" * len(header))
+    print(
+        f"{'all pages (sum of per-page times)':42} {'':7} {total_ours * 1e6:11.1f}"
+        f" {total_ref * 1e6:15.1f} {total_ref / total_ours:6.0f}x"
+    )
+    if mismatches:
+        print(f"\n{mismatches} page(s) where the numbers disagree", file=sys.stderr)
+        return 1
+    print("\nall pages: same numbers from both parsers")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,327 @@
+"""vLLM `/metrics` page -> `EngineSample`.
+
+Only a handful of the ~650 lines on a vLLM page matter, so instead of parsing
+the whole exposition we scan for the lines we need with one compiled regular
+expression (anchored on a newline, the scan runs in C), and parse only those
+lines. Everything else (comments, `*_bucket`, `*_created`, `python_*`, other
+`vllm:` families) is skipped without being validated.
+
+Covers vLLM V1 (0.11 - 0.33) and the V0 legacy names (before 0.11); see
+/work/shared/ENGINES.md. Series are summed per `model_name` over every other
+label (`engine` = data-parallel rank, `finished_reason`, ...).
+
+Strictness on the lines that are read: a bad value, an unterminated label set
+or quote, a missing/empty `model_name`, a bad `position`, a duplicate series,
+and a cumulative value (counter, histogram `_sum`/`_count`) or request-count
+gauge that is negative, NaN or infinite raise `ParseError` naming the 1-based
+line. The V0 legacy gauges are passed through as reported (vLLM V0 could report
+NaN there before the first draft).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Final
+
+from spectax.engines.base import EngineSample, Histogram, ModelSample, ParseError
+
+__all__ = ["MAX_MODELS", "MAX_POSITIONS", "parse"]
+
+ENGINE: Final = "vllm"
+
+#: Distinct `model_name` values accepted on one page (guards memory and cardinality).
+MAX_MODELS: Final = 64
+#: Largest number of speculative positions accepted (vLLM K is typically 1-10).
+MAX_POSITIONS: Final = 256
+
+# Accumulator slots, one list of these per model.
+(
+    _GEN,
+    _PROMPT,
+    _FINISHED,
+    _RUNNING,
+    _WAITING,
+    _DRAFTS,
+    _DRAFT_TOKENS,
+    _ACCEPTED,
+    _ITER_SUM,
+    _ITER_COUNT,
+    _ITL_SUM,
+    _ITL_COUNT,
+    _TPOT_SUM,
+    _TPOT_COUNT,
+    _V0_TPOT_SUM,
+    _V0_TPOT_COUNT,
+    _LEGACY_RATE,
+    _LEGACY_EFF,
+    _N_SLOTS,
+) = range(19)
+_PER_POS: Final = -1
+_PROCESS_START: Final = -2
+
+# How a value is checked and combined.
+_CUMULATIVE: Final = 0  # counter / histogram _sum / _count: finite, >= 0, summed
+_COUNT_GAUGE: Final = 1  # num_requests_*: finite, >= 0, summed over ranks
+_LEGACY_GAUGE: Final = 2  # V0 ratio gauges: as reported, one series per model
+
+_FAMILIES: Final[dict[str, tuple[int, int]]] = {
+    # vLLM V1 (and the V0 names that kept their meaning).
+    "vllm:generation_tokens_total": (_GEN, _CUMULATIVE),
+    "vllm:prompt_tokens_total": (_PROMPT, _CUMULATIVE),
+    "vllm:request_success_total": (_FINISHED, _CUMULATIVE),
+    "vllm:num_requests_running": (_RUNNING, _COUNT_GAUGE),
+    "vllm:num_requests_waiting": (_WAITING, _COUNT_GAUGE),
+    "vllm:spec_decode_num_drafts_total": (_DRAFTS, _CUMULATIVE),
+    "vllm:spec_decode_num_draft_tokens_total": (_DRAFT_TOKENS, _CUMULATIVE),
+    "vllm:spec_decode_num_accepted_tokens_total": (_ACCEPTED, _CUMULATIVE),
+    "vllm:spec_decode_num_accepted_tokens_per_pos_total": (_PER_POS, _CUMULATIVE),
+    "vllm:iteration_tokens_total_sum": (_ITER_SUM, _CUMULATIVE),
+    "vllm:iteration_tokens_total_count": (_ITER_COUNT, _CUMULATIVE),
+    "vllm:inter_token_latency_seconds_sum": (_ITL_SUM, _CUMULATIVE),
+    "vllm:inter_token_latency_seconds_count": (_ITL_COUNT, _CUMULATIVE),
+    "vllm:request_time_per_output_token_seconds_sum": (_TPOT_SUM, _CUMULATIVE),
+    "vllm:request_time_per_output_token_seconds_count": (_TPOT_COUNT, _CUMULATIVE),
+    # vLLM V0 only (before 0.11).
+    "vllm:spec_decode_draft_acceptance_rate": (_LEGACY_RATE, _LEGACY_GAUGE),
+    "vllm:spec_decode_efficiency": (_LEGACY_EFF, _LEGACY_GAUGE),
+    "vllm:time_per_output_token_seconds_sum": (_V0_TPOT_SUM, _CUMULATIVE),
+    "vllm:time_per_output_token_seconds_count": (_V0_TPOT_COUNT, _CUMULATIVE),
+    # Unlabelled process gauge (absent in prometheus multiprocess mode).
+    "process_start_time_seconds": (_PROCESS_START, _LEGACY_GAUGE),
+}
+
+_HISTOGRAMS: Final = {
+    (_ITER_SUM, _ITER_COUNT): "vllm:iteration_tokens_total",
+    (_ITL_SUM, _ITL_COUNT): "vllm:inter_token_latency_seconds",
+    (_TPOT_SUM, _TPOT_COUNT): "vllm:request_time_per_output_token_seconds",
+    (_V0_TPOT_SUM, _V0_TPOT_COUNT): "vllm:time_per_output_token_seconds",
+}
+
+
+def _trie(words: list[str]) -> str:
+    """A regex alternation of `words` factored by common prefixes (fewer branch tries)."""
+    if words == [""]:
+        return ""
+    optional = "" in words
+    groups: dict[str, list[str]] = {}
+    for word in words:
+        if word:
+            groups.setdefault(word[0], []).append(word[1:])
+    parts = [re.escape(char) + _trie(rest) for char, rest in sorted(groups.items())]
+    body = parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
+    return f"(?:{body})?" if optional else body
+
+
+# A label value: anything but a quote, backslash or newline, or a backslash escape.
+# Possessive quantifiers (Python 3.11+) keep the pattern linear on hostile input.
+_LABEL_VALUE = r'"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"'
+_LABEL_PAIR = r"[ \t]*+[a-zA-Z_][a-zA-Z0-9_]*+[ \t]*+=[ \t]*+" + _LABEL_VALUE
+_LABEL_SET = (
+    r"\{(?:" + _LABEL_PAIR + r"(?:[ \t]*+," + _LABEL_PAIR + r")*+(?:[ \t]*+,)?+)?+[ \t]*+\}"
+)
+
+# One relevant sample line. The body is prefixed with "\n" so every line starts
+# after a newline. When the tail (labels, value, optional timestamp) does not
+# match, group 3 is None -> ParseError, so a relevant line is never skipped
+# silently.
+_SCAN: Final = re.compile(
+    r"\n[ \t]*+("
+    + _trie(sorted(_FAMILIES))
+    + r")(?![a-zA-Z0-9_:])"
+    + r"(?:("
+    + _LABEL_SET
+    + r")?+"
+    + r"[ \t]++([^ \t\r\n]++)"
+    + r"(?:[ \t]++-?[0-9]++(?:\.[0-9]++)?+(?:[eE][+-]?[0-9]++)?+)?+"  # optional timestamp
+    + r"[ \t\r]*+(?=\n|\Z))?"
+)
+_PAIR: Final = re.compile(
+    r"([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*\"([^\"\\\n]*(?:\\.[^\"\\\n]*)*)\""
+)
+_ESCAPE: Final = re.compile(r"\\[\\n\"]")
+_UNESCAPE: Final = {"\\\\": "\\", "\\n": "\n", '\\"': '"'}
+
+_INF: Final = math.inf
+
+# Raw label-set text -> (model_name or None, position or None). Label sets repeat
+# on every page, so they are parsed once per process. Bounded: cleared when full.
+_LABEL_CACHE: dict[str, tuple[str | None, str | None]] = {}
+_LABEL_CACHE_MAX: Final = 4096
+
+
+def _unescape(value: str) -> str:
+    """Undo the exposition format's label escaping (`\\\\`, `\\"`, `\\n`); other escapes stay."""
+    if "\\" not in value:
+        return value
+    return _ESCAPE.sub(lambda m: _UNESCAPE[m.group(0)], value)
+
+
+def _parse_labels(labels: str) -> tuple[str | None, str | None] | str:
+    """(model_name, position) from an already validated `{...}`, or an error message."""
+    found: dict[str, str] = {}
+    for key, raw in _PAIR.findall(labels):
+        if key in found:
+            return f"duplicate label {key!r}"
+        found[key] = raw
+    model = found.get("model_name")
+    position = found.get("position")
+    result = (
+        _unescape(model) if model else None,
+        _unescape(position) if position is not None else None,
+    )
+    if len(_LABEL_CACHE) >= _LABEL_CACHE_MAX:
+        _LABEL_CACHE.clear()
+    _LABEL_CACHE[labels] = result
+    return result
+
+
+def _line_of(body: str, start: int) -> tuple[int, str]:
+    """1-based line number and text of the line whose preceding newline is at `start`."""
+    end = body.find("\n", start + 1)
+    line = body[start + 1 : end if end >= 0 else len(body)]
+    return body.count("\n", 0, start) + 1, line
+
+
+def _decode(data: bytes | bytearray | memoryview) -> str:
+    raw = bytes(data)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line_number = raw.count(b"\n", 0, exc.start) + 1
+        begin = raw.rfind(b"\n", 0, exc.start) + 1
+        end = raw.find(b"\n", exc.start)
+        line = raw[begin : end if end >= 0 else len(raw)].decode("utf-8", "replace")
+        raise ParseError("body is not valid UTF-8", line_number, line) from None
+
+
+def parse(text: str | bytes) -> EngineSample:
+    """Parse a vLLM `/metrics` page (text exposition format) into an `EngineSample`.
+
+    `text` is the decoded body; bytes are accepted too and must be UTF-8.
+    A page without any vLLM family (`--disable-log-stats`) gives `models == {}`.
+    Raises `ParseError` for malformed relevant lines (see the module docstring).
+    """
+    if not isinstance(text, str):
+        text = _decode(text)
+    body = "\n" + text
+    families = _FAMILIES
+    cache = _LABEL_CACHE
+    models: dict[str, list[float | None]] = {}
+    positions: dict[str, dict[int, float]] = {}
+    seen: set[tuple[str, str | None]] = set()
+    process_start: float | None = None
+
+    for match in _SCAN.finditer(body):
+        name, labels, raw_value = match.groups()
+        if raw_value is None:
+            raise ParseError(f"cannot parse {name} sample", *_line_of(body, match.start()))
+        key = (name, labels)
+        if key in seen:
+            raise ParseError(f"duplicate series {name}", *_line_of(body, match.start()))
+        seen.add(key)
+        try:
+            value = float(raw_value)
+            # float() also takes "1_000" and non-ASCII digits; the exposition format does not.
+            if "_" in raw_value or not raw_value.isascii():
+                raise ValueError(raw_value)
+        except ValueError:
+            raise ParseError(
+                f"bad value {raw_value!r} for {name}", *_line_of(body, match.start())
+            ) from None
+        slot, kind = families[name]
+
+        if kind != _LEGACY_GAUGE and not 0.0 <= value < _INF:
+            raise ParseError(
+                f"{name} must be a finite non-negative number, got {raw_value}",
+                *_line_of(body, match.start()),
+            )
+        if slot == _PROCESS_START:
+            if not math.isfinite(value):
+                raise ParseError(f"bad value for {name}", *_line_of(body, match.start()))
+            process_start = value
+            continue
+
+        if labels is None:
+            raise ParseError(f"{name} has no model_name label", *_line_of(body, match.start()))
+        info = cache.get(labels)
+        if info is None:
+            parsed = _parse_labels(labels)
+            if isinstance(parsed, str):
+                raise ParseError(parsed, *_line_of(body, match.start()))
+            info = parsed
+        model = info[0]
+        if model is None:
+            raise ParseError(f"{name} has no model_name label", *_line_of(body, match.start()))
+        acc = models.get(model)
+        if acc is None:
+            if len(models) >= MAX_MODELS:
+                raise ParseError(
+                    f"too many models (more than {MAX_MODELS} model_name values)",
+                    *_line_of(body, match.start()),
+                )
+            acc = models[model] = [None] * _N_SLOTS
+
+        if slot == _PER_POS:
+            position = info[1]
+            if (
+                position is None
+                or not position.isascii()
+                or not position.isdigit()
+                or int(position) >= MAX_POSITIONS
+            ):
+                raise ParseError(
+                    f"{name} needs a position label 0..{MAX_POSITIONS - 1}",
+                    *_line_of(body, match.start()),
+                )
+            per_pos = positions.setdefault(model, {})
+            index = int(position)
+            per_pos[index] = per_pos.get(index, 0.0) + value
+            continue
+
+        previous = acc[slot]
+        if previous is None:
+            acc[slot] = value
+        elif kind == _LEGACY_GAUGE:
+            raise ParseError(
+                f"{name} appears twice for model {model!r}", *_line_of(body, match.start())
+            )
+        else:
+            acc[slot] = previous + value
+
+    out: dict[str, ModelSample] = {}
+    for model, acc in models.items():
+        hist = {h: _histogram(acc, h, model) for h in _HISTOGRAMS}
+        itl = hist[(_ITL_SUM, _ITL_COUNT)]
+        if itl is None:  # V0 name of the same quantity
+            itl = hist[(_V0_TPOT_SUM, _V0_TPOT_COUNT)]
+        accepted = positions.get(model)
+        out[model] = ModelSample(
+            generation_tokens=acc[_GEN] or 0.0,
+            prompt_tokens=acc[_PROMPT] or 0.0,
+            requests_finished=acc[_FINISHED] or 0.0,
+            requests_running=acc[_RUNNING] or 0.0,
+            requests_waiting=acc[_WAITING] or 0.0,
+            drafts=acc[_DRAFTS],
+            draft_tokens=acc[_DRAFT_TOKENS],
+            accepted_tokens=acc[_ACCEPTED],
+            accepted_per_position=(
+                tuple(accepted.get(i, 0.0) for i in range(max(accepted) + 1)) if accepted else ()
+            ),
+            iteration_tokens=hist[(_ITER_SUM, _ITER_COUNT)],
+            inter_token_latency=itl,
+            time_per_output_token=hist[(_TPOT_SUM, _TPOT_COUNT)],
+            legacy_acceptance_rate=acc[_LEGACY_RATE],
+            legacy_efficiency=acc[_LEGACY_EFF],
+        )
+    return EngineSample(engine=ENGINE, models=out, process_start_time_seconds=process_start)
+
+
+def _histogram(acc: list[float | None], slots: tuple[int, int], model: str) -> Histogram | None:
+    total, count = acc[slots[0]], acc[slots[1]]
+    if total is None and count is None:
+        return None
+    if total is None or count is None:
+        missing = "_sum" if total is None else "_count"
+        raise ParseError(f"{_HISTOGRAMS[slots]} of model {model!r} has no {missing} series")
+    return Histogram(sum=total, count=count)

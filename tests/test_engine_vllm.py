@@ -1,0 +1,606 @@
+"""Tests of the vLLM `/metrics` parser (spectax.engines.vllm).
+
+The main check is differential: every recorded fixture page is also parsed
+with prometheus_client's own text parser, the expected `ModelSample` values are
+computed from that independently, and both must agree exactly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from spectax.engines import (
+    ENGINES,
+    EngineSample,
+    Histogram,
+    ModelSample,
+    ParseError,
+    get_parser,
+    vllm,
+)
+from spectax.engines.vllm import MAX_MODELS, parse
+
+FIXTURES = Path(__file__).parent / "fixtures" / "vllm-0.32.0"
+PAGES = sorted(
+    p for p in FIXTURES.glob("*.txt") if p.name != "INDEX.txt" and "headers" not in p.name
+)
+
+
+def page(name: str) -> str:
+    return (FIXTURES / name).read_text(encoding="utf-8")
+
+
+# ---------------------------------------------------------------------------
+# Independent reference: prometheus_client's parser + summing.
+# prometheus_client strips `_total` from counter *family* names; samples keep
+# their full exposed names, so everything below is keyed on sample names.
+
+_PLAIN = {  # sample name -> (ModelSample field, family type prometheus_client reports)
+    "vllm:generation_tokens_total": ("generation_tokens", "counter"),
+    "vllm:prompt_tokens_total": ("prompt_tokens", "counter"),
+    "vllm:request_success_total": ("requests_finished", "counter"),
+    "vllm:num_requests_running": ("requests_running", "gauge"),
+    "vllm:num_requests_waiting": ("requests_waiting", "gauge"),
+    "vllm:spec_decode_num_drafts_total": ("drafts", "counter"),
+    "vllm:spec_decode_num_draft_tokens_total": ("draft_tokens", "counter"),
+    "vllm:spec_decode_num_accepted_tokens_total": ("accepted_tokens", "counter"),
+    "vllm:spec_decode_draft_acceptance_rate": ("legacy_acceptance_rate", "gauge"),
+    "vllm:spec_decode_efficiency": ("legacy_efficiency", "gauge"),
+}
+_HIST = {  # histogram family -> ModelSample field
+    "vllm:iteration_tokens_total": "iteration_tokens",
+    "vllm:inter_token_latency_seconds": "inter_token_latency",
+    "vllm:request_time_per_output_token_seconds": "time_per_output_token",
+    "vllm:time_per_output_token_seconds": "v0_time_per_output_token",
+}
+_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+
+
+def reference(text: str) -> EngineSample:
+    """What parse() must return, computed with prometheus_client's text parser."""
+    fields: dict[str, dict[str, Any]] = {}
+    per_pos: dict[str, dict[int, float]] = {}
+    start: float | None = None
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == "process_start_time_seconds":
+                start = float(s.value)
+                continue
+            if not s.name.startswith("vllm:"):
+                continue
+            model = s.labels.get("model_name")
+            if s.name in _PLAIN:
+                field, typ = _PLAIN[s.name]
+                assert family.type == typ, (s.name, family.type)
+            elif s.name == _PER_POS:
+                assert family.type == "counter"
+                assert model is not None
+                pos = per_pos.setdefault(model, {})
+                i = int(s.labels["position"])
+                pos[i] = pos.get(i, 0.0) + float(s.value)
+                fields.setdefault(model, {})
+                continue
+            else:
+                base, _, suffix = s.name.rpartition("_")
+                if base not in _HIST or suffix not in ("sum", "count"):
+                    continue
+                assert family.type == "histogram", (s.name, family.type)
+                field = f"{_HIST[base]}_{suffix}"
+            assert model is not None, s
+            values = fields.setdefault(model, {})
+            values[field] = values.get(field, 0.0) + float(s.value)
+    models = {}
+    for model, v in fields.items():
+
+        def hist(name: str, v: dict[str, Any] = v) -> Histogram | None:
+            if f"{name}_sum" not in v:
+                return None
+            return Histogram(sum=v[f"{name}_sum"], count=v[f"{name}_count"])
+
+        pos = per_pos.get(model, {})
+        models[model] = ModelSample(
+            generation_tokens=v.get("generation_tokens", 0.0),
+            prompt_tokens=v.get("prompt_tokens", 0.0),
+            requests_finished=v.get("requests_finished", 0.0),
+            requests_running=v.get("requests_running", 0.0),
+            requests_waiting=v.get("requests_waiting", 0.0),
+            drafts=v.get("drafts"),
+            draft_tokens=v.get("draft_tokens"),
+            accepted_tokens=v.get("accepted_tokens"),
+            accepted_per_position=tuple(pos.get(i, 0.0) for i in range(max(pos, default=-1) + 1)),
+            iteration_tokens=hist("iteration_tokens"),
+            inter_token_latency=hist("inter_token_latency") or hist("v0_time_per_output_token"),
+            time_per_output_token=hist("time_per_output_token"),
+            legacy_acceptance_rate=v.get("legacy_acceptance_rate"),
+            legacy_efficiency=v.get("legacy_efficiency"),
+        )
+    return EngineSample(engine="vllm", models=models, process_start_time_seconds=start)
+
+
+# ---------------------------------------------------------------------------
+# A vLLM V0 page. HAND-WRITTEN, not recorded: no V0 server was captured. It uses
+# the V0 naming listed in /work/shared/ENGINES.md (model_name label only, no
+# engine label, spec-decode gauges, old time_per_output_token / gpu_cache names).
+
+V0_PAGE = """\
+# HELP vllm:num_requests_running Number of requests currently running on GPU.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{model_name="llama-3.1-8b"} 3.0
+# HELP vllm:num_requests_swapped Number of requests swapped to CPU.
+# TYPE vllm:num_requests_swapped gauge
+vllm:num_requests_swapped{model_name="llama-3.1-8b"} 0.0
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{model_name="llama-3.1-8b"} 1.0
+# HELP vllm:gpu_cache_usage_perc GPU KV-cache usage. 1 means 100 percent usage.
+# TYPE vllm:gpu_cache_usage_perc gauge
+vllm:gpu_cache_usage_perc{model_name="llama-3.1-8b"} 0.25
+# HELP vllm:spec_decode_draft_acceptance_rate Speulative token acceptance rate.
+# TYPE vllm:spec_decode_draft_acceptance_rate gauge
+vllm:spec_decode_draft_acceptance_rate{model_name="llama-3.1-8b"} 0.625
+# HELP vllm:spec_decode_efficiency Speculative decoding system efficiency.
+# TYPE vllm:spec_decode_efficiency gauge
+vllm:spec_decode_efficiency{model_name="llama-3.1-8b"} 0.5
+# HELP vllm:spec_decode_num_accepted_tokens_total Number of accepted tokens.
+# TYPE vllm:spec_decode_num_accepted_tokens_total counter
+vllm:spec_decode_num_accepted_tokens_total{model_name="llama-3.1-8b"} 500.0
+vllm:spec_decode_num_accepted_tokens_created{model_name="llama-3.1-8b"} 1.7e+09
+# HELP vllm:spec_decode_num_draft_tokens_total Number of draft tokens.
+# TYPE vllm:spec_decode_num_draft_tokens_total counter
+vllm:spec_decode_num_draft_tokens_total{model_name="llama-3.1-8b"} 800.0
+vllm:spec_decode_num_draft_tokens_created{model_name="llama-3.1-8b"} 1.7e+09
+# HELP vllm:spec_decode_num_emitted_tokens_total Number of emitted tokens.
+# TYPE vllm:spec_decode_num_emitted_tokens_total counter
+vllm:spec_decode_num_emitted_tokens_total{model_name="llama-3.1-8b"} 1000.0
+vllm:spec_decode_num_emitted_tokens_created{model_name="llama-3.1-8b"} 1.7e+09
+# HELP vllm:prompt_tokens_total Number of prefill tokens processed.
+# TYPE vllm:prompt_tokens_total counter
+vllm:prompt_tokens_total{model_name="llama-3.1-8b"} 4096.0
+vllm:prompt_tokens_created{model_name="llama-3.1-8b"} 1.7e+09
+# HELP vllm:generation_tokens_total Number of generation tokens processed.
+# TYPE vllm:generation_tokens_total counter
+vllm:generation_tokens_total{model_name="llama-3.1-8b"} 1200.0
+vllm:generation_tokens_created{model_name="llama-3.1-8b"} 1.7e+09
+# HELP vllm:request_success_total Count of successfully processed requests.
+# TYPE vllm:request_success_total counter
+vllm:request_success_total{finished_reason="stop",model_name="llama-3.1-8b"} 9.0
+vllm:request_success_total{finished_reason="length",model_name="llama-3.1-8b"} 2.0
+vllm:request_success_created{finished_reason="stop",model_name="llama-3.1-8b"} 1.7e+09
+vllm:request_success_created{finished_reason="length",model_name="llama-3.1-8b"} 1.7e+09
+# HELP vllm:iteration_tokens_total Histogram of number of tokens per engine_step.
+# TYPE vllm:iteration_tokens_total histogram
+vllm:iteration_tokens_total_bucket{le="1.0",model_name="llama-3.1-8b"} 0.0
+vllm:iteration_tokens_total_bucket{le="+Inf",model_name="llama-3.1-8b"} 410.0
+vllm:iteration_tokens_total_count{model_name="llama-3.1-8b"} 410.0
+vllm:iteration_tokens_total_sum{model_name="llama-3.1-8b"} 5296.0
+vllm:iteration_tokens_total_created{model_name="llama-3.1-8b"} 1.7e+09
+# HELP vllm:time_per_output_token_seconds Histogram of time per output token in seconds.
+# TYPE vllm:time_per_output_token_seconds histogram
+vllm:time_per_output_token_seconds_bucket{le="0.01",model_name="llama-3.1-8b"} 12.0
+vllm:time_per_output_token_seconds_bucket{le="+Inf",model_name="llama-3.1-8b"} 400.0
+vllm:time_per_output_token_seconds_count{model_name="llama-3.1-8b"} 400.0
+vllm:time_per_output_token_seconds_sum{model_name="llama-3.1-8b"} 9.5
+vllm:time_per_output_token_seconds_created{model_name="llama-3.1-8b"} 1.7e+09
+# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.
+# TYPE process_start_time_seconds gauge
+process_start_time_seconds 1.7e+09
+"""
+V0_MODEL = "llama-3.1-8b"
+
+
+# ---------------------------------------------------------------------------
+# Differential
+
+
+def test_fixture_pages_exist() -> None:
+    assert len(PAGES) >= 18
+
+
+@pytest.mark.parametrize("path", PAGES, ids=[p.stem for p in PAGES])
+def test_matches_prometheus_client(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert parse(text) == reference(text)
+
+
+def test_v0_page_matches_prometheus_client() -> None:
+    assert parse(V0_PAGE) == reference(V0_PAGE)
+
+
+# ---------------------------------------------------------------------------
+# Specific facts from the fixture INDEX
+
+
+def test_ngram_after_traffic() -> None:
+    s = parse(page("spec_ngram_3_after.txt"))
+    assert s.engine == "vllm"
+    assert s.has_engine_metrics
+    assert list(s.models) == ["tiny-llama"]
+    m = s.models["tiny-llama"]
+    assert (m.drafts, m.draft_tokens, m.accepted_tokens) == (216.0, 740.0, 564.0)
+    assert m.accepted_per_position == (204.0, 163.0, 107.0, 90.0)
+    assert sum(m.accepted_per_position) == m.accepted_tokens
+    assert m.speculating
+    assert m.requests_finished == 41.0  # 8 stop + 33 length
+    assert m.generation_tokens == 2186.0
+    assert m.prompt_tokens == 1309.0
+    assert m.iteration_tokens == Histogram(sum=3495.0, count=515.0)
+    assert m.inter_token_latency == Histogram(sum=5.966667546000167, count=1600.0)
+    assert m.time_per_output_token == Histogram(sum=0.11146932532724205, count=41.0)
+    assert m.legacy_acceptance_rate is None and m.legacy_efficiency is None
+    assert s.process_start_time_seconds == 1.79599593687e09
+
+
+def test_draft_model_after_traffic() -> None:
+    m = parse(page("spec_draft_3_after.txt")).models["tiny-llama"]
+    assert (m.drafts, m.draft_tokens, m.accepted_tokens) == (871.0, 2613.0, 802.0)
+    assert len(m.accepted_per_position) == 3  # k=3
+
+
+def test_before_traffic_zero_not_none() -> None:
+    m = parse(page("spec_ngram_0_before_traffic.txt")).models["tiny-llama"]
+    assert (m.drafts, m.draft_tokens, m.accepted_tokens) == (0.0, 0.0, 0.0)
+    assert m.accepted_per_position == (0.0, 0.0, 0.0, 0.0)
+    assert m.speculating
+
+
+@pytest.mark.parametrize("name", ["spec_ngram_dp2_2_mid.txt", "spec_ngram_dp2_3_after.txt"])
+def test_data_parallel_sums_engines(name: str) -> None:
+    s = parse(page(name))
+    assert s.process_start_time_seconds is None
+    m = s.models["tiny-llama"]
+    if name.endswith("3_after.txt"):
+        assert m.drafts == 20.0 + 141.0
+        assert m.draft_tokens == 40.0 + 472.0
+        assert m.accepted_tokens == 2.0 + 421.0
+        assert m.accepted_per_position == (126.0, 125.0, 86.0, 86.0)
+        assert m.generation_tokens == 624.0 + 880.0
+        assert m.requests_finished == 24.0
+        assert m.iteration_tokens == Histogram(sum=996.0 + 1288.0, count=542.0 + 403.0)
+    assert m.drafts is not None and m.drafts > 0
+
+
+@pytest.mark.parametrize("path", [p for p in PAGES if p.name.startswith("nospec")])
+def test_nospec_has_no_speculation(path: Path) -> None:
+    m = parse(path.read_text()).models["tiny-llama"]
+    assert m.drafts is None and m.draft_tokens is None and m.accepted_tokens is None
+    assert m.accepted_per_position == ()
+    assert not m.speculating
+    assert m.iteration_tokens is not None
+
+
+@pytest.mark.parametrize("path", [p for p in PAGES if "disable_log_stats" in p.name])
+def test_disable_log_stats_has_no_engine_metrics(path: Path) -> None:
+    s = parse(path.read_text())
+    assert s.models == {}
+    assert not s.has_engine_metrics
+    assert s.process_start_time_seconds is not None
+
+
+def test_restart_changes_process_start() -> None:
+    before = parse(page("spec_ngram_3_after.txt"))
+    after = parse(page("spec_ngram_restart_0_before_traffic.txt"))
+    assert before.process_start_time_seconds is not None
+    assert after.process_start_time_seconds is not None
+    assert after.process_start_time_seconds > before.process_start_time_seconds
+    assert after.models["tiny-llama"].generation_tokens == 0.0
+
+
+def test_inflight_running_waiting() -> None:
+    m = parse(page("spec_ngram_inflight_running_waiting.txt")).models["tiny-llama"]
+    assert (m.requests_running, m.requests_waiting) == (2.0, 4.0)
+    idle = parse(page("spec_ngram_inflight_after.txt")).models["tiny-llama"]
+    assert idle.drafts == 0.0 and idle.speculating
+
+
+def test_v0_page() -> None:
+    s = parse(V0_PAGE)
+    m = s.models[V0_MODEL]
+    assert m.legacy_acceptance_rate == 0.625
+    assert m.legacy_efficiency == 0.5
+    assert m.accepted_tokens == 500.0
+    assert m.draft_tokens == 800.0
+    assert m.drafts is None  # no drafts counter in V0
+    assert m.accepted_per_position == ()
+    assert m.speculating
+    assert m.inter_token_latency == Histogram(sum=9.5, count=400.0)  # from the old name
+    assert m.time_per_output_token is None
+    assert m.iteration_tokens == Histogram(sum=5296.0, count=410.0)
+    assert m.requests_finished == 11.0
+    assert (m.requests_running, m.requests_waiting) == (3.0, 1.0)
+    assert (m.generation_tokens, m.prompt_tokens) == (1200.0, 4096.0)
+    assert s.process_start_time_seconds == 1.7e9
+
+
+def test_v0_nan_acceptance_rate_passes_through() -> None:
+    # V0 reported NaN for the ratio gauges before the first draft.
+    text = V0_PAGE.replace(
+        'acceptance_rate{model_name="llama-3.1-8b"} 0.625',
+        'acceptance_rate{model_name="llama-3.1-8b"} NaN',
+    )
+    rate = parse(text).models[V0_MODEL].legacy_acceptance_rate
+    assert rate is not None and math.isnan(rate)
+
+
+def test_new_itl_name_wins_over_v0_name() -> None:
+    text = (
+        'vllm:time_per_output_token_seconds_sum{model_name="m"} 1\n'
+        'vllm:time_per_output_token_seconds_count{model_name="m"} 2\n'
+        'vllm:inter_token_latency_seconds_sum{model_name="m"} 3\n'
+        'vllm:inter_token_latency_seconds_count{model_name="m"} 4\n'
+    )
+    assert parse(text).models["m"].inter_token_latency == Histogram(sum=3.0, count=4.0)
+
+
+# ---------------------------------------------------------------------------
+# Format details
+
+
+def test_empty_and_comment_only_pages() -> None:
+    for text in ["", "\n", "# HELP vllm:generation_tokens_total x\n", "   \n\t\n"]:
+        s = parse(text)
+        assert s.models == {} and s.process_start_time_seconds is None
+
+
+def test_values_timestamps_whitespace_and_label_order() -> None:
+    text = (
+        'vllm:generation_tokens_total{engine="1",model_name="m"} 1e3 1700000000000\n'
+        '  vllm:generation_tokens_total{ model_name = "m" , engine="0", } 5\r\n'
+        'vllm:prompt_tokens_total{model_name="m",engine="0"}\t+7.5\t-12\n'
+        'vllm:num_requests_running{model_name="m"} 16\n'
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{position="2",model_name="m"} 4\n'
+        'vllm:spec_decode_efficiency{model_name="m"} -Inf\n'
+        'vllm:spec_decode_draft_acceptance_rate{model_name="m"} +Inf\n'
+        "process_start_time_seconds 12"
+    )
+    s = parse(text)
+    m = s.models["m"]
+    assert m.generation_tokens == 1005.0
+    assert m.prompt_tokens == 7.5
+    assert m.requests_running == 16.0
+    assert m.accepted_per_position == (0.0, 0.0, 4.0)  # missing positions are 0
+    assert m.legacy_efficiency == -math.inf
+    assert m.legacy_acceptance_rate == math.inf
+    assert s.process_start_time_seconds == 12.0
+
+
+def test_irrelevant_lines_are_not_validated() -> None:
+    text = (
+        'python_gc_objects_collected_total{generation="0" garbage\n'
+        "vllm:kv_cache_usage_perc{model_name=\n"
+        'vllm:generation_tokens_totally{model_name="m"} x\n'
+        'vllm:generation_tokens_created{model_name="m"} NaN\n'
+        'vllm:generation_tokens_total{model_name="m"} 3\n'
+    )
+    assert parse(text).models["m"].generation_tokens == 3.0
+
+
+def test_label_escapes() -> None:
+    text = r'vllm:generation_tokens_total{model_name="a\"b\\c\nd}e,f=\"\t"} 1' + "\n"
+    assert list(parse(text).models) == ['a"b\\c\nd}e,f="\\t']
+
+
+def test_several_models_keep_page_order() -> None:
+    text = "".join(
+        f'vllm:generation_tokens_total{{model_name="m{i}"}} {i}\n' for i in range(MAX_MODELS)
+    )
+    models = parse(text).models
+    assert list(models) == [f"m{i}" for i in range(MAX_MODELS)]
+    assert models["m7"].generation_tokens == 7.0
+
+
+def test_bytes_body() -> None:
+    raw = (FIXTURES / "spec_ngram_3_after.txt").read_bytes()
+    assert parse(raw) == parse(raw.decode())
+
+
+# ---------------------------------------------------------------------------
+# Malformed input
+
+_OK = 'vllm:prompt_tokens_total{engine="0",model_name="m"} 1.0\n'
+_HEAD = "# HELP vllm:x y\n# TYPE vllm:x counter\n" + _OK  # 3 lines; bad line is line 4
+_G = "vllm:generation_tokens_total"
+
+MALFORMED: list[tuple[str, str, str]] = [
+    ("truncated in labels", f'{_G}{{engine="0",model_na', "cannot parse"),
+    ("truncated before value", f'{_G}{{engine="0",model_name="m"}}', "cannot parse"),
+    ("truncated value only", f'{_G}{{engine="0",model_name="m"}} ', "cannot parse"),
+    ("name only", _G, "cannot parse"),
+    ("bad float", f'{_G}{{model_name="m"}} 12.3.4', "bad value"),
+    ("word value", f'{_G}{{model_name="m"}} lots', "bad value"),
+    ("underscore value", f'{_G}{{model_name="m"}} 1_000', "bad value"),
+    ("non-ASCII digits", f'{_G}{{model_name="m"}} \u0661\u0662', "bad value"),
+    ("unterminated quote", f'{_G}{{model_name="m}} 1', "cannot parse"),
+    ("unterminated label set", f'{_G}{{model_name="m" 1', "cannot parse"),
+    ("label without quotes", f"{_G}{{model_name=m}} 1", "cannot parse"),
+    ("missing comma", f'{_G}{{engine="0" model_name="m"}} 1', "cannot parse"),
+    ("trailing junk", f'{_G}{{model_name="m"}} 1 2 3', "cannot parse"),
+    ("garbage after labels", f'{_G}{{model_name="m"}}x 1', "cannot parse"),
+    (
+        "garbage bytes (errors=replace)",
+        (f'{_G}{{model_name="m"}} '.encode() + b"\xff\xfe\x00\x81").decode("utf-8", "replace"),
+        "bad value",
+    ),
+    (
+        "garbage bytes in labels",
+        (f"{_G}{{model_name=".encode() + b'"\xff\x00\n').decode("utf-8", "replace"),
+        "cannot parse",
+    ),
+    ("NaN counter", f'{_G}{{model_name="m"}} NaN', "finite non-negative"),
+    ("negative counter", f'{_G}{{model_name="m"}} -1', "finite non-negative"),
+    ("infinite counter", f'{_G}{{model_name="m"}} +Inf', "finite non-negative"),
+    ("negative histogram count", 'vllm:iteration_tokens_total_count{model_name="m"} -2', "finite"),
+    ("NaN running gauge", 'vllm:num_requests_running{model_name="m"} NaN', "finite"),
+    ("no labels", f"{_G} 1", "no model_name"),
+    ("no model_name", f'{_G}{{engine="0"}} 1', "no model_name"),
+    ("empty model_name", f'{_G}{{model_name=""}} 1', "no model_name"),
+    ("duplicate label", f'{_G}{{model_name="m",model_name="n"}} 1', "duplicate label"),
+    ("duplicate series", _OK.rstrip("\n"), "duplicate series"),
+    (
+        "per-pos without position",
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="m"} 1',
+        "position",
+    ),
+    (
+        "per-pos bad position",
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="m",position="-1"} 1',
+        "position",
+    ),
+    (
+        "per-pos huge position",
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="m",position="99999999"} 1',
+        "position",
+    ),
+    ("NaN process start", "process_start_time_seconds NaN", "bad value"),
+]
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"), [(b, m) for _, b, m in MALFORMED], ids=[i for i, _, _ in MALFORMED]
+)
+def test_malformed_line_raises_parse_error(bad: str, message: str) -> None:
+    text = _HEAD + bad + "\n" + _OK.replace("prompt", "generation")
+    with pytest.raises(ParseError) as info:
+        parse(text)
+    assert info.value.line_number == 4
+    assert str(info.value).startswith("line 4: ")
+    assert message in str(info.value)
+    assert info.value.line == bad.split("\n", maxsplit=1)[0]
+
+
+def test_malformed_first_and_last_line() -> None:
+    with pytest.raises(ParseError, match=r"^line 1: "):
+        parse(f'{_G}{{model_name="m"}} x\n' + _OK)
+    with pytest.raises(ParseError, match=r"^line 2: "):
+        parse(_OK + f'{_G}{{model_name="m"}}')
+
+
+def test_too_many_models() -> None:
+    text = "".join(
+        f'vllm:generation_tokens_total{{model_name="m{i}"}} 1\n' for i in range(MAX_MODELS + 1)
+    )
+    with pytest.raises(ParseError, match="too many models") as info:
+        parse(text)
+    assert info.value.line_number == MAX_MODELS + 1
+
+
+def test_legacy_gauge_twice() -> None:
+    text = (
+        'vllm:spec_decode_efficiency{model_name="m"} 0.5\n'
+        'vllm:spec_decode_efficiency{model_name="m",x="1"} 0.5\n'
+    )
+    with pytest.raises(ParseError, match=r"^line 2: .*twice"):
+        parse(text)
+
+
+def test_histogram_sum_without_count() -> None:
+    with pytest.raises(ParseError, match="no _count"):
+        parse('vllm:iteration_tokens_total_sum{model_name="m"} 5\n')
+
+
+def test_non_utf8_bytes() -> None:
+    raw = _OK.encode() + b'vllm:generation_tokens_total{model_name="\xff"} 1\n'
+    with pytest.raises(ParseError, match=r"^line 2: .*UTF-8"):
+        parse(raw)
+
+
+# A line of a real page with random damage: ParseError or a result, nothing else.
+_RELEVANT_LINES = [
+    line
+    for line in page("spec_ngram_dp2_3_after.txt").splitlines()
+    if line.startswith(("vllm:spec_decode", "vllm:generation", "vllm:iteration_tokens_total_s"))
+]
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    line=st.sampled_from(_RELEVANT_LINES),
+    cut=st.integers(min_value=0, max_value=200),
+    junk=st.text(max_size=4),
+)
+def test_damaged_lines_never_crash(line: str, cut: int, junk: str) -> None:
+    cut %= len(line) + 1
+    damaged = line[:cut] + junk + line[cut + len(junk) :]
+    try:
+        result = parse(_OK + damaged + "\n" + _OK.replace("prompt", "generation"))
+    except ParseError as exc:
+        assert exc.line_number is None or 2 <= exc.line_number <= 5
+    else:
+        assert isinstance(result, EngineSample)
+
+
+@settings(max_examples=200)
+@given(st.text(max_size=300))
+def test_arbitrary_text_never_crashes(text: str) -> None:
+    with contextlib.suppress(ParseError):
+        parse(text)
+
+
+# ---------------------------------------------------------------------------
+# Round trip through prometheus_client's own exposition
+
+_names = st.text(alphabet=st.characters(codec="utf-8"), min_size=1, max_size=40)
+
+
+def _exposed(models: Iterable[tuple[str, int, int]]) -> str:
+    registry = CollectorRegistry()
+    gen = Counter("vllm:generation_tokens", "doc", ["engine", "model_name"], registry=registry)
+    drafts = Counter(
+        "vllm:spec_decode_num_drafts", "doc", ["engine", "model_name"], registry=registry
+    )
+    for name, a, b in models:
+        gen.labels(engine="0", model_name=name).inc(a)
+        gen.labels(engine="1", model_name=name).inc(b)
+        drafts.labels(engine="0", model_name=name).inc(a + b)
+    return generate_latest(registry).decode("utf-8")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(_names, st.integers(0, 2**40), st.integers(0, 2**40)),
+        max_size=8,
+        unique_by=lambda t: t[0],
+    )
+)
+@example([('a"b', 1, 2), ("c\\d", 3, 4), ("e\nf", 5, 6), ("\\n", 0, 0), ('\\"}{,= ', 7, 8)])
+def test_model_names_round_trip(models: list[tuple[str, int, int]]) -> None:
+    text = _exposed(models)
+    result = parse(text)
+    assert list(result.models) == [name for name, _, _ in models]
+    for name, a, b in models:
+        m = result.models[name]
+        assert m.generation_tokens == float(a + b)
+        assert m.drafts == float(a + b)
+        assert m.draft_tokens is None
+    assert result == reference(text)
+
+
+@settings(max_examples=200)
+@given(st.floats(min_value=0.0, allow_nan=False, allow_infinity=False))
+def test_counter_values_round_trip(value: float) -> None:
+    text = _exposed([("m", 0, 0)]).replace(
+        'vllm:generation_tokens_total{engine="0",model_name="m"} 0.0',
+        f'vllm:generation_tokens_total{{engine="0",model_name="m"}} {value!r}',
+    )
+    assert parse(text).models["m"].generation_tokens == value
+
+
+# ---------------------------------------------------------------------------
+# Registry
+
+
+def test_registry() -> None:
+    assert ENGINES["vllm"] is vllm.parse
+    assert get_parser("vllm") is parse
+    with pytest.raises(KeyError, match="known engines: vllm"):
+        get_parser("sglang")
