@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import FIXTURES, page, reference_values
 
+from conftest import FIXTURES, page, reference_values
 from spectax.assess import JSON_KEYS
 from spectax.cli import main
 
@@ -69,7 +69,13 @@ def expected(d: dict[str, float], c: float, b_star: float = 32.0) -> dict[str, f
 
 CASES = [
     # (before, after, method args, c, restarted)
-    ("spec_ngram_0_before_traffic.txt", "spec_ngram_3_after.txt", ["--method", "ngram"], 0.0, False),
+    (
+        "spec_ngram_0_before_traffic.txt",
+        "spec_ngram_3_after.txt",
+        ["--method", "ngram"],
+        0.0,
+        False,
+    ),
     ("spec_ngram_2_mid.txt", "spec_ngram_3_after.txt", ["--method", "ngram"], 0.0, False),
     (
         "spec_draft_0_before_traffic.txt",
@@ -127,9 +133,17 @@ def test_assess_json_matches_the_economics(capsys, before, after, method, c, res
 def test_assess_recommended_k_from_positions(capsys) -> None:
     before, after = "spec_ngram_0_before_traffic.txt", "spec_ngram_3_after.txt"
     code, out, _ = run_assess(
-        capsys, str(FIXTURES / before), str(FIXTURES / after), "--method", "ngram",
-        "--concurrency", "24", "--format", "json",
+        capsys,
+        str(FIXTURES / before),
+        str(FIXTURES / after),
+        "--method",
+        "ngram",
+        "--concurrency",
+        "24",
+        "--format",
+        "json",
     )
+    assert code == 0
     [result] = json.loads(out)
     d = deltas(before, after)
     bar = 24 / (24 + 32)  # c = 0
@@ -142,8 +156,15 @@ def test_assess_recommended_k_from_positions(capsys) -> None:
 
 def test_no_speculation_pages(capsys) -> None:
     code, out, _ = run_assess(
-        capsys, str(FIXTURES / "nospec_0_before_traffic.txt"), str(FIXTURES / "nospec_3_after.txt"),
-        "--format", "json", "--seconds", "60", "--usd-per-hour", "4",
+        capsys,
+        str(FIXTURES / "nospec_0_before_traffic.txt"),
+        str(FIXTURES / "nospec_3_after.txt"),
+        "--format",
+        "json",
+        "--seconds",
+        "60",
+        "--usd-per-hour",
+        "4",
     )
     assert code == 0
     [result] = json.loads(out)
@@ -157,9 +178,15 @@ def test_no_speculation_pages(capsys) -> None:
 def test_spec_enabled_without_drafts(capsys) -> None:
     """High-temperature text without repeats: n-gram speculation on, nothing drafted."""
     code, out, _ = run_assess(
-        capsys, str(FIXTURES / "spec_ngram_inflight_running_waiting.txt"),
-        str(FIXTURES / "spec_ngram_inflight_after.txt"), "--method", "ngram", "--format", "json",
+        capsys,
+        str(FIXTURES / "spec_ngram_inflight_running_waiting.txt"),
+        str(FIXTURES / "spec_ngram_inflight_after.txt"),
+        "--method",
+        "ngram",
+        "--format",
+        "json",
     )
+    assert code == 0
     [result] = json.loads(out)
     assert result["draft_tokens"] == 0 and result["verdict"] == "no_drafts"
     assert result["acceptance_ratio"] is None
@@ -167,8 +194,11 @@ def test_spec_enabled_without_drafts(capsys) -> None:
 
 def test_text_format_puts_the_verdict_first(capsys) -> None:
     code, out, _ = run_assess(
-        capsys, str(FIXTURES / "spec_ngram_0_before_traffic.txt"),
-        str(FIXTURES / "spec_ngram_3_after.txt"), "--method", "ngram",
+        capsys,
+        str(FIXTURES / "spec_ngram_0_before_traffic.txt"),
+        str(FIXTURES / "spec_ngram_3_after.txt"),
+        "--method",
+        "ngram",
     )
     assert code == 0
     assert out.splitlines()[0].startswith("verdict: PAYS")
@@ -177,9 +207,21 @@ def test_text_format_puts_the_verdict_first(capsys) -> None:
 
 def test_price_lookup_from_the_table(capsys) -> None:
     code, out, err = run_assess(
-        capsys, str(FIXTURES / "spec_ngram_0_before_traffic.txt"),
-        str(FIXTURES / "spec_ngram_3_after.txt"), "--method", "ngram", "--seconds", "3600",
-        "--provider", "runpod", "--gpu", "H100 SXM", "--product", "pods secure", "--format", "json",
+        capsys,
+        str(FIXTURES / "spec_ngram_0_before_traffic.txt"),
+        str(FIXTURES / "spec_ngram_3_after.txt"),
+        "--method",
+        "ngram",
+        "--seconds",
+        "3600",
+        "--provider",
+        "runpod",
+        "--gpu",
+        "H100 SXM",
+        "--product",
+        "pods secure",
+        "--format",
+        "json",
     )
     assert code == 0, err
     assert json.loads(out)[0]["spend_usd"] == pytest.approx(3.99)
@@ -189,15 +231,20 @@ def test_price_lookup_from_the_table(capsys) -> None:
     ("make", "message"),
     [
         (lambda d: d / "missing.txt", "no such file"),
-        (lambda d: _write(d / "bad.txt", 'vllm:generation_tokens_total{model_name="m"} banana\n'),
-         "malformed /metrics page"),
+        (
+            lambda d: _write(
+                d / "bad.txt", 'vllm:generation_tokens_total{model_name="m"} banana\n'
+            ),
+            "malformed /metrics page",
+        ),
         (lambda d: _write(d / "bin.txt", b"\xff\xfe\x00garbage"), "not UTF-8"),
         (lambda d: FIXTURES / "spec_ngram_disable_log_stats_3_after.txt", "no engine metrics"),
     ],
 )
 def test_bad_after_page_gives_one_clear_line(capsys, tmp_path, make, message) -> None:
-    code, out, err = run_assess(capsys, str(FIXTURES / "spec_ngram_2_mid.txt"), str(make(tmp_path)),
-                                "--method", "ngram")
+    code, _, err = run_assess(
+        capsys, str(FIXTURES / "spec_ngram_2_mid.txt"), str(make(tmp_path)), "--method", "ngram"
+    )
     assert code != 0
     assert message in err
     assert len(err.strip().splitlines()) == 1
@@ -206,13 +253,17 @@ def test_bad_after_page_gives_one_clear_line(capsys, tmp_path, make, message) ->
 
 def test_speculating_pages_need_a_method(capsys) -> None:
     code, _, err = run_assess(
-        capsys, str(FIXTURES / "spec_draft_0_before_traffic.txt"),
+        capsys,
+        str(FIXTURES / "spec_draft_0_before_traffic.txt"),
         str(FIXTURES / "spec_draft_3_after.txt"),
     )
     assert code == 1 and "--method" in err
     code, _, err = run_assess(
-        capsys, str(FIXTURES / "spec_draft_0_before_traffic.txt"),
-        str(FIXTURES / "spec_draft_3_after.txt"), "--method", "draft_model",
+        capsys,
+        str(FIXTURES / "spec_draft_0_before_traffic.txt"),
+        str(FIXTURES / "spec_draft_3_after.txt"),
+        "--method",
+        "draft_model",
     )
     assert code == 1 and "--draft-cost-ratio" in err
 

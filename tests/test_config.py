@@ -104,7 +104,9 @@ def test_cross_field_problems_are_reported_together(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         load_config(write(tmp_path, text))
     problems = caught.value.problems
-    assert any(p.startswith("endpoints[0].speculation.draft_cost_ratio: required") for p in problems)
+    assert any(
+        p.startswith("endpoints[0].speculation.draft_cost_ratio: required") for p in problems
+    )
     assert any(p.startswith("endpoints[0].price: no price for provider='runpod'") for p in problems)
     assert any("endpoints[1].name: 'a' is used by an earlier endpoint" in p for p in problems)
     assert any("endpoints[2].control: no endpoint named 'nope'" in p for p in problems)
@@ -119,9 +121,15 @@ def test_cross_field_problems_are_reported_together(tmp_path: Path) -> None:
         ("scrape_interval: 30s\nscrape_timeout: 1m\n", "scrape_timeout: must not be longer"),
         ("scrape_interval: 1m\nwindow: 1m\n", "window: must hold at least two scrape intervals"),
         ("endpoints:\n  - name: 'bad name!'\n    url: http://h:1\n", "endpoints[0].name"),
-        ("endpoints:\n  - name: x\n    url: http://h:1\n    price: {usd_per_hour: 1, provider: a}\n",
-         "not both"),
-        ("price_table: /nonexistent/prices.csv\n", "price_table: /nonexistent/prices.csv: cannot read"),
+        (
+            "endpoints:\n  - name: x\n    url: http://h:1\n"
+            "    price: {usd_per_hour: 1, provider: a}\n",
+            "not both",
+        ),
+        (
+            "price_table: /nonexistent/prices.csv\n",
+            "price_table: /nonexistent/prices.csv: cannot read",
+        ),
     ],
 )
 def test_bad_files(tmp_path: Path, text: str, expected: str) -> None:
@@ -140,7 +148,8 @@ def test_price_table_override(tmp_path: Path) -> None:
     text = (
         f"price_table: {prices}\nendpoints:\n"
         "  - {name: a, url: 'http://h:1', gpu: H100, price: {provider: acme, product: reserved}}\n"
-        "  - {name: b, url: 'http://h:2', gpu: H100 SXM, price: {provider: runpod, product: pods secure}}\n"
+        "  - {name: b, url: 'http://h:2', gpu: H100 SXM,"
+        " price: {provider: runpod, product: pods secure}}\n"
     )
     settings = load_config(write(tmp_path, text))
     assert settings.usd_per_hour == {"a": Decimal("1.10"), "b": Decimal("2.00")}

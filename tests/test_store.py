@@ -6,26 +6,37 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from conftest import page
 
+from conftest import page
 from spectax.config import validate
 from spectax.monitor import EndpointMonitor
 from spectax.store import Store
 
-PAGES = ["spec_ngram_0_before_traffic.txt", "spec_ngram_1_after_first_request.txt",
-         "spec_ngram_2_mid.txt", "spec_ngram_3_after.txt"]
+PAGES = [
+    "spec_ngram_0_before_traffic.txt",
+    "spec_ngram_1_after_first_request.txt",
+    "spec_ngram_2_mid.txt",
+    "spec_ngram_3_after.txt",
+]
 WINDOW = 300.0
 
 
 def settings(billing_mode: str = "provisioned"):
-    return validate({
-        "window": "5m",
-        "endpoints": [{
-            "name": "ngram", "url": "http://127.0.0.1:1/metrics",
-            "price": {"usd_per_hour": 3.6}, "gpus": 2, "billing_mode": billing_mode,
-            "speculation": {"method": "ngram"},
-        }],
-    })
+    return validate(
+        {
+            "window": "5m",
+            "endpoints": [
+                {
+                    "name": "ngram",
+                    "url": "http://127.0.0.1:1/metrics",
+                    "price": {"usd_per_hour": 3.6},
+                    "gpus": 2,
+                    "billing_mode": billing_mode,
+                    "speculation": {"method": "ngram"},
+                }
+            ],
+        }
+    )
 
 
 def new_monitor(s, **restored) -> EndpointMonitor:
@@ -52,7 +63,9 @@ async def restored_monitor(store: Store, s) -> EndpointMonitor:
     assert cursor is not None
     start = (cursor[0] // WINDOW) * WINDOW
     return new_monitor(
-        s, spend_total=(await store.spend_totals()).get("ngram", Decimal(0)), cursor=cursor,
+        s,
+        spend_total=(await store.spend_totals()).get("ngram", Decimal(0)),
+        cursor=cursor,
         open_window=await store.open_window("ngram", start),
     )
 
@@ -100,7 +113,9 @@ async def test_graceful_restart_resumes_the_open_window(store: Store) -> None:
     rows = await store.window_rows("ngram")
     assert [r.start.timestamp() for r in rows] == [0.0]
     assert rows[0].output_tokens == 2186 - 2186 + sum_generation(PAGES[2]) - 0
-    assert second.snapshot.spend_usd_total == Decimal(3.6 * 2 * 300 / 3600).quantize(Decimal("1e-9"))
+    assert second.snapshot.spend_usd_total == Decimal(3.6 * 2 * 300 / 3600).quantize(
+        Decimal("1e-9")
+    )
 
 
 def sum_generation(name: str) -> int:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from conftest import page, reference_values
 
+from conftest import page, reference_values
 from spectax.engines import get_parser
 from spectax.windows import AlignedWindows, Interval, SlidingWindow, interval_between, restarted
 
@@ -50,11 +50,16 @@ def test_restart_seen_by_counters_when_there_is_no_process_start_time() -> None:
 
 
 def test_new_model_in_same_process_has_no_delta_yet() -> None:
-    empty, first = sample("spec_ngram_disable_log_stats_2_mid.txt"), sample("spec_ngram_3_after.txt")
+    empty, first = (
+        sample("spec_ngram_disable_log_stats_2_mid.txt"),
+        sample("spec_ngram_3_after.txt"),
+    )
     interval = interval_between(empty, first, 0, 15)
     # The disable-log-stats page has a different process: that is a restart, counted from zero.
     assert interval.restarted and interval.models[M].generation_tokens == 2186
-    same_process = type(first)(engine="vllm", models={}, process_start_time_seconds=first.process_start_time_seconds)
+    same_process = type(first)(
+        engine="vllm", models={}, process_start_time_seconds=first.process_start_time_seconds
+    )
     assert interval_between(same_process, first, 0, 15).models == {}
 
 
@@ -71,8 +76,13 @@ def test_concurrency_is_the_time_average_of_running_requests() -> None:
 def _interval(start: float, end: float, tokens: float) -> Interval:
     from spectax.windows import Counts
 
-    return Interval(start, end, {M: Counts(generation_tokens=tokens, running_seconds=end - start)},
-                    restarted=False, busy=tokens > 0)
+    return Interval(
+        start,
+        end,
+        {M: Counts(generation_tokens=tokens, running_seconds=end - start)},
+        restarted=False,
+        busy=tokens > 0,
+    )
 
 
 def test_sliding_window_keeps_only_its_length() -> None:

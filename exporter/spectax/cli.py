@@ -15,7 +15,7 @@ import aiohttp
 from spectax import __version__
 from spectax.assess import AssessError, AssessOptions, assess_pages, to_json, to_text
 from spectax.billing.price_table import PriceTable, PriceTableError
-from spectax.config import ConfigError, Settings, load_config
+from spectax.config import ConfigError, Settings, load_config, validate
 from spectax.engines.base import ParseError
 from spectax.scrape import ScrapeError, fetch, metrics_url
 
@@ -29,6 +29,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=getattr(logging, args.log_level.upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # APScheduler logs every job run at INFO: thousands of lines an hour at fleet scale.
+    logging.getLogger("apscheduler").setLevel(max(logging.WARNING, logging.root.level))
     try:
         return int(args.func(args))
     except ConfigError as exc:
@@ -106,9 +108,10 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from spectax.demo import run_demo
+    from spectax.demo import DEMO_DEFAULTS, run_demo
 
-    asyncio.run(run_demo(load_config(args.config)))
+    settings = load_config(args.config) if args.config else validate(DEMO_DEFAULTS, "<demo>")
+    asyncio.run(run_demo(settings))
     return 0
 
 

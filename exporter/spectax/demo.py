@@ -17,6 +17,8 @@ from spectax.config import Settings, validate
 from spectax.daemon import Daemon
 from spectax.simulate import DEMO_PROFILES, SimProfile, start_simulated_servers
 
+# Without a configuration file the demo scrapes faster, so figures appear within seconds.
+DEMO_DEFAULTS: dict[str, Any] = {"scrape_interval": "5s", "window": "1m"}
 H100_MEMORY_BYTES = 80 * 10**9
 # How each demo server is billed: one always-on GPU, and two serverless ones.
 DEMO_BILLING: dict[str, dict[str, Any]] = {

@@ -1,0 +1,220 @@
+"""End to end: `spectax run` as a real process, scraping simulated vLLM servers over loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import socket
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
+
+from spectax.demo import demo_endpoints
+from spectax.metrics import FAMILIES
+from spectax.simulate import DEMO_PROFILES, start_simulated_servers
+
+pytestmark = pytest.mark.e2e
+README = Path(__file__).parent.parent / "README.md"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+async def fleet() -> AsyncIterator[Any]:
+    async with await start_simulated_servers(DEMO_PROFILES) as fleet:
+        yield fleet
+
+
+@pytest.fixture
+async def bad_targets() -> AsyncIterator[dict[str, str]]:
+    """A target that never answers, one that answers garbage, one that is far too large."""
+
+    async def hang(request: web.Request) -> web.Response:
+        await asyncio.sleep(3600)
+        return web.Response(text="")
+
+    async def garbage(request: web.Request) -> web.Response:
+        return web.Response(text='vllm:generation_tokens_total{model_name="m"} banana\n')
+
+    async def huge(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        await response.prepare(request)
+        chunk = b"# " + b"x" * 65536 + b"\n"
+        for _ in range(200):  # 13 MB, over the 10 MB cap
+            await response.write(chunk)
+        return response
+
+    app = web.Application()
+    app.router.add_get("/hang/metrics", hang)
+    app.router.add_get("/garbage/metrics", garbage)
+    app.router.add_get("/huge/metrics", huge)
+    runner = web.AppRunner(app, shutdown_timeout=0.5)  # do not wait for the hanging handler
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    base = f"http://127.0.0.1:{port}"
+    yield {name: f"{base}/{name}/metrics" for name in ("hang", "garbage", "huge")}
+    await runner.shutdown()
+    await runner.cleanup()
+
+
+class Spectax:
+    """A `spectax run` process and its /metrics."""
+
+    def __init__(self, config: Path, port: int):
+        self.config, self.url = config, f"http://127.0.0.1:{port}"
+        self.process: asyncio.subprocess.Process | None = None
+        self.log = config.parent / "spectax.log"
+
+    async def start(self) -> None:
+        self.process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "spectax",
+            "run",
+            "--config",
+            str(self.config),
+            stdout=self.log.open("ab"),
+            stderr=asyncio.subprocess.STDOUT,
+        )
+
+    async def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        async with aiohttp.ClientSession() as session, session.get(f"{self.url}/metrics") as r:
+            text = await r.text()
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+
+    async def wait_for(self, predicate: Any, timeout: float = 40.0) -> dict[Any, float]:
+        deadline = time.monotonic() + timeout
+        last: dict[Any, float] = {}
+        while time.monotonic() < deadline:
+            assert self.process is not None and self.process.returncode is None, (
+                self.log.read_text()
+            )
+            try:
+                last = await self.metrics()
+                if predicate(last):
+                    return last
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.5)
+        raise AssertionError(f"timed out; log:\n{self.log.read_text()[-3000:]}")
+
+    async def stop(self) -> int:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        return await asyncio.wait_for(self.process.wait(), 20)
+
+
+def value(metrics: dict[Any, float], name: str, **labels: str) -> float | None:
+    for (sample, sample_labels), v in metrics.items():
+        if sample == name and all((k, val) in sample_labels for k, val in labels.items()):
+            return v
+    return None
+
+
+def write_config(tmp_path: Path, port: int, endpoints: list[dict[str, Any]]) -> Path:
+    config = {
+        "listen": f"127.0.0.1:{port}",
+        "scrape_interval": "1s",
+        "scrape_timeout": "1s",
+        "window": "6s",
+        "state_directory": str(tmp_path / "state"),
+        "endpoints": endpoints,
+    }
+    path = tmp_path / "spectax.yml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def speedups_present(m: dict[Any, float]) -> bool:
+    return all(
+        value(m, "spectax_speedup_ratio", endpoint=e, method="modeled") is not None
+        for e in ("code-assistant", "chat-creative")
+    )
+
+
+async def test_daemon_finds_the_tax_and_the_payoff(tmp_path, fleet, bad_targets) -> None:
+    port = free_port()
+    endpoints = demo_endpoints(dict(fleet.urls), DEMO_PROFILES)
+    endpoints += [{"name": name, "url": url} for name, url in bad_targets.items()]
+    spectax = Spectax(write_config(tmp_path, port, endpoints), port)
+    await spectax.start()
+    try:
+        m = await spectax.wait_for(speedups_present)
+        # The physics of the simulator, read back through real HTTP and the economics:
+        assert value(m, "spectax_speedup_ratio", endpoint="chat-creative", method="modeled") < 1
+        assert value(m, "spectax_speedup_ratio", endpoint="code-assistant", method="modeled") > 1
+        assert value(m, "spectax_speculation_savings_usd_per_hour", endpoint="chat-creative") < 0
+        assert value(m, "spectax_speculation_savings_usd_per_hour", endpoint="code-assistant") > 0
+        assert value(m, "spectax_acceptance_ratio", endpoint="chat-control") is None
+        creative_alpha = value(m, "spectax_acceptance_ratio", endpoint="chat-creative")
+        creative_bar = value(m, "spectax_breakeven_acceptance_ratio", endpoint="chat-creative")
+        assert creative_alpha < creative_bar
+
+        # Bad targets fail alone, each for its own reason, without delaying the others.
+        m = await spectax.wait_for(
+            lambda m: value(m, "spectax_scrape_failures_total", endpoint="hang", reason="timeout")
+        )
+        for name, reason in (("hang", "timeout"), ("garbage", "parse"), ("huge", "too_large")):
+            assert value(m, "spectax_endpoint_up", endpoint=name) == 0
+            assert value(m, "spectax_scrape_failures_total", endpoint=name, reason=reason) >= 1
+        now = time.time()
+        for name in fleet.urls:
+            assert value(m, "spectax_endpoint_up", endpoint=name) == 1
+            last = value(m, "spectax_last_scrape_success_timestamp_seconds", endpoint=name)
+            assert now - last < 2.5, f"{name} fell behind its 1 s schedule"
+
+        # The README's metrics table is what /metrics serves.
+        served = {re.sub(r"(_total|_created)$", "", name) for name, _ in m}
+        documented = set(re.findall(r"^\| `(spectax_[a-z_]+)` \|", README.read_text(), re.M))
+        assert documented == set(FAMILIES)
+        assert {re.sub(r"_total$", "", n) for n in documented} <= served
+    finally:
+        assert await spectax.stop() == 0
+    log = spectax.log.read_text()
+    assert "Traceback" not in log
+    assert log.count("endpoint hang: scrape failed") == 1  # logged once, not every scrape
+
+
+async def test_restart_keeps_the_spend_counter(tmp_path, fleet) -> None:
+    port = free_port()
+    config = write_config(tmp_path, port, demo_endpoints(dict(fleet.urls), DEMO_PROFILES))
+    first = Spectax(config, port)
+    await first.start()
+
+    def spend(m: dict[Any, float]) -> float:
+        return value(m, "spectax_spend_usd_total", endpoint="code-assistant") or 0.0
+
+    m = await first.wait_for(lambda m: spend(m) > 0)
+    await asyncio.sleep(2)
+    before = spend(await first.metrics())
+    assert await first.stop() == 0
+
+    second = Spectax(config, port)
+    await second.start()
+    try:
+        m = await second.wait_for(
+            lambda m: value(m, "spectax_endpoint_up", endpoint="code-assistant")
+        )
+        assert spend(m) >= before  # continues from the store; never back to 0
+        m = await second.wait_for(lambda m: spend(m) > before)
+    finally:
+        assert await second.stop() == 0
+    assert "resuming from" in second.log.read_text()
