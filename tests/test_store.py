@@ -39,9 +39,9 @@ def settings(billing_mode: str = "provisioned"):
     )
 
 
-def new_monitor(s, **restored) -> EndpointMonitor:
+def new_monitor(s, restored=None) -> EndpointMonitor:
     endpoint = s.config.endpoints[0]
-    return EndpointMonitor(endpoint, s.usd_per_hour[endpoint.name], WINDOW, **restored)
+    return EndpointMonitor(endpoint, s.usd_per_hour[endpoint.name], WINDOW, restored)
 
 
 @pytest.fixture
@@ -59,15 +59,9 @@ async def feed(monitor: EndpointMonitor, store: Store, times_pages) -> None:
 
 
 async def restored_monitor(store: Store, s) -> EndpointMonitor:
-    cursor = await store.cursor("ngram")
-    assert cursor is not None
-    start = (cursor[0] // WINDOW) * WINDOW
-    return new_monitor(
-        s,
-        spend_total=(await store.spend_totals()).get("ngram", Decimal(0)),
-        cursor=cursor,
-        open_window=await store.open_window("ngram", start),
-    )
+    restored = await store.restore("ngram", WINDOW, 288)
+    assert restored.cursor is not None
+    return new_monitor(s, restored)
 
 
 async def test_windows_are_stored_with_exact_sums(store: Store) -> None:
@@ -81,7 +75,7 @@ async def test_windows_are_stored_with_exact_sums(store: Store) -> None:
     assert sum(r.draft_tokens for r in rows) == 740 and sum(r.accepted_tokens for r in rows) == 564
     # three closed windows, 900 s at 3.6 USD/h x 2 GPUs; the open one holds 600 s more
     assert sum(r.spend_usd for r in rows) == Decimal("1.8")
-    assert (await store.spend_totals())["ngram"] == Decimal("1.8")
+    assert (await store.money_totals("ngram"))[0] == Decimal("1.8")
     assert monitor.snapshot.spend_usd_total == Decimal("3.0")
     assert {r.verdict for r in rows if r.output_tokens} == {"pays"}
     assert all(r.start.tzinfo is not None for r in rows)

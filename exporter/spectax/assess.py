@@ -3,6 +3,8 @@
 For someone who just ran curl twice against their server. Only two
 snapshots are seen, so the whole span counts as busy (ECONOMICS.md §4) and
 concurrency is the mean of the two pages' running requests, floored at 1.
+Two more pages from a control (the same model without speculation) give the
+measured speedup: the control's time per output token over ours.
 """
 
 from __future__ import annotations
@@ -16,7 +18,12 @@ from typing import Any
 from spectax import economics
 from spectax.engines import get_parser
 from spectax.engines.base import EngineSample
-from spectax.windows import interval_between
+from spectax.windows import interval_between, speedup_against_control, sum_intervals
+
+PROVISIONED_NOTE = (
+    "savings: on provisioned (always-on) GPUs this is capacity freed, money only if replicas"
+    " are scaled down; on serverless GPUs it is invoice money"
+)
 
 JSON_KEYS = (
     "model",
@@ -32,6 +39,7 @@ JSON_KEYS = (
     "position_acceptance_ratio",
     "breakeven_acceptance_ratio",
     "speedup_ratio",
+    "speedup_measured_ratio",
     "crossover_concurrency_requests",
     "recommended_speculative_tokens",
     "draft_compute_share_ratio",
@@ -60,8 +68,14 @@ class AssessOptions:
 
 
 def assess_pages(
-    before_text: str, after_text: str, options: AssessOptions, engine: str = "vllm"
+    before_text: str,
+    after_text: str,
+    options: AssessOptions,
+    control: tuple[str, str] | None = None,
+    engine: str = "vllm",
 ) -> list[economics.Assessment]:
+    """Assess per model; `control` is a (before, after) pair from the same model served
+    without speculation, over the same span, for the measured speedup."""
     parse = get_parser(engine)
     before, after = parse(before_text), parse(after_text)
     if not after.has_engine_metrics:
@@ -70,6 +84,13 @@ def assess_pages(
     interval = interval_between(before, after, 0.0, seconds)
     if not interval.models:
         raise AssessError("the pages share no model: were they taken from the same server?")
+    window = sum_intervals([interval])
+    control_window = None
+    if control is not None:
+        control_before, control_after = parse(control[0]), parse(control[1])
+        control_window = sum_intervals([interval_between(control_before, control_after, 0, 1)])
+        if not control_window.models:
+            raise AssessError("the control pages have no engine metrics in common")
     c = _draft_cost_ratio(options, interval_speculates(after))
     params = economics.Parameters(draft_cost_ratio=c, ridge_batch=options.ridge_batch)
     spend = None
@@ -91,7 +112,8 @@ def assess_pages(
             accepted_per_position=counts.accepted_per_position,
             restarted=interval.restarted,
         )
-        results.append(economics.assess(model, traffic, params, money))
+        measured = speedup_against_control(window, control_window, model)
+        results.append(economics.assess(model, traffic, params, money, measured))
     return results
 
 
@@ -112,6 +134,8 @@ def to_text(assessments: Sequence[economics.Assessment]) -> str:
         for key in JSON_KEYS[1:-1]:
             lines.append(f"  {key:<{width}}  {_show(data[key])}")
         lines.append("")
+    if assessments:
+        lines.append(PROVISIONED_NOTE)
     return "\n".join(lines)
 
 

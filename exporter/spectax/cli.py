@@ -79,6 +79,12 @@ def _parser() -> argparse.ArgumentParser:
     assess.add_argument("--draft-cost-ratio", type=float, help="c: draft token cost / target token")
     assess.add_argument("--ridge-batch", type=float, default=32.0, help="B* (default 32)")
     assess.add_argument("--concurrency", type=float, help="B (default: mean running requests)")
+    assess.add_argument(
+        "--control",
+        nargs=2,
+        metavar=("CBEFORE", "CAFTER"),
+        help="the same two pages from a control serving the model without speculation",
+    )
     assess.add_argument("--format", choices=["text", "json"], default="text")
     assess.set_defaults(func=_assess)
     return parser
@@ -117,7 +123,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _assess(args: argparse.Namespace) -> int:
     try:
-        before, after, seconds = asyncio.run(_read_pages(args.before, args.after, args.seconds))
+        before, after, seconds = await_pages(args.before, args.after, args.seconds)
         usd_per_hour = args.usd_per_hour
         if usd_per_hour is None and (args.gpu or args.provider):
             if not (args.gpu and args.provider):
@@ -133,7 +139,11 @@ def _assess(args: argparse.Namespace) -> int:
             ridge_batch=args.ridge_batch,
             concurrency=args.concurrency,
         )
-        assessments = assess_pages(before, after, options)
+        control = None
+        if args.control:
+            control_pages = await_pages(args.control[0], args.control[1], seconds)
+            control = (control_pages[0], control_pages[1])
+        assessments = assess_pages(before, after, options, control)
     except (AssessError, PriceTableError, ScrapeError) as exc:
         print(f"spectax assess: {exc}", file=sys.stderr)
         return 1
@@ -142,6 +152,10 @@ def _assess(args: argparse.Namespace) -> int:
         return 1
     print(to_json(assessments) if args.format == "json" else to_text(assessments))
     return 0
+
+
+def await_pages(before: str, after: str, seconds: float | None) -> tuple[str, str, float | None]:
+    return asyncio.run(_read_pages(before, after, seconds))
 
 
 async def _read_pages(

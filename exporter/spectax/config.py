@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from spectax.billing.price_table import PriceTable, PriceTableError
+from spectax.calibration import MIN_WINDOWS
 from spectax.economics import (
     DEFAULT_RIDGE_BATCH,
     SPECULATIVE_METHODS,
@@ -33,6 +34,8 @@ from spectax.economics import (
 
 DEFAULT_LISTEN = "127.0.0.1:9837"
 DEFAULT_STATE_DIRECTORY = "./spectax-state"
+# Loading weights from local NVMe into GPU memory; network volumes are slower (configurable).
+DEFAULT_WEIGHT_LOAD_BYTES_PER_SECOND = 1e9
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,62}$")
@@ -101,8 +104,11 @@ class EndpointConfig(_Strict):
     billing_mode: Literal["provisioned", "serverless"] = "provisioned"
     speculation: SpeculationConfig | None = None
     ridge_batch: float = Field(default=DEFAULT_RIDGE_BATCH, gt=0)
+    calibration_min_windows: int = Field(default=MIN_WINDOWS, ge=2)
     acceptance_threshold: float = Field(default=0.5, ge=0, le=1)
     control: str | None = None
+    cold_start_seconds: Duration | None = None
+    weight_load_bytes_per_second: float = Field(default=DEFAULT_WEIGHT_LOAD_BYTES_PER_SECOND, gt=0)
 
     @field_validator("name")
     @classmethod

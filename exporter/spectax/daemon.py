@@ -17,9 +17,8 @@ import logging
 import signal
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 
 import aiohttp
 from aiohttp import web
@@ -28,11 +27,11 @@ from prometheus_client import CollectorRegistry
 
 from spectax.config import Settings
 from spectax.metrics import SnapshotCollector, StoreStatus
-from spectax.monitor import EndpointMonitor, EndpointSnapshot, PendingWrite
+from spectax.monitor import CALIBRATION_POINTS, EndpointMonitor, EndpointSnapshot, PendingWrite
 from spectax.scrape import ScrapeError, fetch, metrics_url
 from spectax.store import Store, StoreError
 from spectax.web import make_app
-from spectax.windows import aligned_start
+from spectax.windows import Window
 
 log = logging.getLogger(__name__)
 SHUTDOWN_GRACE_SECONDS = 5.0
@@ -190,27 +189,28 @@ class Daemon:
 
     async def _restore(self) -> None:
         assert self.store is not None
-        totals = await self.store.spend_totals()
         for endpoint in self.config.endpoints:
-            cursor = await self.store.cursor(endpoint.name)
-            open_window = None
-            if cursor is not None:
-                start = aligned_start(cursor[0], self.config.window)
-                open_window = await self.store.open_window(endpoint.name, start)
+            restored = await self.store.restore(
+                endpoint.name, self.config.window, CALIBRATION_POINTS
+            )
             self.monitors[endpoint.name] = EndpointMonitor(
                 endpoint,
                 self.settings.usd_per_hour.get(endpoint.name),
                 self.config.window,
-                spend_total=totals.get(endpoint.name, Decimal(0)),
-                cursor=cursor,
-                open_window=open_window,
+                restored,
+                control_window=self._window_of(endpoint.control) if endpoint.control else None,
             )
-            if cursor is not None:
+            if restored.cursor is not None:
+                resumed = datetime.fromtimestamp(restored.cursor[0], UTC)
                 log.info(
                     "endpoint %s: resuming from %s",
                     endpoint.name,
-                    datetime.fromtimestamp(cursor[0], UTC).isoformat(timespec="seconds"),
+                    resumed.isoformat(timespec="seconds"),
                 )
+
+    def _window_of(self, name: str) -> Callable[[], Window | None]:
+        """The control endpoint's current sliding window, looked up when needed."""
+        return lambda: self.monitors[name].snapshot.window if name in self.monitors else None
 
     def _enqueue(self, write: PendingWrite | None) -> None:
         if write is not None:

@@ -211,28 +211,36 @@ def spend_estimate_usd(usd_per_hour: float, gpus: int, seconds: float) -> float:
     return usd_per_hour * gpus * seconds / 3600.0
 
 
-def speculation_savings_usd(busy_spend_usd: float, speedup: float) -> float:
+def speculation_savings_usd(
+    busy_spend_usd: float, speedup: float, draft_load_usd: float = 0.0
+) -> float:
     """Value of the GPU time speculation saved: $_busy * (S - 1); negative = tax.
 
     GPU-seconds saved are `T_busy * (S - 1)`; at the endpoint's price that is
-    `$_busy * (S - 1)`. On provisioned endpoints this is capacity freed, not
-    invoice money.
+    `$_busy * (S - 1)`. Cold-start time spent loading the draft's weights
+    (serverless only) was paid for speculation alone and is subtracted. On
+    provisioned endpoints this is capacity freed, not invoice money.
     """
-    return busy_spend_usd * (speedup - 1.0)
+    return busy_spend_usd * (speedup - 1.0) - draft_load_usd
 
 
 def cost_per_million_without_speculation(
-    spend_usd: float, busy_spend_usd: float, speedup: float, output_tokens: float
+    spend_usd: float,
+    busy_spend_usd: float,
+    speedup: float,
+    output_tokens: float,
+    draft_load_usd: float = 0.0,
 ) -> float | None:
     """What a million output tokens would have cost without speculation.
 
-    The busy GPU time would have been S times longer; the idle spend of a
+    The busy GPU time would have been S times longer, and the draft's weights
+    would not have been loaded at cold starts; the idle spend of a
     provisioned endpoint is paid either way, so it stays:
-    `($ - $_busy + $_busy * S) / G * 1e6`. When the whole window is busy (the
-    `assess` case, and serverless endpoints) this is ECONOMICS.md's
-    `$_busy * S / G * 1e6` exactly.
+    `($ - $_busy + $_busy * S - $_draft_load) / G * 1e6`. When the whole
+    window is busy and there was no cold start (the `assess` case) this is
+    ECONOMICS.md's `$_busy * S / G * 1e6` exactly.
     """
-    counterfactual = spend_usd - busy_spend_usd + busy_spend_usd * speedup
+    counterfactual = spend_usd - busy_spend_usd + busy_spend_usd * speedup - draft_load_usd
     return cost_per_million(counterfactual, output_tokens)
 
 
@@ -280,12 +288,15 @@ class Money:
     """Spend over the window: all of it, and the part spent while busy.
 
     None for an endpoint without a price: its money figures are then left
-    out rather than shown as a $0 that looks real.
+    out rather than shown as a $0 that looks real. `draft_load_usd` is the
+    part of serverless cold-start spend spent loading the draft's weights:
+    without speculation it would not have been paid.
     """
 
     seconds: float
     spend_usd: float | None
     busy_spend_usd: float | None
+    draft_load_usd: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -389,8 +400,10 @@ def assess(
     spend, busy = money.spend_usd, money.busy_spend_usd
     savings = counterfactual = None
     if in_force is not None and spend is not None and busy is not None:
-        savings = speculation_savings_usd(busy, in_force)
-        counterfactual = cost_per_million_without_speculation(spend, busy, in_force, g)
+        savings = speculation_savings_usd(busy, in_force, money.draft_load_usd)
+        counterfactual = cost_per_million_without_speculation(
+            spend, busy, in_force, g, money.draft_load_usd
+        )
     overhead = shares if shares and busy is not None else None
     return Assessment(
         model=model,

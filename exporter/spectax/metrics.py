@@ -138,7 +138,8 @@ FAMILIES: dict[str, Family] = {
         _f(
             "spectax_ridge_batch_requests",
             "gauge",
-            "Ridge batch B* = a/b of the step-time model in force.",
+            "Ridge batch B* = a/b of the step-time model in force: calibrated from the"
+            " endpoint's own step times when the fit is sound, else configured.",
             _E,
             "source",
         ),
@@ -193,6 +194,19 @@ FAMILIES: dict[str, Family] = {
             "spectax_cold_starts_total",
             "counter",
             "Engine restarts seen (new process start time or counters going down).",
+            _E,
+        ),
+        _f(
+            "spectax_cold_start_cost_usd_total",
+            "counter",
+            "Estimated cost of cold starts on serverless endpoints: load time x GPUs x price.",
+            _E,
+        ),
+        _f(
+            "spectax_cold_start_duration_seconds",
+            "gauge",
+            "Duration of the last cold start: first successful scrape minus process start"
+            " (or the configured duration when it cannot be measured).",
             _E,
         ),
         _f(
@@ -281,11 +295,14 @@ def _endpoint(put: Callable[..., None], name: str, snap: EndpointSnapshot) -> No
         put("spectax_scrape_failures_total", (name, reason), float(snap.failures.get(reason, 0)))
     put("spectax_acceptance_threshold_ratio", (name,), cfg.acceptance_threshold)
     if spec is not None:
-        put("spectax_ridge_batch_requests", (name, "configured"), cfg.ridge_batch)
+        put("spectax_ridge_batch_requests", (name, snap.ridge_source), snap.ridge_batch)
     if snap.usd_per_hour is not None:
         put("spectax_gpu_cost_usd_per_hour", (name,), float(snap.usd_per_hour) * cfg.gpus)
         put("spectax_spend_usd_total", (name, "estimated"), float(snap.spend_usd_total))
     put("spectax_cold_starts_total", (name,), float(snap.cold_starts_total))
+    put("spectax_cold_start_duration_seconds", (name,), snap.last_cold_start_seconds)
+    if snap.usd_per_hour is not None and cfg.billing_mode == "serverless":
+        put("spectax_cold_start_cost_usd_total", (name,), float(snap.cold_start_usd_total))
     for model, (output, drafted, accepted) in sorted(snap.tokens_total.items()):
         put("spectax_output_tokens_total", (name, model), output)
         if spec is not None:

@@ -9,20 +9,31 @@ snapshot the monitor last published.
 from __future__ import annotations
 
 import logging
+from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
 from spectax import economics
+from spectax.calibration import RidgeFit, StepPoint, fit_ridge_batch, step_point
 from spectax.config import EndpointConfig
 from spectax.engines import get_parser
 from spectax.engines.base import EngineSample, ParseError
-from spectax.scrape import Reason, ScrapeError
-from spectax.store.repository import window_rows
-from spectax.windows import AlignedWindows, SlidingWindow, Window, interval_between
+from spectax.scrape import ScrapeError
+from spectax.store.repository import Restored, window_rows
+from spectax.windows import (
+    AlignedWindows,
+    Interval,
+    SlidingWindow,
+    Window,
+    interval_between,
+    speedup_against_control,
+)
 
 log = logging.getLogger(__name__)
 NANO = Decimal("0.000000001")
+CALIBRATION_POINTS = 288  # a day of 5-minute windows
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,9 +50,17 @@ class EndpointSnapshot:
     failures: dict[str, int] = field(default_factory=dict)
     spend_usd_total: Decimal = Decimal(0)
     cold_starts_total: int = 0
+    cold_start_usd_total: Decimal = Decimal(0)
+    last_cold_start_seconds: float | None = None
     tokens_total: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+    ridge_batch: float = economics.DEFAULT_RIDGE_BATCH
+    ridge_fit: RidgeFit | None = None
     assessments: dict[str, economics.Assessment] = field(default_factory=dict)
     window: Window | None = None
+
+    @property
+    def ridge_source(self) -> str:
+        return "calibrated" if self.ridge_fit is not None else "configured"
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,34 +72,48 @@ class PendingWrite:
     cursor: tuple[float, EngineSample] | None
 
 
+ControlLookup = Callable[[], Window | None]
+
+
 class EndpointMonitor:
     def __init__(
         self,
         config: EndpointConfig,
         usd_per_hour: Decimal | None,
         window_seconds: float,
-        spend_total: Decimal = Decimal(0),
-        cursor: tuple[float, EngineSample] | None = None,
-        open_window: Window | None = None,
+        restored: Restored | None = None,
+        control_window: ControlLookup | None = None,
     ):
+        restored = restored or Restored()
         self.config = config
         self.usd_per_hour = usd_per_hour
         self._parse = get_parser(config.engine)
-        self._last = cursor
+        self._last = restored.cursor
         self._sliding = SlidingWindow(window_seconds)
-        self._aligned = AlignedWindows(window_seconds, open_window)
+        self._aligned = AlignedWindows(window_seconds, restored.open_window)
+        self._control_window = control_window
+        self._points: deque[StepPoint] = deque(maxlen=CALIBRATION_POINTS)
         self._failing = False
-        self.snapshot = EndpointSnapshot(config, usd_per_hour, spend_usd_total=spend_total)
+        self.snapshot = EndpointSnapshot(
+            config,
+            usd_per_hour,
+            spend_usd_total=restored.spend_usd_total,
+            cold_start_usd_total=restored.cold_start_usd_total,
+            ridge_batch=config.ridge_batch,
+        )
+        self._calibrate(restored.recent_windows)
 
     @property
     def parameters(self) -> economics.Parameters:
         spec = self.config.speculation
         return economics.Parameters(
             draft_cost_ratio=spec.cost_ratio if spec else 0.0,
-            ridge_batch=self.config.ridge_batch,
+            ridge_batch=self.snapshot.ridge_batch,
             draft_weight_bytes=spec.draft_weight_bytes if spec else None,
             gpu_memory_bytes=self.config.gpu_memory_bytes,
         )
+
+    # ------------------------------------------------------------ feeding
 
     def observe_page(self, now: float, text: str, duration: float) -> PendingWrite | None:
         """Feed one successfully fetched page; returns what the store must write, if anything."""
@@ -136,24 +169,28 @@ class EndpointMonitor:
         closed = self._aligned.due(now)
         if not closed or self._last is None:
             return None
+        self._calibrate(closed)
         return PendingWrite(self.config.name, [r for w in closed for r in self.rows(w)], self._last)
 
+    # ------------------------------------------------------------ economics
+
     def rows(self, window: Window) -> list[dict[str, Any]]:
-        spend = self.split_spend(window) if self.usd_per_hour is not None else {}
+        money = self.split_money(window) if self.usd_per_hour is not None else {}
         spec = self.config.speculation
         return window_rows(
             self.config.name,
             window,
-            self.assess(window, spend),
-            spend,
-            self.config.ridge_batch,
+            self.assess(window),
+            money,
+            self.snapshot.ridge_batch,
+            self.snapshot.ridge_source,
             spec.cost_ratio if spec else None,
         )
 
     def assess(
-        self, window: Window, spend: dict[str, tuple[Decimal, Decimal]] | None = None
+        self, window: Window, control: Window | None = None
     ) -> dict[str, economics.Assessment]:
-        spend = spend if spend is not None else self.split_spend(window)
+        money = self.split_money(window) if self.usd_per_hour is not None else {}
         params = self.parameters
         result = {}
         for model, counts in window.models.items():
@@ -167,48 +204,61 @@ class EndpointMonitor:
                 accepted_per_position=counts.accepted_per_position,
                 restarted=window.restarts > 0,
             )
-            money = economics.Money(window.seconds, None, None)
-            if self.usd_per_hour is not None:
-                spend_usd, busy_usd = spend[model]
-                money = economics.Money(window.seconds, float(spend_usd), float(busy_usd))
-            result[model] = economics.assess(model, traffic, params, money)
+            spend = money.get(model)
+            result[model] = economics.assess(
+                model,
+                traffic,
+                params,
+                economics.Money(
+                    window.seconds,
+                    float(spend[0]) if spend else None,
+                    float(spend[1]) if spend else None,
+                    float(spend[2]) if spend else 0.0,
+                ),
+                measured_speedup=speedup_against_control(window, control, model),
+            )
         return result
 
-    def split_spend(self, window: Window) -> dict[str, tuple[Decimal, Decimal]]:
-        """Spend and busy spend per model, split by output tokens (evenly when there were none).
+    def split_money(self, window: Window) -> dict[str, tuple[Decimal, Decimal, Decimal, Decimal]]:
+        """(spend, busy, draft-load, cold-start spend) per model, split by output tokens.
 
-        The last model takes the rounding remainder, so the parts sum to the
-        window's spend exactly.
+        Evenly when there were no tokens. The last model takes the rounding
+        remainder, so the parts sum to the window's amounts exactly.
         """
         models = list(window.models) or [""]
-        total = window.spend_usd
         busy_fraction = (
             Decimal(window.busy_seconds / window.seconds) if window.seconds > 0 else Decimal(0)
         )
-        busy_total = total if self.config.billing_mode == "serverless" else total * busy_fraction
+        running = window.spend_usd - window.cold_start_usd
+        busy = running if self.config.billing_mode == "serverless" else running * busy_fraction
+        totals = (
+            window.spend_usd,
+            busy.quantize(NANO),
+            window.draft_load_usd,
+            window.cold_start_usd,
+        )
         tokens = [window.models[m].generation_tokens if m in window.models else 0.0 for m in models]
         weights = tokens if sum(tokens) > 0 else [1.0] * len(models)
-        result: dict[str, tuple[Decimal, Decimal]] = {}
-        spent = busy = Decimal(0)
+        result: dict[str, tuple[Decimal, Decimal, Decimal, Decimal]] = {}
+        given = [Decimal(0)] * len(totals)
         for i, model in enumerate(models):
             if i == len(models) - 1:
-                share_spend, share_busy = total - spent, busy_total.quantize(NANO) - busy
+                parts = [total - g for total, g in zip(totals, given, strict=True)]
             else:
                 share = Decimal(weights[i] / sum(weights))
-                share_spend = (total * share).quantize(NANO)
-                share_busy = (busy_total * share).quantize(NANO)
-            spent += share_spend
-            busy += share_busy
-            result[model] = (share_spend, share_busy)
+                parts = [(total * share).quantize(NANO) for total in totals]
+            given = [g + p for g, p in zip(given, parts, strict=True)]
+            result[model] = (parts[0], parts[1], parts[2], parts[3])
         return result
+
+    # ------------------------------------------------------------ internals
 
     def _observe(self, now: float, sample: EngineSample) -> list[Window]:
         """Add the interval since the last sample; returns the history windows it closed."""
         last, self._last = self._last, (now, sample)
         if last is None:
             return []
-        interval = interval_between(last[1], sample, last[0], now)
-        interval = replace(interval, spend_usd=self._spend(interval.seconds, interval.busy))
+        interval = self._priced(interval_between(last[1], sample, last[0], now), sample, now)
         self._sliding.add(interval)
         totals = dict(self.snapshot.tokens_total)
         for model, counts in interval.models.items():
@@ -218,27 +268,81 @@ class EndpointMonitor:
                 before[1] + (counts.draft_tokens or 0.0),
                 before[2] + (counts.accepted_tokens or 0.0),
             )
-        if interval.restarted:
-            log.info("endpoint %s: engine restarted (cold start)", self.config.name)
         self.snapshot = replace(
             self.snapshot,
             spend_usd_total=self.snapshot.spend_usd_total + interval.spend_usd,
+            cold_start_usd_total=self.snapshot.cold_start_usd_total + interval.cold_start_usd,
             cold_starts_total=self.snapshot.cold_starts_total + int(interval.restarted),
             tokens_total=totals,
         )
-        return self._aligned.add(interval)
+        closed = self._aligned.add(interval)
+        self._calibrate(closed)
+        return closed
 
-    def _spend(self, seconds: float, busy: bool) -> Decimal:
-        """Estimated spend: provisioned GPUs bill every second, serverless only busy ones."""
+    def _priced(self, interval: Interval, sample: EngineSample, now: float) -> Interval:
+        """The interval with its estimated spend, cold-start cost included.
+
+        Provisioned GPUs bill every second; serverless ones only busy seconds,
+        plus the load time of each cold start, of which the draft's weights'
+        load time is speculation's share.
+        """
+        spend = self._cost(interval.seconds) if self._billed(interval) else Decimal(0)
+        if not interval.restarted:
+            return replace(interval, spend_usd=spend)
+        seconds = self._cold_start_seconds(sample, now, interval.start)
+        self.snapshot = replace(self.snapshot, last_cold_start_seconds=seconds)
+        log.info(
+            "endpoint %s: engine restarted (cold start%s)",
+            self.config.name,
+            f", {seconds:.1f} s" if seconds is not None else "",
+        )
+        cold = draft = Decimal(0)
+        if self.config.billing_mode == "serverless" and seconds is not None:
+            cold = self._cost(seconds)
+            spec = self.config.speculation
+            if spec is not None and spec.draft_weight_bytes:
+                load = spec.draft_weight_bytes / self.config.weight_load_bytes_per_second
+                draft = self._cost(min(seconds, load))
+        return replace(interval, spend_usd=spend + cold, cold_start_usd=cold, draft_load_usd=draft)
+
+    def _billed(self, interval: Interval) -> bool:
+        return self.config.billing_mode == "provisioned" or interval.busy
+
+    def _cost(self, seconds: float) -> Decimal:
         if self.usd_per_hour is None:
-            return Decimal(0)
-        if self.config.billing_mode == "serverless" and not busy:
             return Decimal(0)
         hours = Decimal(repr(seconds)) / 3600
         return (self.usd_per_hour * self.config.gpus * hours).quantize(NANO)
 
+    def _cold_start_seconds(
+        self, sample: EngineSample, now: float, previous: float
+    ) -> float | None:
+        """First successful scrape minus the new process's start, when the start fell between
+        the two scrapes; otherwise the configured duration (or None: unknown)."""
+        started = sample.process_start_time_seconds
+        if started is not None and previous <= started <= now:
+            return now - started
+        return self.config.cold_start_seconds
+
+    def _calibrate(self, windows: Iterable[Window]) -> None:
+        points = [p for p in map(step_point, windows) if p is not None]
+        if not points:
+            return
+        self._points.extend(points)
+        fit = fit_ridge_batch(list(self._points), self.config.calibration_min_windows)
+        ridge = fit.ridge_batch if fit is not None else self.config.ridge_batch
+        if (fit is None) != (self.snapshot.ridge_fit is None):
+            log.info(
+                "endpoint %s: ridge batch B* = %.1f (%s)",
+                self.config.name,
+                ridge,
+                "calibrated" if fit else "configured",
+            )
+        self.snapshot = replace(self.snapshot, ridge_batch=ridge, ridge_fit=fit)
+
     def _publish(self, now: float, sample: EngineSample, duration: float) -> None:
         window = self._sliding.total()
+        control = self._control_window() if self._control_window is not None else None
         self.snapshot = replace(
             self.snapshot,
             up=True,
@@ -247,8 +351,5 @@ class EndpointMonitor:
             last_success_timestamp=now,
             last_error=None,
             window=window,
-            assessments=self.assess(window) if window is not None else {},
+            assessments=self.assess(window, control) if window is not None else {},
         )
-
-
-__all__ = ["EndpointMonitor", "EndpointSnapshot", "PendingWrite", "Reason"]

@@ -79,6 +79,8 @@ class Interval:
     restarted: bool
     busy: bool
     spend_usd: Decimal = Decimal(0)
+    cold_start_usd: Decimal = Decimal(0)
+    draft_load_usd: Decimal = Decimal(0)
 
     @property
     def seconds(self) -> float:
@@ -95,7 +97,17 @@ class Window:
     busy_seconds: float = 0.0
     restarts: int = 0
     spend_usd: Decimal = Decimal(0)
+    cold_start_usd: Decimal = Decimal(0)
+    draft_load_usd: Decimal = Decimal(0)
     models: dict[str, Counts] = field(default_factory=dict)
+
+    def time_per_output_token(self, model: str) -> float | None:
+        """Mean seconds per output token of the requests that finished in the window."""
+        counts = self.models.get(model)
+        tpot = counts.time_per_output_token if counts is not None else None
+        if tpot is None or tpot.count <= 0:
+            return None
+        return tpot.sum / tpot.count
 
     def concurrency(self, model: str) -> float:
         """Time-average of running requests for `model` over the covered seconds."""
@@ -114,8 +126,28 @@ class Window:
             busy_seconds=self.busy_seconds + (interval.seconds if interval.busy else 0.0),
             restarts=self.restarts + int(interval.restarted),
             spend_usd=self.spend_usd + interval.spend_usd,
+            cold_start_usd=self.cold_start_usd + interval.cold_start_usd,
+            draft_load_usd=self.draft_load_usd + interval.draft_load_usd,
             models=models,
         )
+
+
+def speedup_against_control(window: Window, control: Window | None, model: str) -> float | None:
+    """Measured speedup: the control's time per output token / this endpoint's, same span.
+
+    The control serves the same model without speculation. Its model is
+    matched by name, or taken as it is when both serve exactly one model.
+    """
+    if control is None:
+        return None
+    counterpart = model
+    if model not in control.models and len(control.models) == 1 and len(window.models) == 1:
+        counterpart = next(iter(control.models))
+    ours = window.time_per_output_token(model)
+    theirs = control.time_per_output_token(counterpart)
+    if ours is None or theirs is None or ours <= 0:
+        return None
+    return theirs / ours
 
 
 def restarted(previous: EngineSample, current: EngineSample) -> bool:

@@ -1,6 +1,6 @@
 """History: closed windows and scrape cursors, in SQLite (default) or PostgreSQL."""
 
 from spectax.store.models import Cursor, WindowRow
-from spectax.store.repository import Store, StoreError
+from spectax.store.repository import Restored, Store, StoreError
 
-__all__ = ["Cursor", "Store", "StoreError", "WindowRow"]
+__all__ = ["Cursor", "Restored", "Store", "StoreError", "WindowRow"]

@@ -63,8 +63,9 @@ class WindowRow(Base):
 
     Keyed by (endpoint, model, start): writing the same window again replaces
     it, so retries and restarts never count it twice. Window-level figures
-    (seconds, busy_seconds, restarts) repeat on each model's row; spend is
-    split between models by output tokens.
+    (seconds, busy_seconds, restarts) repeat on each model's row; money is
+    split between models by output tokens. Spend includes serverless
+    cold-start cost, which cold_start_usd also shows on its own.
     """
 
     __tablename__ = "windows"
@@ -94,12 +95,15 @@ class WindowRow(Base):
     time_per_output_token_count: Mapped[float | None] = mapped_column(Float)
     spend_usd: Mapped[Decimal | None] = mapped_column(Money)
     busy_spend_usd: Mapped[Decimal | None] = mapped_column(Money)
+    cold_start_usd: Mapped[Decimal | None] = mapped_column(Money)
+    draft_load_usd: Mapped[Decimal | None] = mapped_column(Money)
     # The assessment of this window, as computed when it was written.
     concurrency_requests: Mapped[float] = mapped_column(Float)
     acceptance_ratio: Mapped[float | None] = mapped_column(Float)
     breakeven_acceptance_ratio: Mapped[float | None] = mapped_column(Float)
     speedup_ratio: Mapped[float | None] = mapped_column(Float)
     ridge_batch_requests: Mapped[float] = mapped_column(Float)
+    ridge_batch_source: Mapped[str] = mapped_column(String(16), default="configured")
     draft_cost_ratio: Mapped[float | None] = mapped_column(Float)
     speculation_savings_usd: Mapped[float | None] = mapped_column(Float)
     verdict: Mapped[str] = mapped_column(String(16))

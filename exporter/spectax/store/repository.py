@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import asdict
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -19,6 +19,18 @@ from spectax.economics import Assessment
 from spectax.engines.base import EngineSample, Histogram, ModelSample
 from spectax.store.models import Base, Cursor, WindowRow
 from spectax.windows import Counts, Window
+
+
+@dataclass(frozen=True, slots=True)
+class Restored:
+    """What the store hands back to a monitor at start-up."""
+
+    spend_usd_total: Decimal = Decimal(0)
+    cold_start_usd_total: Decimal = Decimal(0)
+    cursor: tuple[float, EngineSample] | None = None
+    open_window: Window | None = None
+    recent_windows: tuple[Window, ...] = ()
+
 
 _UPDATABLE = [
     c.name
@@ -103,36 +115,70 @@ class Store:
         async with self._sessions() as session:
             return list((await session.scalars(query)).all())
 
-    async def spend_totals(self) -> dict[str, Decimal]:
-        """Accrued estimated spend per endpoint over all stored windows."""
-        query = select(WindowRow.endpoint, func.sum(WindowRow.spend_usd)).group_by(
-            WindowRow.endpoint
+    async def money_totals(self, endpoint: str) -> tuple[Decimal, Decimal]:
+        """Accrued (spend, cold-start spend) of an endpoint over all stored windows."""
+        query = select(func.sum(WindowRow.spend_usd), func.sum(WindowRow.cold_start_usd)).where(
+            WindowRow.endpoint == endpoint
         )
         async with self._sessions() as session:
-            result = await session.execute(query)
-        # the sum keeps the column's type, so it arrives as a Decimal already
-        return {endpoint: total or Decimal(0) for endpoint, total in result.all()}
+            spend, cold = (await session.execute(query)).one()
+        # the sums keep the column's type, so they arrive as Decimals already
+        return spend or Decimal(0), cold or Decimal(0)
 
-    async def open_window(self, endpoint: str, start: float) -> Window | None:
-        """A partial window written at a graceful stop, to resume accumulating into."""
-        rows = await self.window_rows(endpoint, since=_utc(start), until=_utc(start + 1e-3))
-        return window_from_rows(rows) if rows else None
+    async def recent_windows(self, endpoint: str, count: int) -> list[Window]:
+        """The endpoint's last `count` stored windows, oldest first."""
+        starts = (
+            select(WindowRow.start)
+            .where(WindowRow.endpoint == endpoint)
+            .group_by(WindowRow.start)
+            .order_by(WindowRow.start.desc())
+            .limit(count)
+        )
+        query = select(WindowRow).where(
+            WindowRow.endpoint == endpoint, WindowRow.start.in_(starts.scalar_subquery())
+        )
+        async with self._sessions() as session:
+            rows = list((await session.scalars(query.order_by(WindowRow.start))).all())
+        by_start: dict[datetime, list[WindowRow]] = {}
+        for row in rows:
+            by_start.setdefault(row.start, []).append(row)
+        return [window_from_rows(group) for group in by_start.values()]
+
+    async def restore(self, endpoint: str, window_seconds: float, history: int) -> Restored:
+        """Everything a monitor needs to carry on where the last run stopped."""
+        spend, cold = await self.money_totals(endpoint)
+        cursor = await self.cursor(endpoint)
+        open_window = None
+        if cursor is not None:
+            start = (cursor[0] // window_seconds) * window_seconds
+            rows = await self.window_rows(endpoint, since=_utc(start), until=_utc(start + 1e-3))
+            open_window = window_from_rows(rows) if rows else None
+        recent = await self.recent_windows(endpoint, history)
+        if open_window is not None:
+            recent = [w for w in recent if w.start != open_window.start]
+        return Restored(spend, cold, cursor, open_window, tuple(recent))
 
 
 def window_rows(
     endpoint: str,
     window: Window,
     assessments: dict[str, Assessment],
-    spend: dict[str, tuple[Decimal, Decimal]],  # empty for an unpriced endpoint
+    money: dict[str, tuple[Decimal, Decimal, Decimal, Decimal]],  # empty when unpriced
     ridge_batch: float,
+    ridge_batch_source: str,
     draft_cost_ratio: float | None,
 ) -> list[dict[str, Any]]:
-    """The rows for one window: one per model, or one with model "" when the page had none."""
+    """The rows for one window: one per model, or one with model "" when the page had none.
+
+    `money` holds (spend, busy spend, draft-load spend, cold-start spend) per model.
+    """
     models = window.models or {"": Counts()}
     rows = []
     for model, counts in models.items():
         assessment = assessments.get(model)
-        spend_usd, busy_usd = spend.get(model, (None, None))
+        spend_usd, busy_usd, draft_load_usd, cold_start_usd = money.get(
+            model, (None, None, None, None)
+        )
         rows.append(
             {
                 "endpoint": endpoint,
@@ -157,6 +203,8 @@ def window_rows(
                 **_histogram_columns("time_per_output_token", counts.time_per_output_token),
                 "spend_usd": spend_usd,
                 "busy_spend_usd": busy_usd,
+                "cold_start_usd": cold_start_usd,
+                "draft_load_usd": draft_load_usd,
                 "concurrency_requests": window.concurrency(model),
                 "acceptance_ratio": assessment.acceptance_ratio if assessment else None,
                 "breakeven_acceptance_ratio": (
@@ -164,6 +212,7 @@ def window_rows(
                 ),
                 "speedup_ratio": assessment.speedup_ratio if assessment else None,
                 "ridge_batch_requests": ridge_batch,
+                "ridge_batch_source": ridge_batch_source,
                 "draft_cost_ratio": draft_cost_ratio,
                 "speculation_savings_usd": (
                     assessment.speculation_savings_usd if assessment else None
@@ -204,7 +253,9 @@ def window_from_rows(rows: Sequence[WindowRow]) -> Window:
         seconds=first.seconds,
         busy_seconds=first.busy_seconds,
         restarts=first.restarts,
-        spend_usd=sum((row.spend_usd or Decimal(0) for row in rows), Decimal(0)),
+        spend_usd=_sum(row.spend_usd for row in rows),
+        cold_start_usd=_sum(row.cold_start_usd for row in rows),
+        draft_load_usd=_sum(row.draft_load_usd for row in rows),
         models=models,
     )
 
@@ -227,6 +278,10 @@ def decode_sample(text: str) -> EngineSample:
         models=models,
         process_start_time_seconds=data.get("process_start_time_seconds"),
     )
+
+
+def _sum(values: Iterable[Decimal | None]) -> Decimal:
+    return sum((v or Decimal(0) for v in values), Decimal(0))
 
 
 def _insert_for(dialect: str) -> Any:
