@@ -274,3 +274,49 @@ def _write(path, content):
     else:
         path.write_text(content)
     return path
+
+
+def test_measured_speedup_against_a_control_is_the_tpot_ratio(capsys) -> None:
+    """Real pages: n-gram speculation against the no-speculation control, same traffic."""
+    code, out, err = run_assess(
+        capsys,
+        str(FIXTURES / "spec_ngram_0_before_traffic.txt"),
+        str(FIXTURES / "spec_ngram_3_after.txt"),
+        "--method",
+        "ngram",
+        "--control",
+        str(FIXTURES / "nospec_0_before_traffic.txt"),
+        str(FIXTURES / "nospec_3_after.txt"),
+        "--format",
+        "json",
+    )
+    assert code == 0, err
+    [result] = json.loads(out)
+
+    def tpot(before: str, after: str) -> float:
+        b, a = reference_values(page(before)), reference_values(page(after))
+        name = "vllm:request_time_per_output_token_seconds"
+        total = a[f"{name}_sum"][MODEL] - b[f"{name}_sum"].get(MODEL, 0)
+        count = a[f"{name}_count"][MODEL] - b[f"{name}_count"].get(MODEL, 0)
+        return total / count
+
+    by_hand = tpot("nospec_0_before_traffic.txt", "nospec_3_after.txt") / tpot(
+        "spec_ngram_0_before_traffic.txt", "spec_ngram_3_after.txt"
+    )
+    assert result["speedup_measured_ratio"] == pytest.approx(by_hand, rel=1e-12)
+    assert result["verdict"] == ("pays" if by_hand > 1 else "tax")  # measured wins
+    assert result["speedup_ratio"] is not None  # the model stays beside it
+
+
+def test_without_control_the_measured_speedup_is_null(capsys) -> None:
+    code, out, _ = run_assess(
+        capsys,
+        str(FIXTURES / "spec_ngram_0_before_traffic.txt"),
+        str(FIXTURES / "spec_ngram_3_after.txt"),
+        "--method",
+        "ngram",
+        "--format",
+        "json",
+    )
+    assert code == 0
+    assert json.loads(out)[0]["speedup_measured_ratio"] is None

@@ -1,0 +1,154 @@
+"""Ridge batch calibration, cold-start money and the measured speedup inside a monitor."""
+
+from __future__ import annotations
+
+import random
+from decimal import Decimal
+
+import pytest
+from conftest import page
+
+from spectax.calibration import StepPoint, fit_ridge_batch, step_point, theil_sen
+from spectax.config import validate
+from spectax.engines.base import Histogram
+from spectax.monitor import EndpointMonitor
+from spectax.store.repository import Restored
+from spectax.windows import Counts, Window
+
+
+def points_on_line(a: float, b: float, xs: list[float], noise: float = 0.0) -> list[StepPoint]:
+    rng = random.Random(7)
+    return [StepPoint(x, a + b * x + rng.gauss(0, noise)) for x in xs]
+
+
+def test_theil_sen_recovers_a_line_despite_outliers() -> None:
+    points = points_on_line(0.016, 0.0005, [float(x) for x in range(4, 100, 4)])
+    points[3] = StepPoint(points[3].tokens_per_step, 5.0)  # a compile pause
+    points[10] = StepPoint(points[10].tokens_per_step, 0.0)
+    fit = theil_sen(points)
+    assert fit is not None
+    assert fit[0] == pytest.approx(0.016, rel=1e-9) and fit[1] == pytest.approx(0.0005, rel=1e-9)
+
+
+def test_sound_fit_gives_b_star() -> None:
+    xs = [8.0, 12, 16, 24, 32, 48, 64, 96, 128, 20]
+    fit = fit_ridge_batch(points_on_line(0.016, 0.0005, xs, noise=0.0002))
+    assert fit is not None
+    assert fit.ridge_batch == pytest.approx(32, rel=0.15)
+
+
+@pytest.mark.parametrize(
+    ("xs", "a", "b", "why"),
+    [
+        ([8.0, 12, 16, 24, 32, 48, 64], 0.016, 0.0005, "too few windows"),
+        ([30.0, 31, 32, 33, 34, 35, 36, 37, 38, 39], 0.016, 0.0005, "no spread"),
+        ([8.0, 12, 16, 24, 32, 48, 64, 96, 128], -0.01, 0.0005, "negative intercept"),
+        ([8.0, 12, 16, 24, 32, 48, 64, 96, 128], 0.016, -0.0001, "negative slope"),
+    ],
+)
+def test_unsound_fits_are_refused(xs, a, b, why) -> None:
+    assert fit_ridge_batch(points_on_line(a, b, xs)) is None, why
+
+
+def test_step_point_counts_the_rejected_drafts_the_gpu_verified() -> None:
+    counts = Counts(
+        generation_tokens=1000,
+        draft_tokens=800,
+        accepted_tokens=600,
+        iteration_tokens=Histogram(sum=3000, count=100),
+        inter_token_latency=Histogram(sum=4.0, count=200),
+    )
+    point = step_point(Window(start=0, end=300, seconds=300, models={"m": counts}))
+    assert point == StepPoint(tokens_per_step=(3000 + 200) / 100, step_seconds=0.02)
+
+
+def monitor(billing_mode: str = "serverless", **endpoint: object) -> EndpointMonitor:
+    settings = validate(
+        {
+            "window": "5m",
+            "endpoints": [
+                {
+                    "name": "e",
+                    "url": "http://127.0.0.1:1",
+                    "price": {"usd_per_hour": 36},
+                    "gpus": 2,
+                    "billing_mode": billing_mode,
+                    "speculation": {"method": "eagle", "draft_weight_bytes": 4 * 10**9},
+                    "weight_load_bytes_per_second": 10**9,
+                    **endpoint,
+                }
+            ],
+        }
+    )
+    config = settings.config.endpoints[0]
+    return EndpointMonitor(config, settings.usd_per_hour["e"], 300.0)
+
+
+def test_cold_start_on_serverless_is_timed_and_priced() -> None:
+    m = monitor()
+    before, after = page("spec_ngram_3_after.txt"), page("spec_ngram_restart_2_mid.txt")
+    from spectax.engines import get_parser
+
+    started = get_parser("vllm")(after).process_start_time_seconds
+    assert started is not None
+    m.observe_page(started - 30, before, 0.01)
+    m.observe_page(started + 12, after, 0.01)  # first scrape of the new process, 12 s after it
+    snap = m.snapshot
+    assert snap.cold_starts_total == 1
+    assert snap.last_cold_start_seconds == pytest.approx(12)
+    # 12 s x 2 GPUs x 36 USD/h = 0.24 USD, of which loading the 4 GB draft took 4 s: 0.08 USD
+    assert snap.cold_start_usd_total == Decimal("0.24")
+    window = snap.window
+    assert window is not None and window.draft_load_usd == Decimal("0.08")
+    # the busy interval (42 s) and the cold start are both on the invoice
+    assert snap.spend_usd_total == Decimal("0.84") + Decimal("0.24")
+    a = snap.assessments["tiny-llama"]
+    assert a.speculation_savings_usd == pytest.approx(
+        a.busy_spend_usd * (a.speedup_ratio - 1) - 0.08
+    )
+
+
+def test_cold_start_on_provisioned_costs_nothing_extra() -> None:
+    m = monitor("provisioned", cold_start_seconds="20s")
+    m.observe_page(1000, page("spec_ngram_3_after.txt"), 0.01)
+    m.observe_page(1015, page("spec_ngram_restart_2_mid.txt"), 0.01)  # start time not in between
+    assert m.snapshot.cold_starts_total == 1
+    assert m.snapshot.last_cold_start_seconds == 20  # configured, since it cannot be measured
+    assert m.snapshot.cold_start_usd_total == 0
+    assert m.snapshot.spend_usd_total == Decimal("0.3")  # 15 s x 2 x 36/h
+
+
+def test_calibration_survives_a_restart() -> None:
+    """Closed windows from the store feed the fit at start-up: B* is calibrated at once."""
+    windows = []
+    for i, tokens_per_step in enumerate([8, 12, 16, 24, 32, 48, 64, 96]):
+        step = 0.016 + 0.0005 * tokens_per_step
+        counts = Counts(
+            generation_tokens=1000,
+            iteration_tokens=Histogram(sum=tokens_per_step * 100, count=100),
+            inter_token_latency=Histogram(sum=step * 100, count=100),
+        )
+        windows.append(Window(start=i * 300, end=(i + 1) * 300, seconds=300, models={"m": counts}))
+    fresh = monitor()
+    assert fresh.snapshot.ridge_source == "configured" and fresh.parameters.ridge_batch == 32
+    m = EndpointMonitor(
+        fresh.config, fresh.usd_per_hour, 300.0, Restored(recent_windows=tuple(windows))
+    )
+    assert m.snapshot.ridge_source == "calibrated"
+    assert m.parameters.ridge_batch == pytest.approx(32.0)
+
+
+def test_measured_speedup_reads_the_control_window() -> None:
+    control = monitor(billing_mode="provisioned")
+    m = EndpointMonitor(
+        monitor().config, Decimal(1), 300.0, control_window=lambda: control.snapshot.window
+    )
+    control.observe_page(0, page("nospec_0_before_traffic.txt"), 0.01)
+    control.observe_page(60, page("nospec_3_after.txt"), 0.01)
+    m.observe_page(0, page("spec_ngram_0_before_traffic.txt"), 0.01)
+    m.observe_page(60, page("spec_ngram_3_after.txt"), 0.01)
+    ours = m.snapshot.window.time_per_output_token("tiny-llama")
+    theirs = control.snapshot.window.time_per_output_token("tiny-llama")
+    a = m.snapshot.assessments["tiny-llama"]
+    assert a.speedup_measured_ratio == pytest.approx(theirs / ours)
+    assert a.verdict == ("pays" if theirs / ours > 1 else "tax")
