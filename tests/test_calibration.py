@@ -6,8 +6,8 @@ import random
 from decimal import Decimal
 
 import pytest
-from conftest import page
 
+from conftest import page
 from spectax.calibration import StepPoint, fit_ridge_batch, step_point, theil_sen
 from spectax.config import validate
 from spectax.engines.base import Histogram
