@@ -1,0 +1,150 @@
+"""The collector and the HTTP endpoints: what a Prometheus scrape of spectax sees."""
+
+from __future__ import annotations
+
+import logging
+import math
+from decimal import Decimal
+
+import aiohttp
+import pytest
+from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import page
+from spectax.config import validate
+from spectax.metrics import FAMILIES, SnapshotCollector, StoreStatus
+from spectax.monitor import EndpointMonitor
+from spectax.web import make_app
+
+
+def monitors(*endpoints: dict[str, object]) -> dict[str, EndpointMonitor]:
+    settings = validate({"window": "5m", "endpoints": list(endpoints)})
+    return {
+        e.name: EndpointMonitor(e, settings.usd_per_hour.get(e.name), 300.0)
+        for e in settings.config.endpoints
+    }
+
+
+def registry_for(ms: dict[str, EndpointMonitor]) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(
+        SnapshotCollector(lambda: {n: m.snapshot for n, m in ms.items()}, lambda: StoreStatus(3, 1))
+    )
+    return registry
+
+
+SPEC = {"method": "ngram"}
+
+
+def test_values_and_absences() -> None:
+    ms = monitors(
+        {"name": "paid", "url": "http://h:1", "price": {"usd_per_hour": 4}, "speculation": SPEC},
+        {"name": "unpriced", "url": "http://h:2", "speculation": SPEC},
+        {"name": "idle", "url": "http://h:3", "price": {"usd_per_hour": 4}, "speculation": SPEC},
+    )
+    for name in ("paid", "unpriced"):
+        ms[name].observe_page(0, page("spec_ngram_0_before_traffic.txt"), 0.02)
+        ms[name].observe_page(60, page("spec_ngram_3_after.txt"), 0.03)
+    # running, but high-temperature text: n-gram proposes nothing
+    ms["idle"].observe_page(0, page("spec_ngram_inflight_running_waiting.txt"), 0.01)
+    ms["idle"].observe_page(60, page("spec_ngram_inflight_after.txt"), 0.01)
+    r = registry_for(ms)
+
+    def get(name: str, **labels: str) -> float | None:
+        return r.get_sample_value(name, labels)
+
+    paid = {"endpoint": "paid", "model": "tiny-llama"}
+    assert get("spectax_acceptance_ratio", **paid) == pytest.approx(564 / 740)
+    assert get("spectax_acceptance_length_tokens", **paid) == pytest.approx(1 + 564 / 216)
+    assert get("spectax_position_acceptance_ratio", position="3", **paid) == pytest.approx(90 / 216)
+    assert get("spectax_speedup_ratio", method="modeled", **paid) > 1
+    assert get("spectax_speedup_ratio", method="measured", **paid) is None  # no control
+    assert get("spectax_spend_usd_total", endpoint="paid", basis="estimated") == pytest.approx(
+        4 * 60 / 3600
+    )
+    assert get("spectax_cost_per_million_output_tokens_usd", scenario="actual", **paid) > 0
+    assert get("spectax_ridge_batch_requests", endpoint="paid", source="configured") == 32
+    assert get("spectax_endpoint_up", endpoint="paid") == 1
+    assert get("spectax_scrape_duration_seconds", endpoint="paid") == 0.03
+    assert get("spectax_output_tokens_total", **paid) == 2186
+    # an endpoint without a price has economics but no money, not a $0
+    unpriced = {"endpoint": "unpriced", "model": "tiny-llama"}
+    assert get("spectax_speedup_ratio", method="modeled", **unpriced) is not None
+    for name in ("spectax_cost_per_million_output_tokens_usd",):
+        assert get(name, scenario="actual", **unpriced) is None
+    assert get("spectax_speculation_savings_usd_per_hour", **unpriced) is None
+    assert get("spectax_spend_usd_total", endpoint="unpriced", basis="estimated") is None
+    # no drafts: no acceptance, no speedup, nothing that looks like a real 0
+    idle = {"endpoint": "idle", "model": "tiny-llama"}
+    for name in ("spectax_acceptance_ratio", "spectax_speculation_savings_usd_per_hour"):
+        assert get(name, **idle) is None
+    assert get("spectax_speedup_ratio", method="modeled", **idle) is None
+    assert get("spectax_concurrency_requests", **idle) == pytest.approx(1.0)  # (2 + 0) / 2
+    assert get("spectax_store_pending_windows") == 3
+    assert get("spectax_store_write_errors_total") == 1
+
+    text = generate_latest(r).decode()
+    assert "NaN" not in text
+    for family in text_string_to_metric_families(text):
+        assert family.name in FAMILIES or f"{family.name}_total" in FAMILIES
+        for sample in family.samples:
+            assert not math.isnan(sample.value)
+
+
+def test_page_without_engine_metrics_is_a_clear_state(caplog) -> None:
+    ms = monitors({"name": "quiet", "url": "http://h:1", "price": {"usd_per_hour": 4}})
+    caplog.set_level(logging.WARNING)
+    for t in (0, 15, 30):
+        ms["quiet"].observe_page(t, page("spec_ngram_disable_log_stats_3_after.txt"), 0.01)
+    r = registry_for(ms)
+    assert r.get_sample_value("spectax_endpoint_up", {"endpoint": "quiet"}) == 1
+    assert r.get_sample_value("spectax_engine_metrics_present", {"endpoint": "quiet"}) == 0
+    warnings = [r.getMessage() for r in caplog.records if "no engine metrics" in r.getMessage()]
+    assert len(warnings) == 1 and "--disable-log-stats" in warnings[0]
+    # spend accrues all the same: two 15 s intervals at 4 USD/h, each rounded to 1e-9 USD
+    assert ms["quiet"].snapshot.spend_usd_total == 2 * Decimal("0.016666667")
+
+
+def test_malformed_page_marks_the_endpoint_down_and_counts_a_parse_failure() -> None:
+    ms = monitors({"name": "bad", "url": "http://h:1"})
+    ms["bad"].observe_page(0, 'vllm:generation_tokens_total{model_name="m"} x\n', 0.01)
+    r = registry_for(ms)
+    assert r.get_sample_value("spectax_endpoint_up", {"endpoint": "bad"}) == 0
+    labels = {"endpoint": "bad", "reason": "parse"}
+    assert r.get_sample_value("spectax_scrape_failures_total", labels) == 1
+    assert "line 1" in (ms["bad"].snapshot.last_error or "")
+
+
+async def test_http_endpoints() -> None:
+    ms = monitors({"name": "a", "url": "http://h:1", "speculation": SPEC})
+    ready = {"value": False}
+    app = make_app(registry_for(ms), lambda: ready["value"], lambda: [("a", False, "timeout <x>")])
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    base = f"http://{host}:{port}"
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"{base}/-/healthy") as r:
+                assert r.status == 200
+            async with session.get(f"{base}/-/ready") as r:
+                assert r.status == 503
+            ready["value"] = True
+            async with session.get(f"{base}/-/ready") as r:
+                assert r.status == 200
+            async with session.get(f"{base}/") as r:
+                body = await r.text()
+                assert "/metrics" in body and "timeout &lt;x&gt;" in body  # escaped
+            async with session.get(f"{base}/metrics") as r:
+                assert r.headers["Content-Type"].startswith("text/plain")
+                assert "spectax_build_info" in await r.text()
+            headers = {"Accept": "application/openmetrics-text; version=1.0.0"}
+            async with session.get(f"{base}/metrics", headers=headers) as r:
+                assert r.headers["Content-Type"].startswith("application/openmetrics-text")
+                assert (await r.text()).endswith("# EOF\n")
+    finally:
+        await runner.cleanup()
