@@ -36,3 +36,20 @@ def reference_values(text: str) -> dict[str, dict[str, float]]:
 @pytest.fixture
 def fixtures_dir() -> Path:
     return FIXTURES
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    from pg import Server
+
+    server = Server()
+    yield server
+    server.close()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request, tmp_path) -> str:
+    """An empty database of each backend: every store test runs on both."""
+    if request.param == "sqlite":
+        return f"sqlite+aiosqlite:///{tmp_path}/history.sqlite"
+    return request.getfixturevalue("pg_server").database()

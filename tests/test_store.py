@@ -45,8 +45,9 @@ def new_monitor(s, restored=None) -> EndpointMonitor:
 
 
 @pytest.fixture
-async def store(tmp_path: Path):
-    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path}/h.sqlite")
+async def store(database_url: str):
+    """An empty store, on SQLite and on PostgreSQL."""
+    store = await Store.open(database_url)
     yield store
     await store.close()
 

@@ -12,12 +12,16 @@ from pathlib import Path
 
 import aiohttp
 
-from spectax import __version__
+from spectax import __version__, history, logs
 from spectax.assess import AssessError, AssessOptions, assess_pages, to_json, to_text
 from spectax.billing.price_table import PriceTable, PriceTableError
 from spectax.config import ConfigError, Settings, load_config, validate
 from spectax.engines.base import ParseError
+from spectax.history import parse_time
 from spectax.scrape import ScrapeError, fetch, metrics_url
+from spectax.store import StoreError
+from spectax.store.schema import SchemaMismatch
+from spectax.webconfig import WebConfigError, load_web_config
 
 log = logging.getLogger("spectax")
 
@@ -25,17 +29,21 @@ log = logging.getLogger("spectax")
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, args.log_level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    # APScheduler logs every job run at INFO: thousands of lines an hour at fleet scale.
-    logging.getLogger("apscheduler").setLevel(max(logging.WARNING, logging.root.level))
+    logs.setup(args.log_level, args.log_format)
     try:
         return int(args.func(args))
     except ConfigError as exc:
         print(f"spectax: invalid configuration {exc}", file=sys.stderr)
         return 2
+    except WebConfigError as exc:
+        print(f"spectax: invalid web configuration {exc}", file=sys.stderr)
+        return 2
+    except SchemaMismatch as exc:
+        print(f"spectax: {exc}", file=sys.stderr)
+        return 2
+    except StoreError as exc:
+        print(f"spectax: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 
@@ -46,20 +54,51 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"]
     )
+    parser.add_argument(
+        "--log-format",
+        default="text",
+        choices=["text", "json"],
+        help="json: one object per line (time, level, logger, message, endpoint)",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser(
         "run", help="run the daemon (with no endpoints configured: on simulated vLLM servers)"
     )
     run.add_argument("--config", type=Path, help="YAML configuration file")
+    run.add_argument(
+        "--web.config.file",
+        dest="web_config_file",
+        metavar="FILE",
+        help="TLS and basic auth of spectax's own server (Prometheus exporter-toolkit format);"
+        " overrides the configuration's web_config_file",
+    )
     run.set_defaults(func=_run)
 
     demo = commands.add_parser("demo", help="simulated vLLM servers plus the daemon, on SQLite")
     demo.add_argument("--config", type=Path, help="YAML file for listen, storage, intervals")
     demo.set_defaults(func=_demo)
 
+    db = commands.add_parser("db", help="the history database")
+    db_commands = db.add_subparsers(dest="db_command", required=True)
+    upgrade = db_commands.add_parser("upgrade", help="migrate the database to this schema")
+    upgrade.add_argument("--config", type=Path, help="YAML configuration file (storage_url)")
+    upgrade.set_defaults(func=_db_upgrade)
+
+    export = commands.add_parser("export", help="the stored history as CSV or JSON")
+    export.add_argument("--config", type=Path, help="YAML configuration file (storage_url)")
+    export.add_argument("--since", type=parse_time, help="ISO date or time, UTC by default")
+    export.add_argument("--until", type=parse_time, help="ISO date or time (exclusive)")
+    export.add_argument("--granularity", choices=["window", "hour", "day"], default="window")
+    export.add_argument("--format", choices=["csv", "json"], default="csv")
+    export.add_argument("--endpoint", action="append", help="only this endpoint (repeatable)")
+    export.set_defaults(func=_export)
+
     check = commands.add_parser("check-config", help="validate a configuration file")
     check.add_argument("file", type=Path)
+    check.add_argument(
+        "--web.config.file", dest="web_config_file", metavar="FILE", help="validate it too"
+    )
     check.set_defaults(func=_check_config)
 
     assess = commands.add_parser(
@@ -90,6 +129,23 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _db_upgrade(args: argparse.Namespace) -> int:
+    revision = asyncio.run(history.upgrade(load_config(args.config)))
+    print(f"database schema at revision {revision}")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    settings = load_config(args.config)
+    text = asyncio.run(
+        history.export(
+            settings, args.granularity, args.since, args.until, args.format, args.endpoint
+        )
+    )
+    sys.stdout.write(text)
+    return 0
+
+
 def _check_config(args: argparse.Namespace) -> int:
     settings = load_config(args.file)
     config = settings.config
@@ -99,6 +155,24 @@ def _check_config(args: argparse.Namespace) -> int:
         shown = f"{price} USD/GPU-hour x {endpoint.gpus}" if price is not None else "no price"
         method = endpoint.speculation.method if endpoint.speculation else "no speculation"
         print(f"  {endpoint.name}: {endpoint.engine}, {method}, {endpoint.billing_mode}, {shown}")
+        auth = [
+            kind
+            for kind, given in (
+                ("bearer token", endpoint.bearer_token or endpoint.bearer_token_file),
+                ("basic auth", endpoint.basic_auth),
+                ("TLS settings", endpoint.tls),
+            )
+            if given
+        ]
+        if auth:
+            print(f"    sends: {', '.join(auth)} (values not shown)")
+    web_config_file = args.web_config_file or config.web_config_file
+    if web_config_file:
+        web = load_web_config(web_config_file)
+        print(
+            f"{web_config_file}: OK, {'TLS' if web.ssl else 'plain HTTP'}, "
+            f"{len(web.users)} basic auth user(s)"
+        )
     return 0
 
 
@@ -109,7 +183,8 @@ def _run(args: argparse.Namespace) -> int:
         return _demo(args)
     from spectax.daemon import Daemon
 
-    asyncio.run(Daemon(settings).run_until_signalled())
+    daemon = Daemon(settings, args.config, getattr(args, "web_config_file", None))
+    asyncio.run(daemon.run_until_signalled())
     return 0
 
 

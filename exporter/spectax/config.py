@@ -13,6 +13,7 @@ import re
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -20,12 +21,23 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PrivateAttr,
+    SecretStr,
     ValidationError,
     field_validator,
 )
 
+from spectax import logs
 from spectax.billing.price_table import PriceTable, PriceTableError
 from spectax.calibration import MIN_WINDOWS
+from spectax.credentials import (
+    BasicAuthConfig,
+    CredentialError,
+    TargetAuth,
+    TLSClientConfig,
+    build_target_auth,
+    resolve,
+)
 from spectax.economics import (
     DEFAULT_RIDGE_BATCH,
     SPECULATIVE_METHODS,
@@ -109,6 +121,11 @@ class EndpointConfig(_Strict):
     control: str | None = None
     cold_start_seconds: Duration | None = None
     weight_load_bytes_per_second: float = Field(default=DEFAULT_WEIGHT_LOAD_BYTES_PER_SECOND, gt=0)
+    # Toward the target (see spectax.credentials): secrets inline, as ${ENV}, or in *_file.
+    bearer_token: SecretStr | None = None
+    bearer_token_file: str | None = None
+    basic_auth: BasicAuthConfig | None = None
+    tls: TLSClientConfig | None = None
 
     @field_validator("name")
     @classmethod
@@ -125,6 +142,14 @@ class EndpointConfig(_Strict):
         return value
 
 
+class RetentionConfig(_Strict):
+    """How long each granularity of history is kept; null keeps it forever."""
+
+    windows: Duration | None = 14 * 86400.0
+    hourly: Duration | None = 400 * 86400.0
+    daily: Duration | None = None
+
+
 class Config(_Strict):
     listen: str = DEFAULT_LISTEN
     scrape_interval: Duration = 15.0
@@ -134,9 +159,15 @@ class Config(_Strict):
     state_directory: str = Field(
         default_factory=lambda: os.environ.get("STATE_DIRECTORY", DEFAULT_STATE_DIRECTORY)
     )
-    storage_url: str | None = None
+    storage_url: str | None = Field(default=None, repr=False)
+    storage_url_file: str | None = None
+    web_config_file: str | None = None
     price_table: str | None = None
+    store_queue_max_rows: int = Field(default=10_000, ge=1)
+    rollup_interval: Duration = 300.0
+    retention: RetentionConfig = Field(default_factory=RetentionConfig)
     endpoints: list[EndpointConfig] = Field(default_factory=list)
+    _database_url: str | None = PrivateAttr(default=None)  # storage_url resolved (${ENV}, _file)
 
     @field_validator("listen")
     @classmethod
@@ -156,6 +187,8 @@ class Config(_Strict):
 
     @property
     def database_url(self) -> str:
+        if self._database_url:
+            return self._database_url
         if self.storage_url:
             return self.storage_url
         return f"sqlite+aiosqlite:///{Path(self.state_directory) / 'spectax.sqlite'}"
@@ -167,10 +200,17 @@ class Config(_Strict):
 class Settings:
     """A validated configuration with its prices resolved: what the daemon runs on."""
 
-    def __init__(self, config: Config, prices: PriceTable, usd_per_hour: dict[str, Decimal]):
+    def __init__(
+        self,
+        config: Config,
+        prices: PriceTable,
+        usd_per_hour: dict[str, Decimal],
+        target_auth: dict[str, TargetAuth] | None = None,
+    ):
         self.config = config
         self.prices = prices
         self.usd_per_hour = usd_per_hour
+        self.target_auth = target_auth or {}  # endpoint name -> what its scrapes send
 
 
 def load_config(path: Path | str | None) -> Settings:
@@ -237,13 +277,39 @@ def validate(raw: Any, source: str = "<config>") -> Settings:
             problems.append(f"{where}.price: {problem}")
         elif price is not None:
             usd_per_hour[endpoint.name] = price
+    target_auth: dict[str, TargetAuth] = {}
+    for i, endpoint in enumerate(config.endpoints):
+        auth, auth_problems = build_target_auth(
+            endpoint.bearer_token, endpoint.bearer_token_file, endpoint.basic_auth, endpoint.tls
+        )
+        problems += [f"endpoints[{i}].{key}: {message}" for key, message in auth_problems]
+        target_auth[endpoint.name] = auth
+    try:
+        url = resolve(
+            SecretStr(config.storage_url) if config.storage_url else None, config.storage_url_file
+        )
+        config._database_url = url
+        password = _url_password(url)
+        if password:
+            logs.register_secret(password)
+    except CredentialError as exc:
+        problems.append(f"storage_url{'_file' if config.storage_url_file else ''}: {exc}")
     if config.scrape_timeout > config.scrape_interval:
         problems.append("scrape_timeout: must not be longer than scrape_interval")
     if config.window < 2 * config.scrape_interval:
         problems.append("window: must hold at least two scrape intervals")
     if problems:
         raise ConfigError(source, problems)
-    return Settings(config, prices, usd_per_hour)
+    return Settings(config, prices, usd_per_hour, target_auth)
+
+
+def _url_password(url: str | None) -> str | None:
+    if not url:
+        return None
+    try:
+        return urlsplit(url).password
+    except ValueError:
+        return None
 
 
 def _resolve_price(

@@ -16,37 +16,57 @@ import contextlib
 import logging
 import signal
 import time
-from collections import deque
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import aiohttp
 from aiohttp import web
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from prometheus_client import CollectorRegistry
 
-from spectax.config import Settings
-from spectax.metrics import SnapshotCollector, StoreStatus
-from spectax.monitor import CALIBRATION_POINTS, EndpointMonitor, EndpointSnapshot, PendingWrite
+from spectax.config import ConfigError, EndpointConfig, Settings, load_config
+from spectax.metrics import ReloadStatus, SnapshotCollector, StoreStatus
+from spectax.monitor import CALIBRATION_POINTS, EndpointMonitor, EndpointSnapshot
 from spectax.scrape import ScrapeError, fetch, metrics_url
 from spectax.store import Store, StoreError
+from spectax.store.queue import PendingWrite, WriteQueue
 from spectax.web import make_app
+from spectax.webconfig import WebConfigError, WebGuard, load_web_config
 from spectax.windows import Window
 
 log = logging.getLogger(__name__)
 SHUTDOWN_GRACE_SECONDS = 5.0
 RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)
+# Settings a reload cannot change (the socket, the store, the window grid): a restart can.
+RESTART_ONLY = ("listen", "state_directory", "database_url", "window", "store_queue_max_rows")
 
 
 class Daemon:
-    def __init__(self, settings: Settings):
+    def __init__(
+        self,
+        settings: Settings,
+        config_path: Path | None = None,
+        web_config_file: str | None = None,
+    ):
+        """`config_path` is re-read on reload (none: nothing to reload); `web_config_file`
+        (the `--web.config.file` flag) overrides the configuration's `web_config_file`."""
         self.settings = settings
         self.config = settings.config
+        self._config_path = config_path
+        self._web_config_flag = web_config_file
+        self.guard = WebGuard(load_web_config(self._web_config_file(settings)))
+        self.reload_status = ReloadStatus(True, time.time())
+        self._reload_lock = asyncio.Lock()
+        self._reload_tasks: set[asyncio.Task[None]] = set()
         self.monitors: dict[str, EndpointMonitor] = {}
         self.store: Store | None = None
-        self._writes: deque[PendingWrite] = deque()
+        state = Path(self.config.state_directory)
+        self._writes = WriteQueue(state / "spool.jsonl", self.config.store_queue_max_rows)
         self._write_wakeup = asyncio.Event()
         self._write_errors = 0
+        self._store_up = False
+        self._stop_requested = asyncio.Event()
         self._scheduler = AsyncIOScheduler(timezone=UTC)
         self._session: aiohttp.ClientSession | None = None
         self._runner: web.AppRunner | None = None
@@ -55,7 +75,9 @@ class Daemon:
         self._ready = False
         self.stopped = asyncio.Event()
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(SnapshotCollector(self.snapshots, self.store_status))
+        self.registry.register(
+            SnapshotCollector(self.snapshots, self.store_status, lambda: self.reload_status)
+        )
 
     # ------------------------------------------------------------ read side
 
@@ -64,7 +86,9 @@ class Daemon:
 
     def store_status(self) -> StoreStatus:
         return StoreStatus(
-            pending_windows=sum(len(w.rows) for w in self._writes), write_errors=self._write_errors
+            pending_windows=self._writes.pending_rows,
+            write_errors=self._write_errors,
+            up=self._store_up,
         )
 
     @property
@@ -73,27 +97,67 @@ class Daemon:
         host, port = (
             (site[0], site[1]) if site else (self.config.listen_host, self.config.listen_port)
         )
-        return f"http://{host}:{port}"
+        return f"{'https' if self.guard.tls else 'http'}://{host}:{port}"
 
     # ------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        self.store = await Store.open(self.config.database_url)
+        """Serve /metrics at once; scrape once the store has given back where we were.
+
+        Until the database answers, spectax waits (and says so): the cursors
+        in the store mean no traffic is lost by waiting, and the spool left by
+        an earlier run must reach the database before new windows do.
+        """
+        app = make_app(
+            self.registry,
+            lambda: self._ready,
+            self._endpoint_states,
+            reload=self.reload if self._config_path is not None else None,
+            middlewares=[self.guard.middleware],
+        )
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(
+            self._runner,
+            self.config.listen_host,
+            self.config.listen_port,
+            ssl_context=self.guard.server_ssl,
+        )
+        await site.start()
+        self.store = await self._open_store()
+        if self.store is None:
+            return  # asked to stop while waiting
+        await self._drain(timeout=None)
         await self._restore()
         timeout = aiohttp.ClientTimeout(total=None)
         connector = aiohttp.TCPConnector(limit=256, limit_per_host=2)
         self._session = aiohttp.ClientSession(timeout=timeout, connector=connector)
         self._writer = asyncio.create_task(self._write_loop(), name="store-writer")
-        app = make_app(self.registry, lambda: self._ready, self._endpoint_states)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.config.listen_host, self.config.listen_port)
-        await site.start()
         self._schedule()
         self._ready = True
         log.info(
             "spectax listening on %s, watching %d endpoint(s)", self.listen_url, len(self.monitors)
         )
+
+    async def _open_store(self) -> Store | None:
+        """Connect, retrying while the database is unreachable; a schema mismatch is fatal."""
+        attempt = 0
+        while not self._stop_requested.is_set():
+            try:
+                store = await Store.open(self.config.database_url)
+            except StoreError as exc:
+                if attempt == 0:
+                    log.error("store: %s; retrying until it answers", exc)
+                attempt += 1
+                delay = RETRY_SECONDS[min(attempt, len(RETRY_SECONDS)) - 1]
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop_requested.wait(), delay)
+                continue
+            if attempt:
+                log.info("store: connected after %d failed attempt(s)", attempt)
+            self._store_up = True
+            return store
+        return None
 
     async def stop(self) -> None:
         """Graceful stop: no new scrapes, running ones finish or are cancelled, windows flushed."""
@@ -114,7 +178,9 @@ class Daemon:
             write = monitor.flush()
             if write is not None:
                 self._writes.append(write)
-        await self._drain(SHUTDOWN_GRACE_SECONDS)
+        if self.store is not None:
+            await self._drain(SHUTDOWN_GRACE_SECONDS)
+        self._writes.spill_all()  # what the database did not take waits on disk
         if self._runner is not None:
             await self._runner.cleanup()
         if self._session is not None:
@@ -122,20 +188,112 @@ class Daemon:
         if self.store is not None:
             await self.store.close()
         if self._writes:
-            log.error("spectax stopped with %d window write(s) not stored", len(self._writes))
+            log.error(
+                "spectax stopped with %d window row(s) not yet stored; they wait in %s",
+                self._writes.pending_rows,
+                self._writes.spool_path,
+            )
         self.stopped.set()
 
     async def run_until_signalled(self) -> None:
         loop = asyncio.get_running_loop()
-        stop = asyncio.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, stop.set)
-        await self.start()
+            loop.add_signal_handler(signum, self._stop_requested.set)
+        loop.add_signal_handler(signal.SIGHUP, self._reload_on_signal)
         try:
-            await stop.wait()
+            await self.start()
+            await self._stop_requested.wait()
         finally:
             log.info("spectax stopping")
             await self.stop()
+
+    # ------------------------------------------------------------ reload
+
+    def _web_config_file(self, settings: Settings) -> str | None:
+        return self._web_config_flag or settings.config.web_config_file
+
+    def _reload_on_signal(self) -> None:
+        task = asyncio.create_task(self._reload_quietly(), name="reload")
+        self._reload_tasks.add(task)
+        task.add_done_callback(self._reload_tasks.discard)
+
+    async def _reload_quietly(self) -> None:
+        with contextlib.suppress(ConfigError, WebConfigError):
+            await self.reload()  # a failure is logged and shown by the gauges
+
+    async def reload(self) -> None:
+        """Re-read the configuration and the web config, validate both, then swap them in.
+
+        A bad file changes nothing (the old configuration keeps running), sets
+        `spectax_config_last_reload_successful` to 0, logs the reason and raises
+        ConfigError or WebConfigError. A good one keeps the monitors (and their state)
+        of unchanged endpoints, flushes the open window of removed or changed ones to the
+        store, starts the new ones where the store left them, and reschedules the scrapes.
+        """
+        if self._config_path is None:
+            log.info("reload: no configuration file (built-in defaults); nothing to reload")
+            return
+        async with self._reload_lock:
+            try:
+                if not self._ready:
+                    raise ConfigError(str(self._config_path), ["spectax is still starting"])
+                settings = load_config(self._config_path)
+                web_config = load_web_config(self._web_config_file(settings))
+                fixed = [
+                    key
+                    for key in RESTART_ONLY
+                    if getattr(settings.config, key, None) != getattr(self.config, key, None)
+                ]
+                if fixed:
+                    raise ConfigError(
+                        str(self._config_path),
+                        [f"{key}: changing it takes a restart of spectax" for key in fixed],
+                    )
+                self.guard.replace(web_config)
+            except (ConfigError, WebConfigError) as exc:
+                self.reload_status = ReloadStatus(False, self.reload_status.success_timestamp)
+                log.error("reload failed, the running configuration stays in force: %s", exc)
+                raise
+            await self._apply(settings)
+            self.reload_status = ReloadStatus(True, time.time())
+
+    async def _apply(self, settings: Settings) -> None:
+        old = self.monitors
+        wanted = {e.name: e for e in settings.config.endpoints}
+        kept = {
+            name
+            for name, endpoint in wanted.items()
+            if name in old
+            and old[name].config == endpoint
+            and old[name].usd_per_hour == settings.usd_per_hour.get(name)
+        }
+        for name in old:
+            with contextlib.suppress(Exception):
+                self._scheduler.remove_job(f"scrape:{name}")
+        gone = [old[name] for name in old if name not in kept]
+        for monitor in gone:  # their scrapes still in flight are discarded (see _scrape)
+            self._enqueue(monitor.flush())
+        self.settings, self.config = settings, settings.config
+        if any(name in old for name in wanted if name not in kept):
+            await self._settle(SHUTDOWN_GRACE_SECONDS)  # changed ones resume from the store
+        monitors: dict[str, EndpointMonitor] = {}
+        for name, endpoint in wanted.items():
+            monitors[name] = old[name] if name in kept else await self._new_monitor(endpoint)
+        self.monitors = monitors
+        self._add_scrape_jobs()
+        log.info(
+            "configuration reloaded: %d endpoint(s) kept, %d started, %d stopped",
+            len(kept),
+            len(wanted) - len(kept),
+            len(gone),
+        )
+
+    async def _settle(self, timeout: float) -> None:
+        """Wait (bounded) until the writer has stored what is queued."""
+        self._write_wakeup.set()
+        deadline = time.monotonic() + timeout
+        while self._writes and time.monotonic() < deadline:  # noqa: ASYNC110 (no event for it)
+            await asyncio.sleep(0.02)
 
     # ------------------------------------------------------------ scraping
 
@@ -144,7 +302,9 @@ class Daemon:
         assert task is not None
         self._in_flight.add(task)
         try:
-            await self._scrape(self.monitors[name])
+            monitor = self.monitors.get(name)
+            if monitor is not None:  # None: removed by a reload
+                await self._scrape(monitor)
         finally:
             self._in_flight.discard(task)
 
@@ -157,14 +317,32 @@ class Daemon:
                 metrics_url(monitor.config.url),
                 self.config.scrape_timeout,
                 self.config.max_body_bytes,
+                self.settings.target_auth.get(monitor.config.name),
             )
         except ScrapeError as exc:
+            if self.monitors.get(monitor.config.name) is not monitor:
+                return  # removed or replaced by a reload while in flight
             monitor.observe_failure(exc, time.monotonic() - started)
             self._enqueue(monitor.close_due(time.time()))
             return
+        if self.monitors.get(monitor.config.name) is not monitor:
+            return  # removed or replaced by a reload while in flight
         self._enqueue(monitor.observe_page(time.time(), text, time.monotonic() - started))
 
     def _schedule(self) -> None:
+        self._add_scrape_jobs()
+        self._scheduler.add_job(
+            self.maintain_store,
+            "interval",
+            seconds=self.config.rollup_interval,
+            id="store:rollup",
+            max_instances=1,
+            coalesce=True,
+        )
+        self._scheduler.start()
+
+    def _add_scrape_jobs(self) -> None:
+        """One job per endpoint, each at its own offset within the interval."""
         interval = self.config.scrape_interval
         now = datetime.now(UTC)
         count = max(len(self.monitors), 1)
@@ -180,7 +358,19 @@ class Daemon:
                 coalesce=True,
                 misfire_grace_time=max(1, int(interval / 2)),
             )
-        self._scheduler.start()
+
+    async def maintain_store(self) -> None:
+        """Roll windows into hours and days, then apply retention."""
+        assert self.store is not None
+        retention = self.config.retention
+        try:
+            await self.store.rollup()
+            await self.store.apply_retention(
+                datetime.now(UTC),
+                {"window": retention.windows, "hour": retention.hourly, "day": retention.daily},
+            )
+        except StoreError as exc:
+            log.warning("store: rollup postponed: %s", exc)
 
     def _endpoint_states(self) -> list[tuple[str, bool, str]]:
         return [(n, m.snapshot.up, m.snapshot.last_error or "") for n, m in self.monitors.items()]
@@ -190,23 +380,27 @@ class Daemon:
     async def _restore(self) -> None:
         assert self.store is not None
         for endpoint in self.config.endpoints:
-            restored = await self.store.restore(
-                endpoint.name, self.config.window, CALIBRATION_POINTS
+            self.monitors[endpoint.name] = await self._new_monitor(endpoint)
+
+    async def _new_monitor(self, endpoint: EndpointConfig) -> EndpointMonitor:
+        """A monitor for `endpoint`, resumed from what the store holds of it."""
+        assert self.store is not None
+        restored = await self.store.restore(endpoint.name, self.config.window, CALIBRATION_POINTS)
+        monitor = EndpointMonitor(
+            endpoint,
+            self.settings.usd_per_hour.get(endpoint.name),
+            self.config.window,
+            restored,
+            control_window=self._window_of(endpoint.control) if endpoint.control else None,
+        )
+        if restored.cursor is not None:
+            resumed = datetime.fromtimestamp(restored.cursor[0], UTC)
+            log.info(
+                "endpoint %s: resuming from %s",
+                endpoint.name,
+                resumed.isoformat(timespec="seconds"),
             )
-            self.monitors[endpoint.name] = EndpointMonitor(
-                endpoint,
-                self.settings.usd_per_hour.get(endpoint.name),
-                self.config.window,
-                restored,
-                control_window=self._window_of(endpoint.control) if endpoint.control else None,
-            )
-            if restored.cursor is not None:
-                resumed = datetime.fromtimestamp(restored.cursor[0], UTC)
-                log.info(
-                    "endpoint %s: resuming from %s",
-                    endpoint.name,
-                    resumed.isoformat(timespec="seconds"),
-                )
+        return monitor
 
     def _window_of(self, name: str) -> Callable[[], Window | None]:
         """The control endpoint's current sliding window, looked up when needed."""
@@ -225,13 +419,15 @@ class Daemon:
             while self._writes:
                 try:
                     await self._write_one()
+                    self._store_up = True
                 except StoreError as exc:
                     self._write_errors += 1
+                    self._store_up = False
                     if failures == 0:
                         log.error(
                             "store: %s; %d write(s) held in memory, retrying",
                             exc,
-                            len(self._writes),
+                            self._writes.pending_rows,
                         )
                     failures += 1
                     await asyncio.sleep(RETRY_SECONDS[min(failures, len(RETRY_SECONDS)) - 1])
@@ -242,16 +438,24 @@ class Daemon:
 
     async def _write_one(self) -> None:
         assert self.store is not None
-        write = self._writes[0]
-        await self.store.save(write.endpoint, write.rows, write.cursor)
-        self._writes.popleft()
+        write = self._writes.peek()
+        if write is not None:
+            await self.store.save(write.endpoint, write.rows, write.cursor)
+            self._writes.pop()
 
-    async def _drain(self, timeout: float) -> None:
-        """Write what is queued, giving up after `timeout` (the log then says what was lost)."""
-        deadline = time.monotonic() + timeout
-        while self._writes and time.monotonic() < deadline:
+    async def _drain(self, timeout: float | None) -> None:
+        """Write what is queued (the spool first), retrying; give up after `timeout` seconds
+        (what is left is then spooled to disk by `stop`), or never when it is None."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        failures = 0
+        while self._writes and (deadline is None or time.monotonic() < deadline):
+            if self._stop_requested.is_set() and deadline is None:
+                return
             try:
                 await self._write_one()
             except StoreError as exc:
-                log.error("store: %s", exc)
+                self._write_errors += 1
+                if failures == 0:
+                    log.error("store: %s; retrying", exc)
+                failures += 1
                 await asyncio.sleep(0.5)

@@ -15,6 +15,7 @@ from typing import Any
 
 from spectax.config import Settings, validate
 from spectax.daemon import Daemon
+from spectax.scrape import redact
 from spectax.simulate import DEMO_PROFILES, SimProfile, start_simulated_servers
 
 # Without a configuration file the demo scrapes faster, so figures appear within seconds.
@@ -88,6 +89,11 @@ async def run_demo(base: Settings) -> None:
             await daemon.stop()
 
 
+def _where(url: str) -> str:
+    """The SQLite file, or the database URL without its password."""
+    return url.split(":///", 1)[-1] if url.startswith("sqlite") else redact(url)
+
+
 def _print_guide(daemon: Daemon, urls: Any) -> None:
     config = daemon.config
     lines = [
@@ -95,7 +101,7 @@ def _print_guide(daemon: Daemon, urls: Any) -> None:
         "spectax demo: three simulated vLLM servers, watched by spectax.",
         *(f"  simulated {name:<15} {url}/metrics" for name, url in urls.items()),
         f"  spectax gauges           {daemon.listen_url}/metrics",
-        f"  history (SQLite)         {config.database_url.split(':///', 1)[-1]}",
+        f"  history                  {_where(config.database_url)}",
         f"First figures after two scrapes ({2 * config.scrape_interval:g} s); try:",
         f"  curl -s {daemon.listen_url}/metrics | grep -E 'spectax_(speedup|acceptance)_ratio'",
         "Stop with Ctrl-C.",

@@ -31,6 +31,15 @@ PROVISIONED_NOTE = (
 class StoreStatus:
     pending_windows: int
     write_errors: int
+    up: bool = True
+
+
+@dataclass(frozen=True)
+class ReloadStatus:
+    """The outcome of the last configuration (re)load, like Prometheus' own gauges."""
+
+    successful: bool = True
+    success_timestamp: float | None = None
 
 
 @dataclass(frozen=True)
@@ -215,6 +224,17 @@ FAMILIES: dict[str, Family] = {
             "Window rows closed but not yet written to the store (held while it is unreachable).",
         ),
         _f("spectax_store_write_errors_total", "counter", "Failed attempts to write to the store."),
+        _f("spectax_store_up", "gauge", "1 when the last attempt to reach the store succeeded."),
+        _f(
+            "spectax_config_last_reload_successful",
+            "gauge",
+            "1 when the last configuration reload (SIGHUP or POST /-/reload) succeeded.",
+        ),
+        _f(
+            "spectax_config_last_reload_success_timestamp_seconds",
+            "gauge",
+            "Unix time of the last successful configuration load (start-up or reload).",
+        ),
         _f(
             "spectax_output_tokens_total",
             "counter",
@@ -247,9 +267,11 @@ class SnapshotCollector(Collector):
         self,
         snapshots: Callable[[], Mapping[str, EndpointSnapshot]],
         store_status: Callable[[], StoreStatus],
+        reload_status: Callable[[], ReloadStatus] | None = None,
     ):
         self._snapshots = snapshots
         self._store_status = store_status
+        self._reload_status = reload_status
 
     def describe(self) -> list[Metric]:
         return []  # unchecked collector: families depend on the snapshot
@@ -265,6 +287,15 @@ class SnapshotCollector(Collector):
         store = self._store_status()
         put("spectax_store_pending_windows", (), float(store.pending_windows))
         put("spectax_store_write_errors_total", (), float(store.write_errors))
+        put("spectax_store_up", (), float(store.up))
+        if self._reload_status is not None:
+            reload = self._reload_status()
+            put("spectax_config_last_reload_successful", (), float(reload.successful))
+            put(
+                "spectax_config_last_reload_success_timestamp_seconds",
+                (),
+                reload.success_timestamp,
+            )
         for name, snap in sorted(self._snapshots().items()):
             _endpoint(put, name, snap)
             for model, assessment in sorted(snap.assessments.items()):

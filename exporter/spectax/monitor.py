@@ -21,6 +21,7 @@ from spectax.config import EndpointConfig
 from spectax.engines import get_parser
 from spectax.engines.base import EngineSample, ParseError
 from spectax.scrape import ScrapeError
+from spectax.store.queue import PendingWrite
 from spectax.store.repository import Restored, window_rows
 from spectax.windows import (
     AlignedWindows,
@@ -61,15 +62,6 @@ class EndpointSnapshot:
     @property
     def ridge_source(self) -> str:
         return "calibrated" if self.ridge_fit is not None else "configured"
-
-
-@dataclass(frozen=True, slots=True)
-class PendingWrite:
-    """Windows closed by a scrape, and the cursor that goes with them, for the store."""
-
-    endpoint: str
-    rows: list[dict[str, Any]]
-    cursor: tuple[float, EngineSample] | None
 
 
 ControlLookup = Callable[[], Window | None]

@@ -8,10 +8,13 @@ a metric label, and a message that never includes credentials.
 from __future__ import annotations
 
 import asyncio
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
+
+if TYPE_CHECKING:
+    from spectax.credentials import TargetAuth
 
 Reason = Literal["timeout", "connection", "http_status", "too_large", "parse", "decode"]
 REASONS: tuple[Reason, ...] = (
@@ -48,11 +51,26 @@ def redact(url: str) -> str:
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
-async def fetch(session: aiohttp.ClientSession, url: str, timeout: float, max_bytes: int) -> str:
-    """GET the page and return its text, or raise ScrapeError."""
+async def fetch(
+    session: aiohttp.ClientSession,
+    url: str,
+    timeout: float,
+    max_bytes: int,
+    auth: TargetAuth | None = None,
+) -> str:
+    """GET the page and return its text, or raise ScrapeError.
+
+    `auth` adds the endpoint's Authorization header and TLS context. The timeout covers
+    the whole exchange (connect, headers and every byte of the body), so a target that
+    trickles its answer cannot hold a scrape past it.
+    """
+    headers = {"Accept": ACCEPT}
+    if auth is not None:
+        headers.update(auth.headers)
+    ssl = auth.ssl if auth is not None and auth.ssl is not None else True
     try:
         async with asyncio.timeout(timeout):
-            async with session.get(url, headers={"Accept": ACCEPT}) as response:
+            async with session.get(url, headers=headers, ssl=ssl) as response:
                 if response.status != 200:
                     raise ScrapeError("http_status", f"HTTP {response.status} from {redact(url)}")
                 if response.content_length is not None and response.content_length > max_bytes:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import html
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
@@ -15,18 +16,26 @@ REGISTRY_KEY = web.AppKey("registry", CollectorRegistry)
 EndpointStates = Callable[[], list[tuple[str, bool, str]]]
 READY_KEY: web.AppKey[Callable[[], bool]] = web.AppKey("ready")
 ENDPOINTS_KEY: web.AppKey[EndpointStates] = web.AppKey("endpoints")
+Reload = Callable[[], Awaitable[None]]
+RELOAD_KEY: web.AppKey[Reload | None] = web.AppKey("reload")
 
 
 def make_app(
     registry: CollectorRegistry,
     ready: Callable[[], bool],
     endpoints: Callable[[], list[tuple[str, bool, str]]],
+    reload: Reload | None = None,
+    middlewares: Sequence[Middleware] = (),
 ) -> web.Application:
-    """`endpoints()` gives (name, up, last error or "") for the landing page."""
-    app = web.Application()
+    """`endpoints()` gives (name, up, last error or "") for the landing page; `reload()`
+    re-reads the configuration (`POST /-/reload`), raising ValueError when it is bad;
+    `middlewares` are the web config's (basic auth, headers)."""
+    app = web.Application(middlewares=list(middlewares))
     app[REGISTRY_KEY] = registry
     app[READY_KEY] = ready
     app[ENDPOINTS_KEY] = endpoints
+    app[RELOAD_KEY] = reload
+    app.router.add_post("/-/reload", reload_handler)
     app.router.add_get("/", landing)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/-/healthy", healthy)
@@ -38,6 +47,18 @@ async def metrics(request: web.Request) -> web.Response:
     encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
     body = encoder(request.app[REGISTRY_KEY])
     return web.Response(body=body, headers={"Content-Type": content_type})
+
+
+async def reload_handler(request: web.Request) -> web.Response:
+    """Like Prometheus: 200 when the new configuration is in force, 500 with the reason."""
+    reload = request.app[RELOAD_KEY]
+    if reload is None:
+        return web.Response(status=404, text="spectax has no configuration file to reload.\n")
+    try:
+        await reload()
+    except ValueError as exc:
+        return web.Response(status=500, text=f"failed to reload config: {exc}\n")
+    return web.Response(text="spectax reloaded its configuration.\n")
 
 
 async def healthy(request: web.Request) -> web.Response:

@@ -58,18 +58,11 @@ class Base(DeclarativeBase):
     pass
 
 
-class WindowRow(Base):
-    """One closed (or, after a graceful stop, partial) window of one endpoint and model.
+class Sums:
+    """Columns that add up: a window's counter deltas and money, or a rollup's sums of them.
 
-    Keyed by (endpoint, model, start): writing the same window again replaces
-    it, so retries and restarts never count it twice. Window-level figures
-    (seconds, busy_seconds, restarts) repeat on each model's row; money is
-    split between models by output tokens. Spend includes serverless
-    cold-start cost, which cold_start_usd also shows on its own.
+    Ratios are never stored here; they are recomputed from these sums.
     """
-
-    __tablename__ = "windows"
-    __table_args__ = (UniqueConstraint("endpoint", "model", "start", name="uq_window"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     endpoint: Mapped[str] = mapped_column(String(64))
@@ -97,16 +90,63 @@ class WindowRow(Base):
     busy_spend_usd: Mapped[Decimal | None] = mapped_column(Money)
     cold_start_usd: Mapped[Decimal | None] = mapped_column(Money)
     draft_load_usd: Mapped[Decimal | None] = mapped_column(Money)
+    speculation_savings_usd: Mapped[float | None] = mapped_column(Float)
+    draft_cost_ratio: Mapped[float | None] = mapped_column(Float)
+    ridge_batch_requests: Mapped[float] = mapped_column(Float)
+
+
+class WindowRow(Sums, Base):
+    """One closed (or, after a graceful stop, partial) window of one endpoint and model.
+
+    Keyed by (endpoint, model, start): writing the same window again replaces
+    it, so retries and restarts never count it twice. Window-level figures
+    (seconds, busy_seconds, restarts) repeat on each model's row; money is
+    split between models by output tokens. Spend includes serverless
+    cold-start cost, which cold_start_usd also shows on its own.
+    """
+
+    __tablename__ = "windows"
+    __table_args__ = (UniqueConstraint("endpoint", "model", "start", name="uq_window"),)
+
     # The assessment of this window, as computed when it was written.
     concurrency_requests: Mapped[float] = mapped_column(Float)
     acceptance_ratio: Mapped[float | None] = mapped_column(Float)
     breakeven_acceptance_ratio: Mapped[float | None] = mapped_column(Float)
     speedup_ratio: Mapped[float | None] = mapped_column(Float)
-    ridge_batch_requests: Mapped[float] = mapped_column(Float)
     ridge_batch_source: Mapped[str] = mapped_column(String(16), default="configured")
-    draft_cost_ratio: Mapped[float | None] = mapped_column(Float)
-    speculation_savings_usd: Mapped[float | None] = mapped_column(Float)
     verdict: Mapped[str] = mapped_column(String(16))
+
+
+class HourlyRow(Sums, Base):
+    """Windows summed per endpoint, model and hour. `windows` counts the windows summed;
+    draft_cost_ratio and ridge_batch_requests are the last window's (parameters, not sums)."""
+
+    __tablename__ = "rollup_hourly"
+    __table_args__ = (UniqueConstraint("endpoint", "model", "start", name="uq_rollup_hourly"),)
+
+    windows: Mapped[int] = mapped_column(Integer)
+
+
+class DailyRow(Sums, Base):
+    """Hourly rows summed per endpoint, model and UTC day."""
+
+    __tablename__ = "rollup_daily"
+    __table_args__ = (UniqueConstraint("endpoint", "model", "start", name="uq_rollup_daily"),)
+
+    windows: Mapped[int] = mapped_column(Integer)
+
+
+class RollupDue(Base):
+    """A period whose rollup must be (re)computed: marked in the same transaction as the
+    rows that changed it. `version` grows with every mark, so a rollup that read an older
+    version does not clear a mark made while it ran."""
+
+    __tablename__ = "rollup_due"
+
+    granularity: Mapped[str] = mapped_column(String(8), primary_key=True)
+    endpoint: Mapped[str] = mapped_column(String(64), primary_key=True)
+    start: Mapped[datetime] = mapped_column(UtcDateTime, primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, default=1)
 
 
 class Cursor(Base):

@@ -5,19 +5,26 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, delete, func, literal_column, select
+from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
 
 from spectax.economics import Assessment
 from spectax.engines.base import EngineSample, Histogram, ModelSample
-from spectax.store.models import Base, Cursor, WindowRow
+from spectax.store import rollups, schema
+from spectax.store.models import Cursor, HourlyRow, RollupDue, Sums, WindowRow
 from spectax.windows import Counts, Window
 
 
@@ -32,13 +39,6 @@ class Restored:
     recent_windows: tuple[Window, ...] = ()
 
 
-_UPDATABLE = [
-    c.name
-    for c in WindowRow.__table__.columns
-    if c.name not in ("id", "endpoint", "model", "start")
-]
-
-
 class StoreError(RuntimeError):
     """The database could not be reached or refused a write. The message never holds the URL."""
 
@@ -49,8 +49,12 @@ class Store:
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
 
     @classmethod
-    async def open(cls, url: str) -> Store:
-        """Connect and create the tables that are missing."""
+    async def open(cls, url: str, migrate: bool = False) -> Store:
+        """Connect and check the schema: an empty database gets the current one.
+
+        With `migrate`, an older schema is upgraded (`spectax db upgrade`);
+        otherwise it raises SchemaMismatch saying what to run.
+        """
         if url.startswith("sqlite") and ":///" in url:
             path = url.split(":///", 1)[1]
             if path and path != ":memory:":
@@ -58,11 +62,18 @@ class Store:
         engine = create_async_engine(url, pool_pre_ping=True)
         try:
             async with engine.begin() as conn:
-                await conn.run_sync(Base.metadata.create_all)
+                await conn.run_sync(schema.upgrade if migrate else schema.ensure_current)
         except (SQLAlchemyError, OSError) as exc:
             await engine.dispose()
             raise StoreError(f"cannot open the store ({_backend(url)}): {_reason(exc)}") from None
+        except schema.SchemaMismatch:
+            await engine.dispose()
+            raise
         return cls(engine)
+
+    @property
+    def backend(self) -> str:
+        return self._engine.dialect.name
 
     async def close(self) -> None:
         await self._engine.dispose()
@@ -73,26 +84,157 @@ class Store:
         rows: Sequence[dict[str, Any]],
         cursor: tuple[float, EngineSample] | None,
     ) -> None:
-        """Upsert window rows and move the cursor, in one transaction."""
+        """Upsert window rows, mark their hours for rollup, move the cursor: one transaction."""
         try:
             async with self._sessions.begin() as session:
                 if rows:
-                    insert = _insert_for(self._engine.dialect.name)
-                    statement = insert(WindowRow).values(list(rows))
-                    statement = statement.on_conflict_do_update(
-                        index_elements=["endpoint", "model", "start"],
-                        set_={name: statement.excluded[name] for name in _UPDATABLE},
+                    # A window only grows (a partial one resumed after a restart): never let
+                    # a replayed, older version replace a newer one.
+                    await self._upsert(
+                        session, WindowRow, rows, only_if=WindowRow.seconds <= _excluded("seconds")
                     )
-                    await session.execute(statement)
+                    hours = {rollups.period_start(row["start"], "hour") for row in rows}
+                    await self._mark_due(session, "hour", endpoint, hours)
                 if cursor is not None:
+                    # The cursor only moves forward, so replaying an old write is harmless.
                     observed_at, sample = cursor
-                    await session.merge(
-                        Cursor(
-                            endpoint=endpoint, observed_at=observed_at, sample=encode_sample(sample)
+                    insert = _insert_for(self._engine.dialect.name)
+                    values = {"endpoint": endpoint, "observed_at": observed_at}
+                    statement = insert(Cursor).values(**values, sample=encode_sample(sample))
+                    await session.execute(
+                        statement.on_conflict_do_update(
+                            index_elements=["endpoint"],
+                            set_={
+                                "observed_at": statement.excluded.observed_at,
+                                "sample": statement.excluded.sample,
+                            },
+                            where=Cursor.observed_at < statement.excluded.observed_at,
                         )
                     )
         except (SQLAlchemyError, OSError) as exc:
             raise StoreError(f"cannot write windows of {endpoint}: {_reason(exc)}") from None
+
+    async def _upsert(
+        self,
+        session: AsyncSession,
+        table: type[Sums],
+        rows: Sequence[dict[str, Any]],
+        only_if: ColumnElement[bool] | None = None,
+    ) -> None:
+        insert = _insert_for(self._engine.dialect.name)
+        statement = insert(table).values(list(rows))
+        key = ("id", "endpoint", "model", "start")
+        columns = sa_inspect(table).columns
+        updatable = [c.name for c in columns if c.name not in key]
+        statement = statement.on_conflict_do_update(
+            index_elements=["endpoint", "model", "start"],
+            set_={name: statement.excluded[name] for name in updatable},
+            where=only_if,
+        )
+        await session.execute(statement)
+
+    async def _mark_due(
+        self, session: AsyncSession, granularity: str, endpoint: str, starts: Iterable[datetime]
+    ) -> None:
+        insert = _insert_for(self._engine.dialect.name)
+        for start in sorted(starts):
+            statement = insert(RollupDue).values(
+                granularity=granularity, endpoint=endpoint, start=start, version=1
+            )
+            await session.execute(
+                statement.on_conflict_do_update(
+                    index_elements=["granularity", "endpoint", "start"],
+                    set_={"version": RollupDue.version + 1},
+                )
+            )
+
+    async def rollup(self) -> int:
+        """Recompute every hour, then every day, marked as due. Returns the periods rolled.
+
+        Idempotent and resumable: each period is recomputed whole from its
+        source rows and replaces its rows, in the transaction that clears its
+        mark, and only if no write re-marked it meanwhile.
+        """
+        done = 0
+        for granularity, source in (("hour", WindowRow), ("day", HourlyRow)):
+            async with self._sessions() as session:
+                query = select(RollupDue).where(RollupDue.granularity == granularity)
+                due = list((await session.scalars(query)).all())
+            for mark in due:
+                await self._roll(mark.endpoint, mark.start, mark.version, granularity, source)
+                done += 1
+        return done
+
+    async def _roll(
+        self, endpoint: str, marked: datetime, version: int, granularity: str, source: type[Sums]
+    ) -> None:
+        start = rollups.period_start(marked, granularity)
+        end = start + rollups.PERIOD[granularity]
+        table = rollups.TABLES[granularity]
+        async with self._sessions.begin() as session:
+            query = select(source).where(
+                source.endpoint == endpoint, source.start >= start, source.start < end
+            )
+            rows = list((await session.scalars(query)).all())
+            await session.execute(
+                delete(table).where(table.endpoint == endpoint, table.start == start)
+            )
+            summed = rollups.rollup_rows(endpoint, start, granularity, rows)
+            if summed:
+                await self._upsert(session, table, summed)
+            if granularity == "hour":
+                await self._mark_due(session, "day", endpoint, [rollups.period_start(start, "day")])
+            await session.execute(
+                delete(RollupDue).where(
+                    RollupDue.granularity == granularity,
+                    RollupDue.endpoint == endpoint,
+                    RollupDue.start == marked,
+                    RollupDue.version == version,
+                )
+            )
+
+    async def apply_retention(self, now: datetime, keep: dict[str, float | None]) -> int:
+        """Delete rows older than their granularity's retention (seconds; None keeps forever),
+        but never rows whose rollup is still due. Returns the rows deleted."""
+        deleted = 0
+        async with self._sessions.begin() as session:
+            for granularity, seconds in keep.items():
+                if seconds is None:
+                    continue
+                table = rollups.TABLES[granularity]
+                horizon = now - timedelta(seconds=seconds)
+                rolled_into = "hour" if granularity == "window" else "day"
+                oldest_due = (
+                    await session.execute(
+                        select(func.min(RollupDue.start)).where(
+                            RollupDue.granularity == rolled_into
+                        )
+                    )
+                ).scalar()
+                if oldest_due is not None:
+                    horizon = min(horizon, rollups.period_start(oldest_due, rolled_into))
+                result = await session.execute(delete(table).where(table.start < horizon))
+                deleted += getattr(result, "rowcount", 0) or 0
+        return deleted
+
+    async def rows(
+        self,
+        granularity: str,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        endpoints: Sequence[str] | None = None,
+    ) -> list[Sums]:
+        """Stored rows of one granularity (window, hour, day), oldest first."""
+        table = rollups.TABLES[granularity]
+        query = select(table).order_by(table.start, table.endpoint, table.model)
+        if since is not None:
+            query = query.where(table.start >= since)
+        if until is not None:
+            query = query.where(table.start < until)
+        if endpoints:
+            query = query.where(table.endpoint.in_(list(endpoints)))
+        async with self._sessions() as session:
+            return list((await session.scalars(query)).all())
 
     async def cursor(self, endpoint: str) -> tuple[float, EngineSample] | None:
         async with self._sessions() as session:
@@ -282,6 +424,11 @@ def decode_sample(text: str) -> EngineSample:
 
 def _sum(values: Iterable[Decimal | None]) -> Decimal:
     return sum((v or Decimal(0) for v in values), Decimal(0))
+
+
+def _excluded(column: str) -> ColumnElement[Any]:
+    """The value an upsert tried to insert (`excluded.column`, same on SQLite and PostgreSQL)."""
+    return literal_column(f"excluded.{column}")
 
 
 def _insert_for(dialect: str) -> Any:

@@ -1,0 +1,155 @@
+"""Closed windows on their way to the store: in memory up to a bound, then in a spool file.
+
+While the database is unreachable, writes wait here in order. Past
+`max_rows` rows in memory, the oldest writes move to a JSON-lines spool
+file in the state directory (written and fsynced before they leave memory),
+so a long outage costs disk, not memory, and nothing is dropped. The spool
+is always older than what is in memory; it is drained first.
+
+Replaying a write twice is harmless: window rows only ever grow (an upsert
+never replaces a window with one covering fewer seconds) and the cursor
+only moves forward. So a crash while draining the spool just replays it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import deque
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from spectax.engines.base import EngineSample
+from spectax.store.repository import decode_sample, encode_sample
+
+
+class PendingWrite:
+    """Rows of closed windows of one endpoint, and the cursor that goes with them."""
+
+    __slots__ = ("cursor", "endpoint", "rows")
+
+    def __init__(
+        self,
+        endpoint: str,
+        rows: list[dict[str, Any]],
+        cursor: tuple[float, EngineSample] | None,
+    ):
+        self.endpoint = endpoint
+        self.rows = rows
+        self.cursor = cursor
+
+    def to_json(self) -> str:
+        cursor = None
+        if self.cursor is not None:
+            cursor = [self.cursor[0], encode_sample(self.cursor[1])]
+        rows = [{k: _encode(v) for k, v in row.items()} for row in self.rows]
+        return json.dumps({"endpoint": self.endpoint, "rows": rows, "cursor": cursor})
+
+    @classmethod
+    def from_json(cls, line: str) -> PendingWrite:
+        data = json.loads(line)
+        cursor = None
+        if data["cursor"] is not None:
+            cursor = (float(data["cursor"][0]), decode_sample(data["cursor"][1]))
+        rows = [{k: _decode(k, v) for k, v in row.items()} for row in data["rows"]]
+        return cls(data["endpoint"], rows, cursor)
+
+
+class WriteQueue:
+    def __init__(self, spool_path: Path, max_rows: int = 10_000):
+        self.spool_path = spool_path
+        self.max_rows = max_rows
+        self._memory: deque[PendingWrite] = deque()
+        self._memory_rows = 0
+        self._spooled_rows = 0
+        self._spool_offset = 0  # bytes of the spool already written to the store
+        self._head: tuple[PendingWrite, int] | None = None  # next spool write and its end offset
+        if spool_path.exists() and spool_path.stat().st_size > 0:
+            self._spooled_rows = sum(len(w.rows) or 1 for w in self._read_spool())
+
+    @property
+    def pending_rows(self) -> int:
+        return self._memory_rows + self._spooled_rows
+
+    def __bool__(self) -> bool:
+        return bool(self._memory) or self._spool_has_more()
+
+    def append(self, write: PendingWrite) -> None:
+        self._memory.append(write)
+        self._memory_rows += len(write.rows) or 1
+        if self._memory_rows > self.max_rows:
+            self._spill()
+
+    def peek(self) -> PendingWrite | None:
+        """The oldest write: from the spool while it has any, then from memory."""
+        if self._spool_has_more():
+            if self._head is None:
+                with self.spool_path.open("rb") as spool:
+                    spool.seek(self._spool_offset)
+                    line = spool.readline()
+                self._head = (PendingWrite.from_json(line.decode()), self._spool_offset + len(line))
+            return self._head[0]
+        return self._memory[0] if self._memory else None
+
+    def pop(self) -> None:
+        """Forget the write `peek` returned: it is in the store."""
+        if self._head is not None:
+            write, self._spool_offset = self._head
+            self._head = None
+            self._spooled_rows -= len(write.rows) or 1
+            if not self._spool_has_more():
+                self.spool_path.unlink(missing_ok=True)
+                self._spool_offset = self._spooled_rows = 0
+            return
+        write = self._memory.popleft()
+        self._memory_rows -= len(write.rows) or 1
+
+    def spill_all(self) -> None:
+        """Move everything still in memory to the spool (at shutdown, with the store away)."""
+        if self._memory:
+            self._spill(keep_rows=0)
+
+    def _spool_has_more(self) -> bool:
+        try:
+            return self.spool_path.stat().st_size > self._spool_offset
+        except FileNotFoundError:
+            return False
+
+    def _spill(self, keep_rows: int | None = None) -> None:
+        """Move the oldest writes from memory to the end of the spool, durably."""
+        keep = self.max_rows // 2 if keep_rows is None else keep_rows
+        self.spool_path.parent.mkdir(parents=True, exist_ok=True)
+        moved = []
+        while self._memory and self._memory_rows > keep:
+            write = self._memory.popleft()
+            self._memory_rows -= len(write.rows) or 1
+            moved.append(write)
+        with self.spool_path.open("ab") as spool:
+            for write in moved:
+                spool.write(write.to_json().encode() + b"\n")
+            spool.flush()
+            os.fsync(spool.fileno())
+        self._spooled_rows += sum(len(w.rows) or 1 for w in moved)
+
+    def _read_spool(self) -> list[PendingWrite]:
+        with self.spool_path.open(encoding="utf-8") as spool:
+            return [PendingWrite.from_json(line) for line in spool if line.strip()]
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return {"datetime": value.isoformat()}
+    if isinstance(value, Decimal):
+        return {"decimal": str(value)}
+    return value
+
+
+def _decode(key: str, value: Any) -> Any:
+    if isinstance(value, dict):
+        if "datetime" in value:
+            return datetime.fromisoformat(value["datetime"])
+        if "decimal" in value:
+            return Decimal(value["decimal"])
+    return value

@@ -1,0 +1,231 @@
+"""Migrations, rollups, retention and export, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+import json
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from conftest import page
+from spectax.cli import main
+from spectax.config import validate
+from spectax.monitor import EndpointMonitor
+from spectax.store import Store
+from spectax.store.schema import SchemaMismatch, head_revision, upgrade
+
+PAGES = [
+    "spec_ngram_0_before_traffic.txt",
+    "spec_ngram_1_after_first_request.txt",
+    "spec_ngram_2_mid.txt",
+    "spec_ngram_3_after.txt",
+]
+T0 = datetime(2026, 11, 2, 22, 50, tzinfo=UTC).timestamp()  # windows cross an hour and a day
+
+
+def settings(url: str):
+    return validate(
+        {
+            "window": "5m",
+            "storage_url": url,
+            "endpoints": [
+                {
+                    "name": "ngram",
+                    "url": "http://127.0.0.1:1",
+                    "speculation": {"method": "ngram"},
+                    "price": {"usd_per_hour": 3.6},
+                }
+            ],
+        }
+    )
+
+
+async def fill(store: Store, url: str, minutes: int = 150) -> EndpointMonitor:
+    """Scrape the recorded pages every 30 s for `minutes`, cycling through a restart each time."""
+    s = settings(url)
+    monitor = EndpointMonitor(s.config.endpoints[0], s.usd_per_hour["ngram"], 300.0)
+    for i in range(minutes * 2):
+        write = monitor.observe_page(T0 + 30 * i, page(PAGES[i % len(PAGES)]), 0.01)
+        if write is not None:
+            await store.save(write.endpoint, write.rows, write.cursor)
+    return monitor
+
+
+def totals(rows, *names):
+    return {n: sum((getattr(r, n) or 0) for r in rows) for n in names}
+
+
+SUMMED = (
+    "output_tokens",
+    "prompt_tokens",
+    "drafts",
+    "draft_tokens",
+    "accepted_tokens",
+    "seconds",
+    "restarts",
+    "spend_usd",
+    "requests_finished",
+)
+
+
+async def test_rollups_equal_window_sums_and_ratios(database_url) -> None:
+    store = await Store.open(database_url)
+    try:
+        await fill(store, database_url)
+        rolled = await store.rollup()
+        assert rolled > 0
+        windows = await store.rows("window")
+        hours = await store.rows("hour")
+        days = await store.rows("day")
+        assert (
+            len({h.start for h in hours}) == 4 and len({d.start for d in days}) == 2
+        )  # 22:50..01:20
+        assert totals(hours, *SUMMED) == totals(windows, *SUMMED) == totals(days, *SUMMED)
+        assert isinstance(days[0].spend_usd, Decimal)
+        # per hour: the ratio from summed counters equals the ratio of that hour's window sums
+        for hour in hours:
+            inside = [w for w in windows if hour.start <= w.start < hour.end]
+            assert hour.windows == len(inside)
+            alpha = hour.accepted_tokens / hour.draft_tokens
+            assert alpha == pytest.approx(
+                sum(w.accepted_tokens for w in inside) / sum(w.draft_tokens for w in inside)
+            )
+            positions = json.loads(hour.accepted_per_position)
+            assert positions == [
+                sum(json.loads(w.accepted_per_position)[k] for w in inside) for k in range(4)
+            ]
+        # idempotent: rolling again changes nothing and finds nothing due
+        assert await store.rollup() == 0
+        assert totals(await store.rows("hour"), *SUMMED) == totals(hours, *SUMMED)
+    finally:
+        await store.close()
+
+
+async def test_a_late_window_re_rolls_its_hour(database_url) -> None:
+    store = await Store.open(database_url)
+    try:
+        monitor = await fill(store, database_url, minutes=20)
+        await store.rollup()
+        before = totals(await store.rows("day"), *SUMMED)
+        # the open window arrives late (say, flushed from the spool after an outage)
+        write = monitor.flush()
+        assert write is not None and write.rows
+        await store.save(write.endpoint, write.rows, write.cursor)
+        await store.rollup()
+        after = totals(await store.rows("day"), *SUMMED)
+        assert after["output_tokens"] == before["output_tokens"] + sum(
+            r["output_tokens"] for r in write.rows
+        )
+        assert after == totals(await store.rows("window"), *SUMMED)
+    finally:
+        await store.close()
+
+
+async def test_retention_keeps_what_is_not_rolled_up(database_url) -> None:
+    store = await Store.open(database_url)
+    try:
+        await fill(store, database_url, minutes=60)
+        now = datetime.fromtimestamp(T0, UTC) + timedelta(days=30)
+        keep = {"window": 86400.0, "hour": None, "day": None}
+        assert await store.apply_retention(now, keep) == 0  # nothing rolled up yet
+        await store.rollup()
+        windows = len(await store.rows("window"))
+        assert await store.apply_retention(now, keep) == windows
+        assert await store.rows("window") == []
+        assert totals(await store.rows("hour"), "output_tokens")["output_tokens"] > 0
+    finally:
+        await store.close()
+
+
+async def test_migration_from_the_first_schema_keeps_the_data(database_url) -> None:
+    engine = create_async_engine(database_url)
+    async with engine.begin() as conn:
+        await conn.run_sync(upgrade, "0001")
+        await conn.execute(
+            text(
+                'INSERT INTO windows (endpoint, model, start, "end", seconds, busy_seconds, '
+                "restarts, output_tokens, prompt_tokens, requests_finished, drafts, draft_tokens, "
+                "accepted_tokens, accepted_per_position, running_seconds, spend_usd, "
+                "busy_spend_usd, concurrency_requests, ridge_batch_requests, verdict) VALUES "
+                "('old', 'm', '2026-10-01 10:05:00+00:00', '2026-10-01 10:10:00+00:00', "
+                "300, 300, 0, 1000, 10, 4, 100, 400, 300, '[90, 80, 70, 60]', 300, "
+                "250000000, 250000000, 1, 32, 'pays')"
+            )
+        )
+    await engine.dispose()
+    with pytest.raises(SchemaMismatch, match=r"older than this spectax.*spectax db upgrade"):
+        await Store.open(database_url)
+    config = settings(database_url)
+    assert (
+        await asyncio.to_thread(main, ["db", "upgrade", "--config", str(_write_config(config))])
+        == 0
+    )
+    store = await Store.open(database_url)
+    try:
+        [row] = await store.rows("window")
+        assert row.output_tokens == 1000 and row.spend_usd == Decimal("0.25")
+        assert row.ridge_batch_source == "configured" and row.cold_start_usd is None
+        await store.rollup()  # the migration marked old windows for rollup
+        [hour] = await store.rows("hour")
+        assert hour.output_tokens == 1000 and hour.start == datetime(2026, 10, 1, 10, tzinfo=UTC)
+    finally:
+        await store.close()
+
+
+async def test_a_newer_schema_is_refused(database_url) -> None:
+    store = await Store.open(database_url)
+    await store.close()
+    engine = create_async_engine(database_url)
+    async with engine.begin() as conn:
+        await conn.execute(text("UPDATE alembic_version SET version_num = '9999'"))
+    await engine.dispose()
+    with pytest.raises(SchemaMismatch, match="written by a newer spectax"):
+        await Store.open(database_url)
+    assert head_revision() != "9999"
+
+
+async def test_export_as_csv_and_json(database_url, capsys, tmp_path) -> None:
+    store = await Store.open(database_url)
+    try:
+        await fill(store, database_url, minutes=70)
+        windows = await store.rows("window")
+    finally:
+        await store.close()
+    config = str(_write_config(settings(database_url), tmp_path))
+    assert (
+        await asyncio.to_thread(
+            main, ["export", "--config", config, "--granularity", "hour", "--format", "csv"]
+        )
+        == 0
+    )
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert sum(int(r["output_tokens"]) for r in rows) == sum(w.output_tokens for w in windows)
+    assert sum(Decimal(r["spend_usd"]) for r in rows) == sum(w.spend_usd for w in windows)
+    since = datetime.fromtimestamp(T0, UTC).replace(minute=0) + timedelta(hours=1)
+    assert (
+        await asyncio.to_thread(
+            main, ["export", "--config", config, "--format", "json", "--since", since.isoformat()]
+        )
+        == 0
+    )
+    exported = json.loads(capsys.readouterr().out)
+    assert exported and all(r["start"] >= since.isoformat() for r in exported)
+    assert {"endpoint", "model", "start", "output_tokens", "verdict"} <= set(exported[0])
+
+
+def _write_config(config, directory=None):
+    import tempfile
+    from pathlib import Path
+
+    import yaml
+
+    folder = Path(directory or tempfile.mkdtemp())
+    path = folder / "spectax.yml"
+    path.write_text(yaml.safe_dump(config.config.model_dump(mode="json", exclude_none=True)))
+    return path
