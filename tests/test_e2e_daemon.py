@@ -4,33 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import re
-import signal
-import socket
-import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
-import yaml
 from aiohttp import web
-from prometheus_client.parser import text_string_to_metric_families
 
+from e2e import Spectax, free_port, value, write_config
 from spectax.demo import demo_endpoints
 from spectax.metrics import FAMILIES
 from spectax.simulate import DEMO_PROFILES, start_simulated_servers
 
 pytestmark = pytest.mark.e2e
 README = Path(__file__).parent.parent / "README.md"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
@@ -79,78 +68,6 @@ async def bad_targets() -> AsyncIterator[dict[str, str]]:
     yield {name: f"{base}/{name}/metrics" for name in ("hang", "garbage", "huge")}
     await runner.shutdown()
     await runner.cleanup()
-
-
-class Spectax:
-    """A `spectax run` process and its /metrics."""
-
-    def __init__(self, config: Path, port: int):
-        self.config, self.url = config, f"http://127.0.0.1:{port}"
-        self.process: asyncio.subprocess.Process | None = None
-        self.log = config.parent / "spectax.log"
-
-    async def start(self) -> None:
-        self.process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "spectax",
-            "run",
-            "--config",
-            str(self.config),
-            stdout=self.log.open("ab"),
-            stderr=asyncio.subprocess.STDOUT,
-        )
-
-    async def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-        async with aiohttp.ClientSession() as session, session.get(f"{self.url}/metrics") as r:
-            text = await r.text()
-        return {
-            (s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text)
-            for s in family.samples
-        }
-
-    async def wait_for(self, predicate: Any, timeout: float = 40.0) -> dict[Any, float]:
-        deadline = time.monotonic() + timeout
-        last: dict[Any, float] = {}
-        while time.monotonic() < deadline:
-            assert self.process is not None and self.process.returncode is None, (
-                self.log.read_text()
-            )
-            try:
-                last = await self.metrics()
-                if predicate(last):
-                    return last
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.5)
-        raise AssertionError(f"timed out; log:\n{self.log.read_text()[-3000:]}")
-
-    async def stop(self) -> int:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGTERM)
-        return await asyncio.wait_for(self.process.wait(), 20)
-
-
-def value(metrics: dict[Any, float], name: str, **labels: str) -> float | None:
-    for (sample, sample_labels), v in metrics.items():
-        if sample == name and all((k, val) in sample_labels for k, val in labels.items()):
-            return v
-    return None
-
-
-def write_config(tmp_path: Path, port: int, endpoints: list[dict[str, Any]]) -> Path:
-    config = {
-        "listen": f"127.0.0.1:{port}",
-        "scrape_interval": "1s",
-        "scrape_timeout": "1s",
-        "window": "6s",
-        "state_directory": str(tmp_path / "state"),
-        "endpoints": endpoints,
-    }
-    path = tmp_path / "spectax.yml"
-    path.write_text(yaml.safe_dump(config))
-    return path
 
 
 def speedups_present(m: dict[Any, float]) -> bool:

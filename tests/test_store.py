@@ -149,3 +149,17 @@ async def test_unreachable_database_is_a_clear_error(tmp_path: Path) -> None:
         await Store.open("postgresql+asyncpg://spectax:s3cret-canary@127.0.0.1:1/none")
     assert "s3cret-canary" not in str(caught.value)
     assert "cannot open the store (postgresql+asyncpg)" in str(caught.value)
+
+
+async def test_crash_after_a_window_closes_resumes_where_the_history_ends(store: Store) -> None:
+    """The scrape that closes a window starts the next one: its interval is not yet stored,
+    so the cursor stored with the closed window must be the sample before it."""
+    s = settings()
+    first = new_monitor(s)
+    await feed(first, store, [(10, PAGES[0]), (290, PAGES[1]), (310, PAGES[2])])
+    # crash: [300, 600) held PAGES[1] -> PAGES[2] in memory only
+    second = await restored_monitor(store, s)
+    await feed(second, store, [(700, PAGES[3]), (1000, PAGES[3])])
+    rows = await store.window_rows("ngram")
+    assert sum(r.output_tokens for r in rows) == 2186
+    assert sum(r.spend_usd for r in rows) == Decimal("1.38")  # 690 s at 3.6 USD/h x 2 GPUs

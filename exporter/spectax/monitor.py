@@ -123,15 +123,17 @@ class EndpointMonitor:
                 "--disable-log-stats?); spend is still accrued",
                 self.config.name,
             )
-        first = self._last is None
+        previous = self._last
         closed = self._observe(now, sample)
         self._publish(now, sample, duration)
-        if first:  # the baseline: a crash before the first window closes resumes from here
+        if previous is None:  # the baseline: a crash before the first window closes resumes here
             return PendingWrite(self.config.name, [], (now, sample))
         if not closed:
             return None
+        # The interval that closed them lies in the new open window: the stored history
+        # reaches up to the previous sample, so that is where a restart must resume.
         return PendingWrite(
-            self.config.name, [r for w in closed for r in self.rows(w)], (now, sample)
+            self.config.name, [r for w in closed for r in self.rows(w)], previous
         )
 
     def observe_failure(self, error: ScrapeError, duration: float) -> None:

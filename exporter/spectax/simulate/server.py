@@ -2,7 +2,8 @@
 
 One web server per profile, each on its own port.  Every request first advances
 that endpoint's simulation by the wall-clock time elapsed since its last advance
-(times ``speed``), so the pages evolve in real time (or ``speed`` times faster).
+(times ``speed``), so the pages evolve in real time (or ``speed`` times faster;
+``fleet.speed = 0`` pauses the traffic, freezing every counter).
 """
 
 from __future__ import annotations
@@ -128,8 +129,8 @@ async def start_simulated_servers(
     simulated epoch time the engines come up at (default: now).  Use as
     ``async with await start_simulated_servers(...) as fleet:`` or call ``close()``.
     """
-    if speed <= 0:
-        raise ValueError("speed must be > 0")
+    if speed < 0:
+        raise ValueError("speed must be >= 0 (0 pauses the simulated traffic)")
     fleet = SimulatedFleet(speed)
     t0 = time.time() if start_time is None else start_time
     try:

@@ -1,0 +1,161 @@
+"""Faults: a database outage and kill -9, against the real daemon. Nothing lost, nothing twice.
+
+The simulated servers start frozen (speed 0: every counter at zero), so the
+daemon's first scrape is the true baseline; traffic then runs fast, and is
+frozen again before the daemon stops. The history must then hold exactly
+the simulators' own counter totals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import signal
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e import Spectax, free_port, value, write_config
+from spectax.demo import demo_endpoints
+from spectax.simulate import DEMO_PROFILES, start_simulated_servers
+from spectax.store import Store
+
+pytestmark = pytest.mark.e2e
+NAMES = list(DEMO_PROFILES)
+
+
+async def stored_totals(url: str) -> dict[str, tuple[int, int]]:
+    """(output tokens, accepted tokens) per endpoint, summed over every stored window."""
+    store = await Store.open(url)
+    try:
+        rows = await store.rows("window")
+    finally:
+        await store.close()
+    totals: dict[str, tuple[int, int]] = {}
+    for row in rows:
+        out, acc = totals.get(row.endpoint, (0, 0))
+        totals[row.endpoint] = (out + row.output_tokens, acc + (row.accepted_tokens or 0))
+    return totals
+
+
+def source_totals(fleet: Any) -> dict[str, tuple[int, int]]:
+    return {
+        name: (sim.totals().generation_tokens, sim.totals().accepted)
+        for name, sim in fleet.sims.items()
+    }
+
+
+async def freeze_and_stop(fleet: Any, spectax: Spectax) -> None:
+    fleet.speed = 0.0
+    # two scrapes after the freeze, so the last sample holds the final counters
+    seen = await spectax.metrics()
+    stamps = {
+        n: value(seen, "spectax_last_scrape_success_timestamp_seconds", endpoint=n) for n in NAMES
+    }
+    await spectax.wait_for(
+        lambda m: all(
+            (value(m, "spectax_last_scrape_success_timestamp_seconds", endpoint=n) or 0)
+            > (stamps[n] or 0) + 1.5
+            for n in NAMES
+        )
+    )
+    assert await spectax.stop() == 0
+
+
+def config_for(tmp_path: Path, port: int, fleet: Any, url: str, **extra: Any) -> Path:
+    return write_config(
+        tmp_path,
+        port,
+        demo_endpoints(dict(fleet.urls), DEMO_PROFILES),
+        window="4s",
+        storage_url=url,
+        rollup_interval="2s",
+        **extra,
+    )
+
+
+@pytest.mark.timeout(180)
+async def test_database_outage_loses_nothing(tmp_path) -> None:
+    from pg import Cluster
+
+    cluster = Cluster()
+    try:
+        url = cluster.create_database()
+        async with await start_simulated_servers(DEMO_PROFILES, speed=0.0) as fleet:
+            port = free_port()
+            # a small in-memory bound, so the outage also spills to the spool file
+            config = config_for(tmp_path, port, fleet, url, store_queue_max_rows=4)
+            spectax = Spectax(config, port)
+            await spectax.start()
+            await spectax.wait_for(
+                lambda m: all(value(m, "spectax_endpoint_up", endpoint=n) == 1 for n in NAMES)
+            )
+            fleet.speed = 4.0
+            await asyncio.sleep(5)
+            cluster.stop()
+            m = await spectax.wait_for(lambda m: value(m, "spectax_store_up") == 0)
+            await asyncio.sleep(30)
+            m = await spectax.metrics()
+            assert value(m, "spectax_store_pending_windows") > 4
+            assert value(m, "spectax_store_write_errors_total") >= 1
+            assert (tmp_path / "state" / "spool.jsonl").exists()
+            cluster.start()
+            await spectax.wait_for(
+                lambda m: (
+                    value(m, "spectax_store_pending_windows") == 0
+                    and value(m, "spectax_store_up") == 1
+                ),
+                timeout=60,
+            )
+            assert not (tmp_path / "state" / "spool.jsonl").exists()
+            await freeze_and_stop(fleet, spectax)
+            expected = source_totals(fleet)
+        assert expected["chat-creative"][0] > 10_000  # real traffic went through
+        assert await stored_totals(url) == expected
+        log = spectax.log.read_text()
+        assert log.count("retrying") == 1 and "writing again" in log  # once down, once back
+    finally:
+        cluster.destroy()
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+async def test_kill_9_loses_nothing_and_counts_nothing_twice(tmp_path, backend, request) -> None:
+    if backend == "sqlite":
+        url = f"sqlite+aiosqlite:///{tmp_path}/history.sqlite"
+    else:
+        url = request.getfixturevalue("pg_server").database()
+    rng = random.Random(5)
+    async with await start_simulated_servers(DEMO_PROFILES, speed=0.0) as fleet:
+        port = free_port()
+        config = config_for(tmp_path, port, fleet, url)
+        spectax = Spectax(config, port)
+        await spectax.start()
+        await spectax.wait_for(
+            lambda m: all(value(m, "spectax_endpoint_up", endpoint=n) == 1 for n in NAMES)
+        )
+        fleet.speed = 4.0
+        for _ in range(3):
+            await asyncio.sleep(rng.uniform(3.0, 6.0))
+            assert spectax.process is not None
+            spectax.process.send_signal(signal.SIGKILL)
+            await spectax.process.wait()
+            await asyncio.sleep(rng.uniform(0.0, 2.0))  # traffic goes on while spectax is dead
+            spectax = Spectax(config, port)
+            await spectax.start()
+            await spectax.wait_for(
+                lambda m: all(value(m, "spectax_endpoint_up", endpoint=n) == 1 for n in NAMES)
+            )
+        await asyncio.sleep(3)
+        await freeze_and_stop(fleet, spectax)
+        expected = source_totals(fleet)
+    assert await stored_totals(url) == expected
+    if backend == "sqlite":  # the export command reads the same numbers
+        path = url.split(":///", 1)[1]
+        with sqlite3.connect(path) as db:
+            [(total,)] = db.execute(
+                "SELECT SUM(output_tokens) FROM windows WHERE endpoint = 'code-assistant'"
+            ).fetchall()
+        assert total == expected["code-assistant"][0]
