@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import page, reference_values
 from spectax.engines import get_parser
@@ -116,3 +118,53 @@ def test_due_closes_a_window_when_no_scrape_arrives() -> None:
     assert windows.due(299) == []
     [closed] = windows.due(300)
     assert closed.start == 0 and windows.open is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(1, 40),
+            st.sampled_from(["a", "b"]),
+            st.integers(0, 500),
+            st.integers(0, 9),
+        ),
+        min_size=1,
+        max_size=80,
+    )
+)
+def test_sliding_total_kept_up_to_date_equals_a_fresh_sum(steps) -> None:
+    """The incremental sum (add one, take out the expired) is the sum of what is in the window."""
+    from spectax.engines.base import Histogram
+    from spectax.windows import Counts, sum_intervals
+
+    window = SlidingWindow(60)
+    window.REBUILD_EVERY = 1000  # exercise the incremental path only
+    kept: list[Interval] = []
+    t = 0.0
+    for seconds, model, tokens, drafted in steps:
+        counts = Counts(
+            generation_tokens=tokens,
+            draft_tokens=float(drafted),
+            accepted_per_position=(float(drafted),) * (drafted % 3),
+            inter_token_latency=Histogram(sum=seconds / 10, count=float(tokens)),
+            running_seconds=seconds * 2,
+        )
+        interval = Interval(t, t + seconds, {model: counts}, restarted=tokens == 0, busy=tokens > 0)
+        t += seconds
+        window.add(interval)
+        kept = [i for i in [*kept, interval] if i.end > t - 60]
+        expected, got = sum_intervals(kept), window.total()
+        assert got is not None
+        assert set(got.models) == set(expected.models)
+        assert got.seconds == pytest.approx(expected.seconds)
+        assert got.restarts == expected.restarts
+        for name, want in expected.models.items():
+            have = got.models[name]
+            assert have.generation_tokens == want.generation_tokens
+            assert have.draft_tokens == want.draft_tokens
+            assert have.running_seconds == pytest.approx(want.running_seconds)
+            assert have.inter_token_latency.count == want.inter_token_latency.count
+            assert [round(x) for x in have.accepted_per_position][
+                : len(want.accepted_per_position)
+            ] == list(want.accepted_per_position)

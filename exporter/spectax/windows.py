@@ -47,6 +47,29 @@ class Counts:
     time_per_output_token: Histogram | None = None
     running_seconds: float = 0.0
 
+    def __sub__(self, other: Counts) -> Counts:
+        """What remains when `other`, a part of this sum, is taken out of it."""
+        return Counts(
+            generation_tokens=self.generation_tokens - other.generation_tokens,
+            prompt_tokens=self.prompt_tokens - other.prompt_tokens,
+            requests_finished=self.requests_finished - other.requests_finished,
+            drafts=_sub_optional(self.drafts, other.drafts),
+            draft_tokens=_sub_optional(self.draft_tokens, other.draft_tokens),
+            accepted_tokens=_sub_optional(self.accepted_tokens, other.accepted_tokens),
+            accepted_per_position=tuple(
+                x - y
+                for x, y in _zip_padded(self.accepted_per_position, other.accepted_per_position)
+            ),
+            iteration_tokens=_sub_histograms(self.iteration_tokens, other.iteration_tokens),
+            inter_token_latency=_sub_histograms(
+                self.inter_token_latency, other.inter_token_latency
+            ),
+            time_per_output_token=_sub_histograms(
+                self.time_per_output_token, other.time_per_output_token
+            ),
+            running_seconds=self.running_seconds - other.running_seconds,
+        )
+
     def __add__(self, other: Counts) -> Counts:
         return Counts(
             generation_tokens=self.generation_tokens + other.generation_tokens,
@@ -115,6 +138,27 @@ class Window:
         if counts is None or self.seconds <= 0:
             return 0.0
         return counts.running_seconds / self.seconds
+
+    def remove(self, interval: Interval, presence: dict[str, int]) -> Window:
+        """This window without `interval`; `presence` counts each model's intervals."""
+        models = dict(self.models)
+        for name, counts in interval.models.items():
+            presence[name] -= 1
+            if presence[name] <= 0:
+                del presence[name]
+                models.pop(name, None)
+            elif name in models:
+                models[name] = models[name] - counts
+        return replace(
+            self,
+            seconds=self.seconds - interval.seconds,
+            busy_seconds=self.busy_seconds - (interval.seconds if interval.busy else 0.0),
+            restarts=self.restarts - int(interval.restarted),
+            spend_usd=self.spend_usd - interval.spend_usd,
+            cold_start_usd=self.cold_start_usd - interval.cold_start_usd,
+            draft_load_usd=self.draft_load_usd - interval.draft_load_usd,
+            models=models,
+        )
 
     def add(self, interval: Interval) -> Window:
         models = dict(self.models)
@@ -185,22 +229,50 @@ def interval_between(
 
 
 class SlidingWindow:
-    """The last `length` seconds of intervals, for the live gauges."""
+    """The last `length` seconds of intervals, for the live gauges.
+
+    The sum is kept up to date as intervals come and go (one addition and
+    about one subtraction per scrape, instead of re-adding the whole window),
+    and rebuilt from the intervals every `REBUILD_EVERY` changes so float
+    sums cannot drift. A model leaves the sum with its last interval.
+    """
+
+    REBUILD_EVERY = 256
 
     def __init__(self, length: float):
         self.length = length
         self._intervals: deque[Interval] = deque()
+        self._total: Window | None = None
+        self._presence: dict[str, int] = {}
+        self._changes = 0
 
     def add(self, interval: Interval) -> None:
         self._intervals.append(interval)
+        self._total = (
+            interval_window(interval) if self._total is None else self._total.add(interval)
+        )
+        self._count(interval, +1)
         horizon = interval.end - self.length
         while self._intervals and self._intervals[0].end <= horizon:
-            self._intervals.popleft()
+            self._total = self._total.remove(self._intervals.popleft(), self._presence)
+        self._changes += 1
+        if self._changes >= self.REBUILD_EVERY:
+            self._changes = 0
+            self._total = sum_intervals(self._intervals)
 
     def total(self) -> Window | None:
-        if not self._intervals:
+        if not self._intervals or self._total is None:
             return None
-        return sum_intervals(self._intervals)
+        first = self._intervals[0]
+        return replace(self._total, start=first.start, end=self._intervals[-1].end)
+
+    def _count(self, interval: Interval, sign: int) -> None:
+        for model in interval.models:
+            self._presence[model] = self._presence.get(model, 0) + sign
+
+
+def interval_window(interval: Interval) -> Window:
+    return Window(start=interval.start, end=interval.end).add(interval)
 
 
 def sum_intervals(intervals: Iterable[Interval]) -> Window:
@@ -305,6 +377,18 @@ def _add_optional(a: float | None, b: float | None) -> float | None:
     if b is None:
         return a
     return a + b
+
+
+def _sub_optional(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None:
+        return a
+    return a - b
+
+
+def _sub_histograms(a: Histogram | None, b: Histogram | None) -> Histogram | None:
+    if a is None or b is None:
+        return a
+    return Histogram(sum=a.sum - b.sum, count=a.count - b.count)
 
 
 def _add_histograms(a: Histogram | None, b: Histogram | None) -> Histogram | None:
