@@ -148,3 +148,47 @@ async def test_http_endpoints() -> None:
                 assert (await r.text()).endswith("# EOF\n")
     finally:
         await runner.cleanup()
+
+
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_fast_text_exposition_says_what_the_collector_says() -> None:
+    """The pre-rendered text path and prometheus_client's own rendering agree, sample for
+    sample, including model names that need escaping; and a changed snapshot is re-rendered."""
+    odd = 'tiny "llama" \\ v2\nlora'  # a quote, a backslash and a newline
+    escaped = odd.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+    ms = monitors(
+        {"name": "paid", "url": "http://h:1", "price": {"usd_per_hour": 4}, "speculation": SPEC},
+        {
+            "name": "plain",
+            "url": "http://h:2",
+            "billing_mode": "serverless",
+            "price": {"usd_per_hour": 1.5},
+        },
+    )
+    before = page("spec_ngram_0_before_traffic.txt").replace('"tiny-llama"', f'"{escaped}"')
+    after = page("spec_ngram_3_after.txt").replace('"tiny-llama"', f'"{escaped}"')
+    ms["paid"].observe_page(0, before, 0.02)
+    ms["paid"].observe_page(60, after, 0.03)
+    ms["plain"].observe_page(0, page("nospec_0_before_traffic.txt"), 0.01)
+    ms["plain"].observe_page(60, page("nospec_3_after.txt"), 0.01)
+    collector = SnapshotCollector(
+        lambda: {n: m.snapshot for n, m in ms.items()}, lambda: StoreStatus(0, 0)
+    )
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    fast = collector.render_text().decode()
+    assert _samples(fast) == _samples(generate_latest(registry).decode())
+    model = {n: v for n, v in _samples(fast).items() if n[0] == "spectax_acceptance_ratio"}
+    assert [dict(labels)["model"] for _, labels in model] == [odd]
+
+    ms["paid"].observe_page(120, after, 0.5)  # a new snapshot: no traffic in this interval
+    again = collector.render_text().decode()
+    assert _samples(again) == _samples(generate_latest(registry).decode())
+    assert _samples(again) != _samples(fast)

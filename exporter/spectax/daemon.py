@@ -25,6 +25,7 @@ from aiohttp import web
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from prometheus_client import CollectorRegistry
 
+from spectax import logs
 from spectax.config import ConfigError, EndpointConfig, Settings, load_config
 from spectax.metrics import ReloadStatus, SnapshotCollector, StoreStatus
 from spectax.monitor import CALIBRATION_POINTS, EndpointMonitor, EndpointSnapshot
@@ -75,9 +76,10 @@ class Daemon:
         self._ready = False
         self.stopped = asyncio.Event()
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(
-            SnapshotCollector(self.snapshots, self.store_status, lambda: self.reload_status)
+        self.collector = SnapshotCollector(
+            self.snapshots, self.store_status, lambda: self.reload_status
         )
+        self.registry.register(self.collector)
 
     # ------------------------------------------------------------ read side
 
@@ -114,6 +116,7 @@ class Daemon:
             self._endpoint_states,
             reload=self.reload if self._config_path is not None else None,
             middlewares=[self.guard.middleware],
+            render_text=self.collector.render_text,
         )
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
@@ -373,7 +376,11 @@ class Daemon:
             log.warning("store: rollup postponed: %s", exc)
 
     def _endpoint_states(self) -> list[tuple[str, bool, str]]:
-        return [(n, m.snapshot.up, m.snapshot.last_error or "") for n, m in self.monitors.items()]
+        """For the landing page; a target that echoes a credential into its page is blanked."""
+        return [
+            (n, m.snapshot.up, logs.redact(m.snapshot.last_error or ""))
+            for n, m in self.monitors.items()
+        ]
 
     # ------------------------------------------------------------ store
 

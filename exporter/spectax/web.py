@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import choose_encoder
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, choose_encoder
 
 from spectax import __version__
 
@@ -18,6 +18,7 @@ READY_KEY: web.AppKey[Callable[[], bool]] = web.AppKey("ready")
 ENDPOINTS_KEY: web.AppKey[EndpointStates] = web.AppKey("endpoints")
 Reload = Callable[[], Awaitable[None]]
 RELOAD_KEY: web.AppKey[Reload | None] = web.AppKey("reload")
+TEXT_KEY: web.AppKey[Callable[[], bytes] | None] = web.AppKey("render_text")
 
 
 def make_app(
@@ -26,15 +27,18 @@ def make_app(
     endpoints: Callable[[], list[tuple[str, bool, str]]],
     reload: Reload | None = None,
     middlewares: Sequence[Middleware] = (),
+    render_text: Callable[[], bytes] | None = None,
 ) -> web.Application:
     """`endpoints()` gives (name, up, last error or "") for the landing page; `reload()`
     re-reads the configuration (`POST /-/reload`), raising ValueError when it is bad;
-    `middlewares` are the web config's (basic auth, headers)."""
+    `middlewares` are the web config's (basic auth, headers); `render_text()` is the
+    fast text exposition, used instead of the registry when given."""
     app = web.Application(middlewares=list(middlewares))
     app[REGISTRY_KEY] = registry
     app[READY_KEY] = ready
     app[ENDPOINTS_KEY] = endpoints
     app[RELOAD_KEY] = reload
+    app[TEXT_KEY] = render_text
     app.router.add_post("/-/reload", reload_handler)
     app.router.add_get("/", landing)
     app.router.add_get("/metrics", metrics)
@@ -45,7 +49,10 @@ def make_app(
 
 async def metrics(request: web.Request) -> web.Response:
     encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
-    body = encoder(request.app[REGISTRY_KEY])
+    render = request.app[TEXT_KEY]
+    if render is not None and content_type == CONTENT_TYPE_LATEST:
+        return web.Response(body=render(), headers={"Content-Type": content_type})
+    body = encoder(request.app[REGISTRY_KEY])  # OpenMetrics, or no fast path
     return web.Response(body=body, headers={"Content-Type": content_type})
 
 

@@ -1,0 +1,273 @@
+"""Fleet scale: N endpoints scraped every 15 s by one spectax process, beside Prometheus.
+
+A loopback server plays N vLLM replicas. Each serves a real recorded page
+(tests/fixtures/vllm-0.32.0/spec_draft_3_after.txt) whose counters grow with
+time, so every scrape parses a fresh body. spectax runs as its own process
+(`spectax run`) on SQLite; Prometheus 2.42 (Debian package), when installed,
+scrapes the same N targets at the same time. Measured:
+
+- spectax CPU seconds per minute (from /proc), and per scrape;
+- Prometheus CPU per scrape, and the ratio spectax / Prometheus;
+- the largest lag of any scrape behind its schedule, seen by the target server:
+  for each target, arrival k minus (arrival 0 + k x interval);
+- /metrics latency (p50, p99) with N endpoints' gauges, and its size;
+- peak RSS of the spectax process (VmHWM).
+
+    python bench/scale.py [--endpoints 2000] [--seconds 120] [--no-prometheus]
+
+It prints numbers, never fails on them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import aiohttp
+import yaml
+from aiohttp import web
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = ROOT / "tests" / "fixtures" / "vllm-0.32.0" / "spec_draft_3_after.txt"
+GROWING = re.compile(
+    r"^(vllm:(?:generation_tokens|prompt_tokens|spec_decode_num_drafts|spec_decode_num_draft_tokens|"
+    r"spec_decode_num_accepted_tokens)_total\{[^}]*\}) (\S+)$",
+    re.M,
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return (
+        f"{platform.platform()}; {cpu}; {os.cpu_count()} CPUs; Python {platform.python_version()}"
+    )
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+class Targets:
+    """N fake replicas on one loopback server; counters grow with wall time."""
+
+    def __init__(self, count: int):
+        self.count = count
+        template = PAGE.read_text()
+        self.parts: list[str] = []
+        self.bases: list[float] = []
+        last = 0
+        for match in GROWING.finditer(template):
+            self.parts.append(template[last : match.start(2)])
+            self.bases.append(float(match.group(2)))
+            last = match.end(2)
+        self.tail = template[last:]
+        self.arrivals: dict[int, list[float]] = defaultdict(list)
+        self.started = time.time()
+
+    def page(self, target: int) -> str:
+        growth = 1.0 + (time.time() - self.started) / 60.0 + target * 1e-4
+        out = []
+        for part, base in zip(self.parts, self.bases, strict=True):
+            out.append(part)
+            out.append(f"{round(base * growth)}.0")
+        out.append(self.tail)
+        return "".join(out)
+
+    async def handle(self, request: web.Request) -> web.Response:
+        target = int(request.match_info["target"])
+        if request.headers.get("User-Agent", "").startswith("Prometheus"):
+            return web.Response(text=self.page(target), content_type="text/plain")
+        self.arrivals[target].append(time.monotonic())
+        return web.Response(text=self.page(target), content_type="text/plain")
+
+    def max_lag(self, interval: float) -> float:
+        worst = 0.0
+        for times in self.arrivals.values():
+            for k, t in enumerate(times):
+                worst = max(worst, t - (times[0] + k * interval))
+        return worst
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--endpoints", type=int, default=2000)
+    parser.add_argument("--seconds", type=float, default=120.0)
+    parser.add_argument("--interval", type=float, default=15.0)
+    parser.add_argument("--no-prometheus", action="store_true")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="spectax-scale-"))
+    targets = Targets(args.endpoints)
+    app = web.Application()
+    app.router.add_get("/t/{target}/metrics", targets.handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    target_port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", target_port, backlog=4096).start()
+    base = f"127.0.0.1:{target_port}"
+
+    port = free_port()
+    config = {
+        "listen": f"127.0.0.1:{port}",
+        "scrape_interval": f"{args.interval}s",
+        "scrape_timeout": "10s",
+        "window": "5m",
+        "state_directory": str(work / "state"),
+        "endpoints": [
+            {
+                "name": f"replica-{i:05d}",
+                "url": f"http://{base}/t/{i}/metrics",
+                "gpu": "H100 SXM",
+                "price": {"usd_per_hour": 3.99},
+                "speculation": {"method": "draft_model", "draft_cost_ratio": 0.1},
+            }
+            for i in range(args.endpoints)
+        ],
+    }
+    (work / "spectax.yml").write_text(yaml.safe_dump(config))
+    spectax = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "spectax",
+            "--log-level",
+            "warning",
+            "run",
+            "--config",
+            str(work / "spectax.yml"),
+        ],
+        stdout=(work / "spectax.log").open("w"),
+        stderr=subprocess.STDOUT,
+    )
+    prometheus = None
+    prometheus_binary = shutil.which("prometheus")
+    if prometheus_binary and not args.no_prometheus:
+        # one job per replica path, all on the same loopback server
+        prom_config = {
+            "global": {"scrape_interval": f"{int(args.interval)}s", "scrape_timeout": "10s"},
+            "scrape_configs": [
+                {
+                    "job_name": f"replica-{i:05d}",
+                    "metrics_path": f"/t/{i}/metrics",
+                    "static_configs": [{"targets": [base]}],
+                }
+                for i in range(args.endpoints)
+            ],
+        }
+        (work / "prometheus.yml").write_text(yaml.safe_dump(prom_config))
+        prometheus = subprocess.Popen(
+            [
+                prometheus_binary,
+                f"--config.file={work / 'prometheus.yml'}",
+                f"--storage.tsdb.path={work / 'prom'}",
+                f"--web.listen-address=127.0.0.1:{free_port()}",
+            ],
+            stdout=(work / "prometheus.log").open("w"),
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        async with aiohttp.ClientSession() as session:
+            for _ in range(600):
+                try:
+                    async with session.get(f"{url}/-/ready") as r:
+                        if r.status == 200:
+                            break
+                except aiohttp.ClientError:
+                    pass
+                await asyncio.sleep(0.2)
+            # measure from the first full interval on: start-up (restore, scheduling) excluded
+            await asyncio.sleep(args.interval)
+            spectax_cpu0, t0 = cpu_seconds(spectax.pid), time.monotonic()
+            prom_cpu0 = cpu_seconds(prometheus.pid) if prometheus else 0.0
+            scrapes0 = sum(len(v) for v in targets.arrivals.values())
+            latencies, size = [], 0
+            deadline = t0 + args.seconds
+            while time.monotonic() < deadline:
+                started = time.monotonic()
+                async with session.get(f"{url}/metrics") as r:
+                    body = await r.read()
+                latencies.append(time.monotonic() - started)
+                size = len(body)
+                await asyncio.sleep(1.0)
+            elapsed = time.monotonic() - t0
+            spectax_cpu = cpu_seconds(spectax.pid) - spectax_cpu0
+            prom_cpu = cpu_seconds(prometheus.pid) - prom_cpu0 if prometheus else None
+            scrapes = sum(len(v) for v in targets.arrivals.values()) - scrapes0
+        rss = peak_rss_mb(spectax.pid)
+    finally:
+        spectax.terminate()
+        spectax.wait(30)
+        if prometheus is not None:
+            prometheus.terminate()
+            prometheus.wait(30)
+        await runner.cleanup()
+    latencies.sort()
+    p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+    per_minute = spectax_cpu / elapsed * 60
+    print(f"machine: {machine()}")
+    print(f"endpoints {args.endpoints}, interval {args.interval:g} s, measured {elapsed:.0f} s")
+    print(
+        f"spectax CPU: {per_minute:.2f} s per minute = {per_minute / 60:.1%} of one core "
+        f"(target < 30%)"
+    )
+    print(
+        f"spectax scrapes: {scrapes} ({scrapes / elapsed:.1f}/s), "
+        f"{spectax_cpu / max(scrapes, 1) * 1e3:.3f} ms CPU per scrape"
+    )
+    print(
+        f"largest scrape lag behind schedule: {targets.max_lag(args.interval):.3f} s (target < 1 s)"
+    )
+    print(
+        f"/metrics: {size / 1e6:.2f} MB, p50 {statistics.median(latencies) * 1e3:.0f} ms, "
+        f"p99 {p99 * 1e3:.0f} ms over {len(latencies)} requests (target p99 < 250 ms)"
+    )
+    print(f"spectax peak RSS: {rss:.0f} MB (target < 200 MB)")
+    if prom_cpu is not None:
+        prom_scrapes = args.endpoints * elapsed / args.interval
+        ratio = (spectax_cpu / max(scrapes, 1)) / (prom_cpu / prom_scrapes)
+        print(
+            f"prometheus CPU: {prom_cpu / elapsed * 60:.2f} s per minute, "
+            f"{prom_cpu / prom_scrapes * 1e3:.3f} ms per scrape (estimated {prom_scrapes:.0f})"
+        )
+        print(f"CPU per scrape, spectax / prometheus: {ratio:.2f} (target <= 1.5)")
+    else:
+        print("prometheus: not installed (apt-get install prometheus) or disabled")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
