@@ -77,6 +77,9 @@ def _parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser("demo", help="simulated vLLM servers plus the daemon, on SQLite")
     demo.add_argument("--config", type=Path, help="YAML file for listen, storage, intervals")
+    demo.add_argument(
+        "--listen", help="HOST:PORT for spectax's own server (default 127.0.0.1:9837)"
+    )
     demo.set_defaults(func=_demo)
 
     db = commands.add_parser("db", help="the history database")
@@ -191,8 +194,11 @@ def _run(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from spectax.demo import DEMO_DEFAULTS, run_demo
 
-    settings = load_config(args.config) if args.config else validate(DEMO_DEFAULTS, "<demo>")
-    asyncio.run(run_demo(settings))
+    raw = load_config(args.config).config.model_dump(exclude_none=True) if args.config else {}
+    raw = {**DEMO_DEFAULTS, **raw} if not args.config else raw
+    if getattr(args, "listen", None):
+        raw["listen"] = args.listen
+    asyncio.run(run_demo(validate(raw, str(args.config or "<demo>"))))
     return 0
 
 

@@ -25,6 +25,7 @@ from pydantic import (
     SecretStr,
     ValidationError,
     field_validator,
+    model_validator,
 )
 
 from spectax import logs
@@ -153,7 +154,7 @@ class RetentionConfig(_Strict):
 class Config(_Strict):
     listen: str = DEFAULT_LISTEN
     scrape_interval: Duration = 15.0
-    scrape_timeout: Duration = 10.0
+    scrape_timeout: Duration = 10.0  # default: 10 s, or the interval when that is shorter
     window: Duration = 300.0
     max_body_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
     state_directory: str = Field(
@@ -168,6 +169,18 @@ class Config(_Strict):
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
     endpoints: list[EndpointConfig] = Field(default_factory=list)
     _database_url: str | None = PrivateAttr(default=None)  # storage_url resolved (${ENV}, _file)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _timeout_within_interval(cls, data: Any) -> Any:
+        """Like Prometheus: the default timeout is 10 s, but never longer than the interval."""
+        if isinstance(data, dict) and "scrape_timeout" not in data and "scrape_interval" in data:
+            try:
+                interval = float(_parse_duration(data["scrape_interval"]))
+            except (TypeError, ValueError):
+                return data  # the field's own validation reports it
+            return {**data, "scrape_timeout": min(10.0, interval)}
+        return data
 
     @field_validator("listen")
     @classmethod

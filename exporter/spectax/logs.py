@@ -94,5 +94,7 @@ def setup(level: str = "info", log_format: LogFormat = "text") -> None:
     root.setLevel(getattr(logging, level.upper()))
     # APScheduler logs every job run at INFO: thousands of lines an hour at fleet scale.
     logging.getLogger("apscheduler").setLevel(max(logging.WARNING, root.level))
+    # Alembic narrates every migration step; spectax says what matters itself.
+    logging.getLogger("alembic").setLevel(max(logging.WARNING, root.level))
     # asyncio's debug lines can quote request data; keep them at warnings.
     logging.getLogger("asyncio").setLevel(max(logging.WARNING, root.level))

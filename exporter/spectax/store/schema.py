@@ -9,6 +9,7 @@ would write wrong history silently.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from alembic import command
@@ -18,6 +19,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, inspect
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+log = logging.getLogger(__name__)
 
 
 class SchemaMismatch(RuntimeError):
@@ -58,6 +60,7 @@ def ensure_current(connection: Connection) -> None:
                 "it was not created by this spectax (back it up, then start from an empty one)"
             )
         upgrade(connection)
+        log.info("store: new database, schema created at revision %s", head)
         return
     known = {script.revision for script in ScriptDirectory.from_config(_config()).walk_revisions()}
     if current in known:
