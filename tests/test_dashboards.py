@@ -1,0 +1,205 @@
+"""The Grafana dashboards: generated from grafanalib, valid against Grafana's schema.
+
+The JSON Schema is generated from the npm package @grafana/schema and committed
+(dashboards/schema/README.md), so no npm is needed here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from promstack import DASHBOARDS, dashboard_jsons, panel_queries, panels, rules
+from spectax.metrics import FAMILIES
+from test_prometheus_e2e import PENDING_METRICS
+
+SCHEMA = DASHBOARDS / "schema" / "dashboard.schema.json"
+UIDS = {
+    "spectax-paying.json": "spectax-paying",
+    "spectax-cost.json": "spectax-cost",
+    "spectax-health.json": "spectax-health",
+}
+TITLES = {
+    "spectax-paying.json": "Speculative decoding: is it paying?",
+    "spectax-cost.json": "Inference cost review",
+    "spectax-health.json": "spectax health",
+}
+# What issue 6 asks each dashboard to show, as words its panel titles must contain.
+PANELS = {
+    "spectax-paying.json": [
+        "is it paying",
+        "acceptance against break-even and the paging threshold",
+        "speedup: modelled and measured",
+        "concurrency against crossover",
+        "cost per million output tokens: actual against no speculation",
+        "draft overhead by kind",
+        "per-position acceptance",
+        "recommended draft length",
+    ],
+    "spectax-cost.json": [
+        "spend by endpoint",
+        "cost per million output tokens",
+        "savings (or tax) over the range",
+        "estimate against billed",
+        "cold starts",
+        "cold-start cost",
+    ],
+    "spectax-health.json": [
+        "endpoints up",
+        "scrape duration",
+        "billing sources up",
+        "windows waiting for the store",
+        "store write errors",
+    ],
+}
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+SELECTOR = re.compile(r"\b([a-z_]+:spectax_[a-z_]+:[a-z0-9_]+|spectax_[a-z_]+|up)\b(\{[^}]*\})?")
+
+
+def generate_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("dashboards_generate", DASHBOARDS / "generate.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def schema() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(SCHEMA.read_text(encoding="utf-8"))
+    jsonschema.validators.validator_for(loaded).check_schema(loaded)
+    return loaded
+
+
+def test_committed_json_is_what_the_sources_generate() -> None:
+    generate = generate_module()
+    sources = generate.sources()
+    assert {generate.json_path(s).name for s in sources} == set(UIDS)
+    for source in sources:
+        committed = generate.json_path(source).read_text(encoding="utf-8")
+        assert generate.render(source) == committed, (
+            f"{source.name} changed: run python dashboards/generate.py and commit the JSON"
+        )
+
+
+@pytest.mark.parametrize("name", sorted(UIDS))
+def test_dashboard_validates_against_grafana_schema(name: str, schema: dict[str, Any]) -> None:
+    dashboard = dashboard_jsons()[name]
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    errors = [
+        f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+        for e in validator.iter_errors(dashboard)
+    ]
+    assert errors == []
+
+
+def test_schema_rejects_what_grafana_would_not_know() -> None:
+    """The schema is strict enough to matter: an unknown panel field fails."""
+    schema = json.loads(SCHEMA.read_text(encoding="utf-8"))
+    dashboard = dashboard_jsons()["spectax-paying.json"]
+    dashboard["panels"][1]["span"] = 6  # grafanalib's legacy field, dropped on generation
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(dashboard, schema)
+
+
+def test_uids_are_fixed_and_unique() -> None:
+    dashboards = dashboard_jsons()
+    assert {name: d["uid"] for name, d in dashboards.items()} == UIDS
+    assert {name: d["title"] for name, d in dashboards.items()} == TITLES
+    assert len(set(UIDS.values())) == len(UIDS)
+
+
+@pytest.mark.parametrize("name", sorted(UIDS))
+def test_variables_datasource_job_endpoint_model(name: str) -> None:
+    dashboard = dashboard_jsons()[name]
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert list(variables) == ["datasource", "job", "endpoint", "model"]
+    assert variables["datasource"]["type"] == "datasource"
+    assert variables["datasource"]["query"] == "prometheus"
+    for var in ("job", "endpoint", "model"):
+        assert variables[var]["type"] == "query"
+        assert variables[var]["datasource"] == DATASOURCE
+        assert variables[var]["includeAll"] and variables[var]["allValue"] == ".*"
+    assert '$job"' in variables["endpoint"]["query"]
+    assert '$endpoint"' in variables["model"]["query"]
+
+
+@pytest.mark.parametrize("name", sorted(UIDS))
+def test_panels_and_queries(name: str) -> None:
+    dashboard = dashboard_jsons()[name]
+    titles = [p["title"].lower() for p in panels(dashboard) if p["type"] != "row"]
+    for wanted in PANELS[name]:
+        assert any(wanted in title for title in titles), f"{name}: no panel for {wanted!r}"
+    ids = [p["id"] for p in panels(dashboard)]
+    assert len(ids) == len(set(ids))
+    for panel in panels(dashboard):
+        grid = panel["gridPos"]
+        assert grid["x"] + grid["w"] <= 24
+        if panel["type"] == "row":
+            continue
+        assert panel["datasource"] == DATASOURCE
+        assert panel["description"]
+        assert panel["targets"]
+        for target in panel["targets"]:
+            assert target["datasource"] == DATASOURCE
+            assert target["refId"]
+
+
+def labels_of(metric: str, recording_labels: dict[str, set[str]]) -> set[str]:
+    if metric == "up":
+        return {"job"}
+    if metric in recording_labels:
+        return recording_labels[metric]
+    family = FAMILIES.get(metric)
+    return set(family.labels) if family else {"endpoint"}  # pending: per endpoint or source
+
+
+@pytest.mark.parametrize("name", sorted(UIDS))
+def test_every_selector_honours_the_variables(name: str) -> None:
+    """Each metric a panel reads is filtered by $job, and by $endpoint and $model where the
+    metric has those labels; only known metrics are read."""
+    recording_labels = {
+        r["record"]: {"job", *r["record"].split(":")[0].split("_")}
+        for r in rules()
+        if "record" in r
+    }
+    known = set(FAMILIES) | set(recording_labels) | set(PENDING_METRICS) | {"up"}
+    for title, expr in panel_queries(dashboard_jsons()[name]):
+        for metric, selector in SELECTOR.findall(expr):
+            assert metric in known, f"{title}: unknown metric {metric}"
+            assert selector, f"{title}: {metric} without a selector"
+            labels = labels_of(metric, recording_labels) & {"endpoint", "model"}
+            if metric in PENDING_METRICS and metric.startswith("spectax_billing_"):
+                labels = set()  # per billing source
+            assert 'job=~"$job"' in selector, f"{title}: {metric}{selector}"
+            for label in labels:
+                assert f'{label}=~"${label}"' in selector, f"{title}: {metric}{selector}"
+
+
+def test_grafana_provisioning() -> None:
+    provider = yaml.safe_load((DASHBOARDS / "provisioning" / "dashboards.yml").read_text())
+    assert provider["apiVersion"] == 1
+    (entry,) = provider["providers"]
+    assert entry["type"] == "file" and entry["options"]["path"]
+    datasource = yaml.safe_load(
+        (DASHBOARDS / "provisioning" / "datasource.example.yml").read_text()
+    )
+    assert datasource["datasources"][0]["type"] == "prometheus"
+
+
+def test_generate_check_mode(capsys: pytest.CaptureFixture[str]) -> None:
+    assert generate_module().main(["--check"]) == 0
+    assert "up to date" in capsys.readouterr().out
+
+
+def test_dashboards_directory_has_only_known_json() -> None:
+    assert sorted(p.name for p in DASHBOARDS.glob("*.json")) == sorted(UIDS)
+    assert Path(SCHEMA).is_file()
