@@ -141,12 +141,17 @@ def test_calibration_survives_a_restart() -> None:
 def test_measured_speedup_reads_the_control_window() -> None:
     control = monitor(billing_mode="provisioned")
     m = EndpointMonitor(
+        monitor().config, Decimal(1), 60.0, control_window=lambda: control.snapshot.window
+    )
+    early = EndpointMonitor(  # a 5-minute window, only a minute of it seen yet
         monitor().config, Decimal(1), 300.0, control_window=lambda: control.snapshot.window
     )
     control.observe_page(0, page("nospec_0_before_traffic.txt"), 0.01)
     control.observe_page(60, page("nospec_3_after.txt"), 0.01)
-    m.observe_page(0, page("spec_ngram_0_before_traffic.txt"), 0.01)
-    m.observe_page(60, page("spec_ngram_3_after.txt"), 0.01)
+    for monitor_ in (m, early):
+        monitor_.observe_page(0, page("spec_ngram_0_before_traffic.txt"), 0.01)
+        monitor_.observe_page(60, page("spec_ngram_3_after.txt"), 0.01)
+    assert early.snapshot.assessments["tiny-llama"].speedup_measured_ratio is None
     ours = m.snapshot.window.time_per_output_token("tiny-llama")
     theirs = control.snapshot.window.time_per_output_token("tiny-llama")
     a = m.snapshot.assessments["tiny-llama"]

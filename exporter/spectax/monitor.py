@@ -35,6 +35,7 @@ from spectax.windows import (
 log = logging.getLogger(__name__)
 NANO = Decimal("0.000000001")
 CALIBRATION_POINTS = 288  # a day of 5-minute windows
+FULL_WINDOW_SHARE = 0.8  # a sliding window this full counts as full (scrapes jitter)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,9 +133,7 @@ class EndpointMonitor:
             return None
         # The interval that closed them lies in the new open window: the stored history
         # reaches up to the previous sample, so that is where a restart must resume.
-        return PendingWrite(
-            self.config.name, [r for w in closed for r in self.rows(w)], previous
-        )
+        return PendingWrite(self.config.name, [r for w in closed for r in self.rows(w)], previous)
 
     def observe_failure(self, error: ScrapeError, duration: float) -> None:
         if not self._failing:
@@ -337,6 +336,11 @@ class EndpointMonitor:
     def _publish(self, now: float, sample: EngineSample, duration: float) -> None:
         window = self._sliding.total()
         control = self._control_window() if self._control_window is not None else None
+        # Measure against the control only over full windows on both sides: just after a
+        # (re)start, the few requests that finished say more about warm-up than speculation.
+        full = FULL_WINDOW_SHARE * self._sliding.length
+        if window is None or window.seconds < full or control is None or control.seconds < full:
+            control = None
         self.snapshot = replace(
             self.snapshot,
             up=True,

@@ -176,22 +176,34 @@ class Window:
         )
 
 
-def speedup_against_control(window: Window, control: Window | None, model: str) -> float | None:
+MIN_MEASURED_REQUESTS = 10
+
+
+def speedup_against_control(
+    window: Window, control: Window | None, model: str, min_requests: int = MIN_MEASURED_REQUESTS
+) -> float | None:
     """Measured speedup: the control's time per output token / this endpoint's, same span.
 
     The control serves the same model without speculation. Its model is
     matched by name, or taken as it is when both serve exactly one model.
+    Each side needs `min_requests` finished requests: a ratio of two or three
+    requests' timings says more about those requests than about speculation.
     """
     if control is None:
         return None
     counterpart = model
     if model not in control.models and len(control.models) == 1 and len(window.models) == 1:
         counterpart = next(iter(control.models))
-    ours = window.time_per_output_token(model)
-    theirs = control.time_per_output_token(counterpart)
-    if ours is None or theirs is None or ours <= 0:
-        return None
-    return theirs / ours
+    ours, theirs = window.models.get(model), control.models.get(counterpart)
+    for side in (ours, theirs):
+        timing = side.time_per_output_token if side is not None else None
+        if timing is None or timing.count < min_requests or timing.sum <= 0:
+            return None
+    assert ours is not None and theirs is not None
+    ours_tpot = window.time_per_output_token(model)
+    theirs_tpot = control.time_per_output_token(counterpart)
+    assert ours_tpot is not None and theirs_tpot is not None
+    return theirs_tpot / ours_tpot
 
 
 def restarted(previous: EngineSample, current: EngineSample) -> bool:
