@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 from aiohttp import web
 
 from e2e import Spectax, free_port, value, write_config
+from spectax.billing.simulate import write_focus_export
 from spectax.demo import demo_endpoints
 from spectax.metrics import FAMILIES
 from spectax.simulate import DEMO_PROFILES, start_simulated_servers
@@ -129,7 +131,10 @@ async def test_daemon_finds_the_tax_and_the_payoff(tmp_path, fleet, bad_targets)
 async def test_restart_keeps_the_spend_counter(tmp_path, realtime_fleet) -> None:
     fleet = realtime_fleet
     port = free_port()
-    config = write_config(tmp_path, port, demo_endpoints(dict(fleet.urls), DEMO_PROFILES))
+    # A simulated, already invoiced bill of the control (issue 4), for the billing families.
+    bill = write_focus_export(tmp_path / "focus", "chat-control", Decimal("2.5"))
+    endpoints = demo_endpoints(dict(fleet.urls), DEMO_PROFILES)
+    config = write_config(tmp_path, port, endpoints, billing=[bill])
     first = Spectax(config, port)
     await first.start()
 
@@ -162,6 +167,7 @@ async def test_restart_keeps_the_spend_counter(tmp_path, realtime_fleet) -> None
         assert cost == pytest.approx(seconds * price / 3600, rel=1e-6)
         assert value(m, "spectax_cold_starts_total", endpoint="code-assistant") == 0
 
+        m = await second.wait_for(lambda m: value(m, "spectax_billing_drift_ratio") is not None)
         # Now every family has had its occasion: the README's metrics table is what is served.
         served = {re.sub(r"(_total|_created)$", "", name) for name, _ in m}
         documented = set(re.findall(r"^\| `(spectax_[a-z_]+)` \|", README.read_text(), re.M))

@@ -38,8 +38,15 @@ def windows(draw: st.DrawFn) -> tuple[float, float, float]:
 
 
 def traffic(*, g=G, a=600.0, dt=800.0, b=1.0, dr=200.0, p=0.0, per_pos=()) -> Traffic:
-    return Traffic(output_tokens=g, prompt_tokens=p, concurrency=b, drafts=dr,
-                   draft_tokens=dt, accepted_tokens=a, accepted_per_position=per_pos)
+    return Traffic(
+        output_tokens=g,
+        prompt_tokens=p,
+        concurrency=b,
+        drafts=dr,
+        draft_tokens=dt,
+        accepted_tokens=a,
+        accepted_per_position=per_pos,
+    )
 
 
 # ---------------------------------------------------------------- 1. worked examples
@@ -79,8 +86,13 @@ def test_iid_acceptance_length() -> None:
 
 
 @FAST
-@given(b=batches, b_star=ridges, c=st.floats(0.0, 0.45), dt=st.integers(1, 10_000),
-       extra=st.integers(1, 10_000))
+@given(
+    b=batches,
+    b_star=ridges,
+    c=st.floats(0.0, 0.45),
+    dt=st.integers(1, 10_000),
+    extra=st.integers(1, 10_000),
+)
 def test_speedup_is_one_at_breakeven(b, b_star, c, dt, extra) -> None:
     alpha_star = c + b / (b + b_star)
     assume(alpha_star <= 1.0)
@@ -106,8 +118,10 @@ def test_crossover_edges() -> None:
     assert E.crossover_concurrency(0.75, B_STAR, C) == pytest.approx(32 * 0.7 / 0.3)
 
 
-@pytest.mark.parametrize(("a", "dt", "b", "c"), [
-    (600, 800, 1, 0.05), (400, 1000, 32, 0.05), (10, 900, 200, 0.3), (0, 50, 7, 0)])
+@pytest.mark.parametrize(
+    ("a", "dt", "b", "c"),
+    [(600, 800, 1, 0.05), (400, 1000, 32, 0.05), (10, 900, 200, 0.3), (0, 50, 7, 0)],
+)
 def test_shares_are_ratios_of_gpu_seconds(a, dt, b, c) -> None:
     # Real seconds from T(n) = a_s + b_s*n with B* = a_s/b_s, independent of the units-of-b code.
     b_s = 2e-4
@@ -152,8 +166,10 @@ def test_monotone_in_batch(w, c, b1, b2, b_star) -> None:
 
 
 @FAST
-@given(p=st.lists(st.floats(0.0, 1.0), max_size=12).map(lambda xs: sorted(xs, reverse=True)),
-       bar=st.floats(1e-6, 1.5, exclude_max=True))
+@given(
+    p=st.lists(st.floats(0.0, 1.0), max_size=12).map(lambda xs: sorted(xs, reverse=True)),
+    bar=st.floats(1e-6, 1.5, exclude_max=True),
+)
 def test_recommended_tokens_properties(p, bar) -> None:
     k = E.recommended_speculative_tokens(p, bar)
     leading = next((i for i, pk in enumerate(p) if pk <= bar), len(p))
@@ -171,19 +187,27 @@ def test_recommended_tokens_properties(p, bar) -> None:
         assert k == 1
 
 
-@pytest.mark.parametrize(("p", "bar", "k"), [
-    ([], 0.5, 0), ([0.4], 0.5, 0), ([0.5], 0.5, 0), ([0.9], 0.5, 1),
-    ([0.9, 0.8], 0.5, 3),  # 0.8 * 0.8/0.9 = 0.711 clears: extrapolate one more
-    ([0.9, 0.6], 0.5, 2),  # 0.6 * 0.6/0.9 = 0.4 does not
-    ([0.9, 0.6, 0.3], 0.5, 2), ([0.99] * 12, 0.1, 10),
-])
+@pytest.mark.parametrize(
+    ("p", "bar", "k"),
+    [
+        ([], 0.5, 0),
+        ([0.4], 0.5, 0),
+        ([0.5], 0.5, 0),
+        ([0.9], 0.5, 1),
+        ([0.9, 0.8], 0.5, 3),  # 0.8 * 0.8/0.9 = 0.711 clears: extrapolate one more
+        ([0.9, 0.6], 0.5, 2),  # 0.6 * 0.6/0.9 = 0.4 does not
+        ([0.9, 0.6, 0.3], 0.5, 2),
+        ([0.99] * 12, 0.1, 10),
+    ],
+)
 def test_recommended_tokens_examples(p, bar, k) -> None:
     assert E.recommended_speculative_tokens(p, bar) == k
 
 
 @FAST
-@given(dt=st.integers(10, 10_000), data=st.data(), c=costs, b_star=ridges,
-       extra=st.integers(1, 20_000))
+@given(
+    dt=st.integers(10, 10_000), data=st.data(), c=costs, b_star=ridges, extra=st.integers(1, 20_000)
+)
 def test_crossover_separates_pay_from_tax(dt, data, c, b_star, extra) -> None:
     a = data.draw(st.integers(0, dt))
     alpha = a / dt
@@ -219,21 +243,33 @@ def test_shares_bounded(w, c, b, b_star) -> None:
 NO_SPEC = Traffic(output_tokens=G, prompt_tokens=10.0, concurrency=4.0)
 NO_TRAFFIC = traffic(g=0.0, a=0.0, dt=800.0, dr=200.0)
 NO_DRAFTS = traffic(a=0.0, dt=0.0, dr=0.0)
-UNSPECULATED = [(NO_SPEC, "no_speculation"),
-                (Traffic(output_tokens=0.0, prompt_tokens=0.0, concurrency=0.0), "no_speculation"),
-                (NO_TRAFFIC, "no_traffic"), (NO_DRAFTS, "no_drafts")]
+UNSPECULATED = [
+    (NO_SPEC, "no_speculation"),
+    (Traffic(output_tokens=0.0, prompt_tokens=0.0, concurrency=0.0), "no_speculation"),
+    (NO_TRAFFIC, "no_traffic"),
+    (NO_DRAFTS, "no_drafts"),
+]
 
 
 @pytest.mark.parametrize(("t", "verdict"), UNSPECULATED)
 def test_verdicts_without_speculation_have_no_numbers(t, verdict) -> None:
-    params = Parameters(draft_cost_ratio=C, draft_weight_bytes=2 * 10**9,
-                        gpu_memory_bytes=80 * 10**9)
+    params = Parameters(
+        draft_cost_ratio=C, draft_weight_bytes=2 * 10**9, gpu_memory_bytes=80 * 10**9
+    )
     res = E.assess("m", t, params, TEN_USD)
     assert res.verdict == verdict
-    for field in ("acceptance_ratio", "acceptance_length_tokens", "speedup_ratio",
-                  "speculation_savings_usd", "cost_per_million_output_tokens_no_speculation_usd",
-                  "draft_compute_share_ratio", "rejected_share_ratio", "draft_compute_usd",
-                  "rejected_usd", "crossover_concurrency_requests"):
+    for field in (
+        "acceptance_ratio",
+        "acceptance_length_tokens",
+        "speedup_ratio",
+        "speculation_savings_usd",
+        "cost_per_million_output_tokens_no_speculation_usd",
+        "draft_compute_share_ratio",
+        "rejected_share_ratio",
+        "draft_compute_usd",
+        "rejected_usd",
+        "crossover_concurrency_requests",
+    ):
         assert getattr(res, field) is None, field
     assert res.speedup_in_force is None
     if verdict == "no_speculation":
@@ -254,7 +290,8 @@ def test_measured_speedup_overrides_model(b, measured, verdict) -> None:
     assert res.speedup_measured_ratio == measured and res.speedup_in_force == measured
     assert res.speculation_savings_usd == pytest.approx(10 * (measured - 1))
     assert res.cost_per_million_output_tokens_no_speculation_usd == pytest.approx(
-        10 * measured / G * 1e6)
+        10 * measured / G * 1e6
+    )
 
 
 def test_money_on_worked_example() -> None:  # plus per_hour() and the spend estimate
@@ -269,24 +306,33 @@ def test_money_on_worked_example() -> None:  # plus per_hour() and the spend est
     assert res.rejected_usd == pytest.approx(10 * 200 * 2.65 / 15320)  # (Dt-A)(1+c(r+1))
     assert res.vram_usd is None
     assert E.spend_estimate_usd(2.5, 4, 1800.0) == pytest.approx(5.0)
-    half_hour = E.assess("m", traffic(), PARAMS, Money(seconds=1800.0, spend_usd=5.0,
-                                                     busy_spend_usd=5.0))
+    half_hour = E.assess(
+        "m", traffic(), PARAMS, Money(seconds=1800.0, spend_usd=5.0, busy_spend_usd=5.0)
+    )
     assert (half_hour.per_hour(5.0), half_hour.per_hour(-1.5)) == pytest.approx((10.0, -3.0))
     assert half_hour.per_hour(None) is None
     idle = E.assess("m", traffic(), PARAMS, Money(seconds=0.0, spend_usd=0.0, busy_spend_usd=0.0))
     assert idle.per_hour(1.0) is None
 
 
-@pytest.mark.parametrize(("draft_bytes", "gpu_bytes", "expected"), [
-    (2 * 10**9, 80 * 10**9, 0.25), (None, 80 * 10**9, None), (2 * 10**9, None, None),
-    (0, 80 * 10**9, None), (None, None, None),
-])
+@pytest.mark.parametrize(
+    ("draft_bytes", "gpu_bytes", "expected"),
+    [
+        (2 * 10**9, 80 * 10**9, 0.25),
+        (None, 80 * 10**9, None),
+        (2 * 10**9, None, None),
+        (0, 80 * 10**9, None),
+        (None, None, None),
+    ],
+)
 def test_vram_usd(draft_bytes, gpu_bytes, expected) -> None:
-    params = Parameters(draft_cost_ratio=C, draft_weight_bytes=draft_bytes,
-                        gpu_memory_bytes=gpu_bytes)
+    params = Parameters(
+        draft_cost_ratio=C, draft_weight_bytes=draft_bytes, gpu_memory_bytes=gpu_bytes
+    )
     partly_idle = Money(seconds=3600.0, spend_usd=10.0, busy_spend_usd=6.0)  # $, not $_busy
     assert E.assess("m", traffic(), params, partly_idle).vram_usd == (
-        None if expected is None else pytest.approx(expected))
+        None if expected is None else pytest.approx(expected)
+    )
 
 
 def test_position_acceptance_and_recommendation_in_assess() -> None:
@@ -301,12 +347,22 @@ def test_position_acceptance_and_recommendation_in_assess() -> None:
 # ---------------------------------------------------------------- 5. draft cost ratio
 
 
-@pytest.mark.parametrize(("method", "sizes", "expected"), [
-    ("ngram", (), 0.0), ("eagle", (), 0.05), ("eagle3", (), 0.05), ("mtp", (), 0.05),
-    ("medusa", (), 0.05), ("draft_model", (), None), ("draft_model", (1e9, None), None),
-    ("draft_model", (1e9, 70e9), 2 / 70), ("draft_model", (8e9, 70e9), 16 / 70),
-    ("draft_model", (0.1e9, 70e9), 0.02), ("unknown", (), None),
-])
+@pytest.mark.parametrize(
+    ("method", "sizes", "expected"),
+    [
+        ("ngram", (), 0.0),
+        ("eagle", (), 0.05),
+        ("eagle3", (), 0.05),
+        ("mtp", (), 0.05),
+        ("medusa", (), 0.05),
+        ("draft_model", (), None),
+        ("draft_model", (1e9, None), None),
+        ("draft_model", (1e9, 70e9), 2 / 70),
+        ("draft_model", (8e9, 70e9), 16 / 70),
+        ("draft_model", (0.1e9, 70e9), 0.02),
+        ("unknown", (), None),
+    ],
+)
 def test_draft_cost_ratio_for(method, sizes, expected) -> None:
     got = E.draft_cost_ratio_for(method, *sizes)
     assert got == (None if expected is None else pytest.approx(expected))

@@ -80,6 +80,12 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--listen", help="HOST:PORT for spectax's own server (default 127.0.0.1:9837)"
     )
+    demo.add_argument(
+        "--history",
+        metavar="SPAN",
+        help="instead of running: write SPAN (e.g. 30d) of simulated history into the store,"
+        " fast, and print the `spectax report` command to run on it",
+    )
     demo.set_defaults(func=_demo)
 
     db = commands.add_parser("db", help="the history database")
@@ -96,6 +102,14 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--format", choices=["csv", "json"], default="csv")
     export.add_argument("--endpoint", action="append", help="only this endpoint (repeatable)")
     export.set_defaults(func=_export)
+
+    from spectax.report.cli import add_report_parser
+
+    add_report_parser(commands)
+
+    from spectax.billing.cli import add_parser as add_billing_parser
+
+    add_billing_parser(commands, parse_time)  # spectax billing fetch
 
     check = commands.add_parser("check-config", help="validate a configuration file")
     check.add_argument("file", type=Path)
@@ -169,6 +183,12 @@ def _check_config(args: argparse.Namespace) -> int:
         ]
         if auth:
             print(f"    sends: {', '.join(auth)} (values not shown)")
+    for spec in settings.billing:  # billing sources; credentials are never shown
+        endpoints = ", ".join(dict.fromkeys(r.endpoint for r in spec.config.map)) or "none"
+        print(
+            f"  billing {spec.name}: {spec.kind}, every {spec.config.interval:g} s,"
+            f" endpoints: {endpoints if spec.kind != 'price_table' else 'all priced'}"
+        )
     web_config_file = args.web_config_file or config.web_config_file
     if web_config_file:
         web = load_web_config(web_config_file)
@@ -192,6 +212,10 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    if getattr(args, "history", None):
+        from spectax.report.cli import demo_history_main
+
+        return demo_history_main(args)
     from spectax.demo import DEMO_DEFAULTS, run_demo
 
     raw = load_config(args.config).config.model_dump(exclude_none=True) if args.config else {}

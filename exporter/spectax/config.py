@@ -30,6 +30,7 @@ from pydantic import (
 
 from spectax import logs
 from spectax.billing.price_table import PriceTable, PriceTableError
+from spectax.billing.registry import BillingConfig, SourceSpec, resolve_billing
 from spectax.calibration import MIN_WINDOWS
 from spectax.credentials import (
     BasicAuthConfig,
@@ -168,6 +169,7 @@ class Config(_Strict):
     rollup_interval: Duration = 300.0
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
     endpoints: list[EndpointConfig] = Field(default_factory=list)
+    billing: list[BillingConfig] = Field(default_factory=list)  # see spectax.billing
     _database_url: str | None = PrivateAttr(default=None)  # storage_url resolved (${ENV}, _file)
 
     @model_validator(mode="before")
@@ -219,11 +221,13 @@ class Settings:
         prices: PriceTable,
         usd_per_hour: dict[str, Decimal],
         target_auth: dict[str, TargetAuth] | None = None,
+        billing: list[SourceSpec] | None = None,
     ):
         self.config = config
         self.prices = prices
         self.usd_per_hour = usd_per_hour
         self.target_auth = target_auth or {}  # endpoint name -> what its scrapes send
+        self.billing = billing or []  # billing sources, secrets resolved (price_table first)
 
 
 def load_config(path: Path | str | None) -> Settings:
@@ -307,13 +311,15 @@ def validate(raw: Any, source: str = "<config>") -> Settings:
             logs.register_secret(password)
     except CredentialError as exc:
         problems.append(f"storage_url{'_file' if config.storage_url_file else ''}: {exc}")
+    billing, billing_problems = resolve_billing(config.billing, names)
+    problems += billing_problems
     if config.scrape_timeout > config.scrape_interval:
         problems.append("scrape_timeout: must not be longer than scrape_interval")
     if config.window < 2 * config.scrape_interval:
         problems.append("window: must hold at least two scrape intervals")
     if problems:
         raise ConfigError(source, problems)
-    return Settings(config, prices, usd_per_hour, target_auth)
+    return Settings(config, prices, usd_per_hour, target_auth, billing)
 
 
 def _url_password(url: str | None) -> str | None:

@@ -17,13 +17,13 @@ messages spectax writes itself never include one in the first place.
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aiohttp import BasicAuth
 from pydantic import BaseModel, ConfigDict, SecretStr
 
 from spectax import logs
@@ -136,12 +136,14 @@ def build_target_auth(
     if basic_auth is not None:
         try:
             password = resolve(basic_auth.password, basic_auth.password_file) or ""
-            header = BasicAuth(basic_auth.username, password).encode()
+            if ":" in basic_auth.username:
+                raise ValueError("a ':' in the user name")
+            header = basic_auth_header(basic_auth.username, password)
             logs.register_secret(header.removeprefix("Basic "))
             headers["Authorization"] = header
         except CredentialError as exc:
             problems.append(("basic_auth.password", str(exc)))
-        except ValueError:  # a ':' in the user name
+        except ValueError:
             problems.append(("basic_auth.username", "must not contain ':'"))
     context: ssl.SSLContext | None = None
     if tls is not None:
@@ -149,6 +151,12 @@ def build_target_auth(
         if problem:
             problems.append(problem)
     return TargetAuth(headers, context), problems
+
+
+def basic_auth_header(username: str, password: str) -> str:
+    """The `Authorization` value for HTTP basic auth (RFC 7617, UTF-8)."""
+    token = base64.b64encode(f"{username}:{password}".encode()).decode("ascii")
+    return f"Basic {token}"
 
 
 def _client_context(tls: TLSClientConfig) -> tuple[ssl.SSLContext | None, tuple[str, str] | None]:

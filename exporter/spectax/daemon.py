@@ -26,6 +26,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from prometheus_client import CollectorRegistry
 
 from spectax import logs
+from spectax.billing.service import BillingService
 from spectax.config import ConfigError, EndpointConfig, Settings, load_config
 from spectax.metrics import ReloadStatus, SnapshotCollector, StoreStatus
 from spectax.monitor import CALIBRATION_POINTS, EndpointMonitor, EndpointSnapshot
@@ -75,9 +76,13 @@ class Daemon:
         self._in_flight: set[asyncio.Task[None]] = set()
         self._ready = False
         self.stopped = asyncio.Event()
+        self.billing = BillingService(settings.billing)  # its jobs run beside the scrapes
         self.registry = CollectorRegistry(auto_describe=False)
         self.collector = SnapshotCollector(
-            self.snapshots, self.store_status, lambda: self.reload_status
+            self.snapshots,
+            self.store_status,
+            lambda: self.reload_status,
+            lambda: self.billing.snapshot,
         )
         self.registry.register(self.collector)
 
@@ -137,6 +142,7 @@ class Daemon:
         self._session = aiohttp.ClientSession(timeout=timeout, connector=connector)
         self._writer = asyncio.create_task(self._write_loop(), name="store-writer")
         self._schedule()
+        await self.billing.start(self._scheduler, self.store)
         self._ready = True
         log.info(
             "spectax listening on %s, watching %d endpoint(s)", self.listen_url, len(self.monitors)
@@ -171,6 +177,7 @@ class Daemon:
             _, pending = await asyncio.wait(self._in_flight, timeout=SHUTDOWN_GRACE_SECONDS)
             for task in pending:
                 task.cancel()
+        await self.billing.stop()  # reads in flight are cancelled: the next run reads again
         if self._scheduler.running:
             self._scheduler.shutdown(wait=False)
         if self._writer is not None:
@@ -284,6 +291,7 @@ class Daemon:
             monitors[name] = old[name] if name in kept else await self._new_monitor(endpoint)
         self.monitors = monitors
         self._add_scrape_jobs()
+        await self.billing.apply(settings.billing)
         log.info(
             "configuration reloaded: %d endpoint(s) kept, %d started, %d stopped",
             len(kept),

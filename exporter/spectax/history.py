@@ -42,11 +42,20 @@ async def export(
     try:
         if granularity != "window":
             await store.rollup()  # so the rollups include the latest windows
-        rows = await store.rows(granularity, since, until, endpoints)
+        based = await store.rows_with_basis(granularity, since, until, endpoints)
     finally:
         await store.close()
     columns = [c.key for c in sa_inspect(TABLES[granularity]).columns if c.key != "id"]
-    records = [{c: _plain(getattr(row, c)) for c in columns} for row in rows]
+    # spend_usd is the estimate; billed_spend_usd the bill's share once final (spend_basis).
+    columns += ["billed_spend_usd", "spend_basis"]
+    records = [
+        {
+            **{c: _plain(getattr(row, c)) for c in columns[:-2]},
+            "billed_spend_usd": _plain(spend) if basis == "billed" else None,
+            "spend_basis": basis if spend is not None else "",
+        }
+        for row, spend, basis in based
+    ]
     if output_format == "json":
         return json.dumps(records, indent=1) + "\n"
     buffer = io.StringIO()

@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from spectax import __version__
+from spectax.billing.service import BillingSnapshot
 from spectax.economics import Assessment
 from spectax.monitor import EndpointSnapshot
 from spectax.scrape import REASONS
@@ -178,7 +179,8 @@ FAMILIES: dict[str, Family] = {
         _f(
             "spectax_spend_usd_total",
             "counter",
-            "Accrued spend of the endpoint; basis=estimated is the price-table estimate.",
+            "Accrued spend of the endpoint; basis=estimated is the price-table estimate,"
+            " basis=billed the final lines of its billing source (see spectax_billing_*).",
             _E,
             "basis",
         ),
@@ -227,6 +229,25 @@ FAMILIES: dict[str, Family] = {
             "Duration of the last cold start: first successful scrape minus process start"
             " (or the configured duration when it cannot be measured).",
             _E,
+        ),
+        _f(
+            "spectax_billing_up",
+            "gauge",
+            "1 when the last read of the billing source succeeded.",
+            "source",
+        ),
+        _f(
+            "spectax_billing_last_success_timestamp_seconds",
+            "gauge",
+            "Unix time of the last successful read of the billing source.",
+            "source",
+        ),
+        _f(
+            "spectax_billing_drift_ratio",
+            "gauge",
+            "(estimated - billed) / billed spend of the endpoints the billing source bills, over"
+            " its last final period that spectax watched whole; positive: the estimate is high.",
+            "source",
         ),
         _f(
             "spectax_store_pending_windows",
@@ -278,11 +299,14 @@ class SnapshotCollector(Collector):
         snapshots: Callable[[], Mapping[str, EndpointSnapshot]],
         store_status: Callable[[], StoreStatus],
         reload_status: Callable[[], ReloadStatus] | None = None,
+        billing: Callable[[], BillingSnapshot] | None = None,
     ):
         self._snapshots = snapshots
         self._store_status = store_status
         self._reload_status = reload_status
+        self._billing = billing
         self._rendered: dict[str, tuple[EndpointSnapshot, dict[str, str]]] = {}
+        self._last_body: tuple[tuple[str, list[EndpointSnapshot]] | None, bytes] = (None, b"")
 
     def describe(self) -> list[Metric]:
         return []  # unchecked collector: families depend on the snapshot
@@ -304,12 +328,17 @@ class SnapshotCollector(Collector):
 
         Each endpoint's sample lines are formatted once per snapshot, when it
         changes (one scrape of that endpoint), and kept; a request only joins
-        them under their families' headers. `collect()` stays the reference
-        (OpenMetrics goes through it); tests check that both say the same.
+        them under their families' headers; while nothing changed, requests get
+        the same bytes. `collect()` stays the reference (OpenMetrics goes
+        through it); tests check that both say the same.
         """
         process: dict[str, list[str]] = {}
         self._process(_line_writer(process))
         snapshots = sorted(self._snapshots().items())
+        key = (repr(process), [snap for _, snap in snapshots])
+        last_key, last_body = self._last_body
+        if last_key is not None and last_key[0] == key[0] and _same(last_key[1], key[1]):
+            return last_body
         fragments = [self._fragments(name, snap) for name, snap in snapshots]
         self._rendered = {
             name: self._rendered[name] for name, _ in snapshots if name in self._rendered
@@ -322,7 +351,9 @@ class SnapshotCollector(Collector):
                 lines = fragment.get(family.name)
                 if lines is not None:
                     out.append(lines)
-        return "".join(out).encode()
+        body = "".join(out).encode()
+        self._last_body = (key, body)
+        return body
 
     def _fragments(self, name: str, snap: EndpointSnapshot) -> dict[str, str]:
         cached = self._rendered.get(name)
@@ -349,15 +380,33 @@ class SnapshotCollector(Collector):
                 (),
                 reload.success_timestamp,
             )
+        if self._billing is not None:
+            _billing(put, self._billing())
 
 
 Put = Callable[[str, tuple[str, ...], float | None], None]
+
+
+def _billing(put: Put, billing: BillingSnapshot) -> None:
+    for source in billing.sources:
+        if source.up is not None:
+            put("spectax_billing_up", (source.name,), float(source.up))
+        put("spectax_billing_last_success_timestamp_seconds", (source.name,), source.last_success)
+    for endpoint, amount in sorted(billing.billed_usd_total.items()):
+        put("spectax_spend_usd_total", (endpoint, "billed"), float(amount))
+    for source_name, ratio in sorted(billing.drift.items()):
+        put("spectax_billing_drift_ratio", (source_name,), ratio)
 
 
 def _endpoint_samples(put: Put, name: str, snap: EndpointSnapshot) -> None:
     _endpoint(put, name, snap)
     for model, assessment in sorted(snap.assessments.items()):
         _assessment(put, name, model, assessment, snap)
+
+
+def _same(a: list[EndpointSnapshot], b: list[EndpointSnapshot]) -> bool:
+    """The same snapshot objects (snapshots are replaced, never changed, so `is` suffices)."""
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
 def _line_writer(lines: dict[str, list[str]]) -> Put:

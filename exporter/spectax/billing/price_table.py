@@ -8,11 +8,23 @@ traced back when the budget meeting asks where a number came from.
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from importlib import resources
 from pathlib import Path
+from typing import ClassVar, Literal
+
+from spectax.billing.base import (
+    BillingError,
+    BillingLine,
+    Duration,
+    Fetched,
+    Source,
+    SourceConfig,
+    now_utc,
+)
 
 COLUMNS = (
     "provider",
@@ -133,3 +145,53 @@ def _read(text: str, where: str) -> list[Price]:
             )
         )
     return prices
+
+
+# ---------------------------------------------------------------- the estimate as a source
+
+
+EstimateReader = Callable[[datetime, datetime], Awaitable[list[tuple[str, datetime, Decimal]]]]
+
+
+class PriceTableSourceConfig(SourceConfig):
+    """The estimate, always on: listing it only changes how often it is re-read."""
+
+    type: Literal["price_table"]
+    interval: Duration = 300.0
+    lookback: Duration = 86400.0
+
+    secret_fields: ClassVar[tuple[str, ...]] = ()
+
+
+class PriceTableSource(Source):
+    """spectax's own estimate, as billing lines: per endpoint and hour, the spend its
+    windows accrued per second from the price table, the GPU count and the billing mode
+    (provisioned GPUs bill every second, serverless ones only busy seconds and cold
+    starts). Never final and never stored as a bill: the windows hold it already.
+    """
+
+    kind = "price_table"
+
+    def __init__(self, config: SourceConfig | None = None, estimate: EstimateReader | None = None):
+        super().__init__(config or PriceTableSourceConfig(type="price_table"))
+        self._estimate = estimate
+
+    async def fetch(self, since: datetime, until: datetime) -> Fetched:
+        if self._estimate is None:
+            raise BillingError("price_table: no history store to read the estimate from")
+        fetched_at = now_utc()
+        lines: list[BillingLine] = []
+        for endpoint, hour, amount in await self._estimate(since, until):
+            line = BillingLine(
+                source=self.name,
+                resource=endpoint,
+                endpoint=endpoint,
+                start=hour,
+                end=hour + timedelta(hours=1),
+                amount=amount,
+                currency="USD",
+                final=False,
+                fetched_at=fetched_at,
+            )
+            lines.append(line)
+        return Fetched(lines, [])

@@ -6,7 +6,17 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import BigInteger, DateTime, Float, Integer, String, Text, TypeDecorator
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    Index,
+    Integer,
+    String,
+    Text,
+    TypeDecorator,
+)
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.schema import UniqueConstraint
@@ -161,3 +171,55 @@ class Cursor(Base):
     endpoint: Mapped[str] = mapped_column(String(64), primary_key=True)
     observed_at: Mapped[float] = mapped_column(Float)
     sample: Mapped[str] = mapped_column(Text)
+
+
+class BillingLineRow(Base):
+    """One line of a bill (see spectax.billing.base.BillingLine), of a configured endpoint.
+
+    Keyed by (source, resource, start, end): a revised line replaces its earlier value,
+    so it is never counted twice. `amount` is exact (nano-units of `currency`, signed:
+    credits are negative).
+    """
+
+    __tablename__ = "billing_lines"
+    __table_args__ = (
+        UniqueConstraint("source", "resource", "start", "end", name="uq_billing_line"),
+        Index("ix_billing_lines_endpoint_start", "endpoint", "start"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    source: Mapped[str] = mapped_column(String(64))
+    resource: Mapped[str] = mapped_column(String(512))
+    endpoint: Mapped[str | None] = mapped_column(String(64))
+    start: Mapped[datetime] = mapped_column(UtcDateTime)
+    end: Mapped[datetime] = mapped_column(UtcDateTime)
+    amount: Mapped[Decimal] = mapped_column(Money)
+    currency: Mapped[str] = mapped_column(String(8))
+    final: Mapped[bool] = mapped_column(Boolean)
+    fetched_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class BillingPeriodRow(Base):
+    """A span a billing source answered for completely, for one endpoint it bills: no line
+    in it means nothing was billed. `final` once the provider says the span is final."""
+
+    __tablename__ = "billing_periods"
+
+    source: Mapped[str] = mapped_column(String(64), primary_key=True)
+    endpoint: Mapped[str] = mapped_column(String(64), primary_key=True)
+    start: Mapped[datetime] = mapped_column(UtcDateTime, primary_key=True)
+    end: Mapped[datetime] = mapped_column(UtcDateTime, primary_key=True)
+    final: Mapped[bool] = mapped_column(Boolean)
+    fetched_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class BillingPollRow(Base):
+    """When each billing source was last read, and last read successfully: a restart does
+    not read a paid API again before its interval, and the gauges carry on."""
+
+    __tablename__ = "billing_polls"
+
+    source: Mapped[str] = mapped_column(String(64), primary_key=True)
+    attempted_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    succeeded_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    ok: Mapped[bool] = mapped_column(Boolean)

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import ColumnElement, delete, func, literal_column, select
 from sqlalchemy import inspect as sa_inspect
@@ -21,10 +21,21 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
+from spectax.billing import reconcile as recon
+from spectax.billing.base import BillingLine, Period
 from spectax.economics import Assessment
 from spectax.engines.base import EngineSample, Histogram, ModelSample
 from spectax.store import rollups, schema
-from spectax.store.models import Cursor, HourlyRow, RollupDue, Sums, WindowRow
+from spectax.store.models import (
+    BillingLineRow,
+    BillingPeriodRow,
+    BillingPollRow,
+    Cursor,
+    HourlyRow,
+    RollupDue,
+    Sums,
+    WindowRow,
+)
 from spectax.windows import Counts, Window
 
 
@@ -300,6 +311,430 @@ class Store:
             recent = [w for w in recent if w.start != open_window.start]
         return Restored(spend, cold, cursor, open_window, tuple(recent))
 
+    # ------------------------------------------------------------ billing
+
+    async def save_billing(
+        self,
+        source: str,
+        lines: Sequence[BillingLine],
+        periods: Sequence[Period],
+        endpoints: Sequence[str],
+    ) -> int:
+        """One read of a billing source, in one transaction. Its lines of configured
+        endpoints are upserted by (source, resource, start, end), so a revision replaces
+        the earlier value; the periods it covered are recorded for each endpoint it bills;
+        and a line it no longer reports inside those periods is removed. Returns the
+        number of lines stored."""
+        mapped = [line for line in lines if line.endpoint is not None]
+        try:
+            async with self._sessions.begin() as session:
+                await self._upsert_billing_lines(session, mapped)
+                await self._upsert_billing_periods(session, source, periods, endpoints)
+                await self._prune_billing_lines(session, source, mapped, periods)
+        except (SQLAlchemyError, OSError) as exc:
+            raise StoreError(f"cannot write billing lines of {source}: {_reason(exc)}") from None
+        return len(mapped)
+
+    async def upsert_billing_lines(self, lines: Sequence[BillingLine]) -> int:
+        """Upsert lines by (source, resource, start, end); a later fetch replaces an earlier."""
+        try:
+            async with self._sessions.begin() as session:
+                await self._upsert_billing_lines(session, lines)
+        except (SQLAlchemyError, OSError) as exc:
+            raise StoreError(f"cannot write billing lines: {_reason(exc)}") from None
+        return len(lines)
+
+    async def _upsert_billing_lines(
+        self, session: AsyncSession, lines: Sequence[BillingLine]
+    ) -> None:
+        unique = {line.key: line for line in lines}  # one row per key within a statement
+        rows = [
+            {
+                "source": line.source,
+                "resource": line.resource,
+                "endpoint": line.endpoint,
+                "start": line.start,
+                "end": line.end,
+                "amount": line.amount,
+                "currency": line.currency,
+                "final": line.final,
+                "fetched_at": line.fetched_at,
+            }
+            for line in unique.values()
+        ]
+        insert = _insert_for(self._engine.dialect.name)
+        for i in range(0, len(rows), 500):
+            statement = insert(BillingLineRow).values(rows[i : i + 500])
+            await session.execute(
+                statement.on_conflict_do_update(
+                    index_elements=["source", "resource", "start", "end"],
+                    set_={
+                        name: statement.excluded[name]
+                        for name in ("endpoint", "amount", "currency", "final", "fetched_at")
+                    },
+                    where=BillingLineRow.fetched_at <= _excluded("fetched_at"),
+                )
+            )
+
+    async def _upsert_billing_periods(
+        self,
+        session: AsyncSession,
+        source: str,
+        periods: Sequence[Period],
+        endpoints: Sequence[str],
+    ) -> None:
+        fetched_at = datetime.now(UTC)
+        rows = [
+            {
+                "source": source,
+                "endpoint": endpoint,
+                "start": period.start,
+                "end": period.end,
+                "final": period.final,
+                "fetched_at": fetched_at,
+            }
+            for endpoint in dict.fromkeys(endpoints)
+            for period in {(p.start, p.end): p for p in periods}.values()
+        ]
+        insert = _insert_for(self._engine.dialect.name)
+        for i in range(0, len(rows), 500):
+            statement = insert(BillingPeriodRow).values(rows[i : i + 500])
+            await session.execute(
+                statement.on_conflict_do_update(
+                    index_elements=["source", "endpoint", "start", "end"],
+                    set_={"final": statement.excluded.final, "fetched_at": fetched_at},
+                )
+            )
+
+    async def _prune_billing_lines(
+        self,
+        session: AsyncSession,
+        source: str,
+        kept: Sequence[BillingLine],
+        periods: Sequence[Period],
+    ) -> None:
+        if not periods:
+            return
+        low, high = min(p.start for p in periods), max(p.end for p in periods)
+        keys = {(line.resource, line.start, line.end) for line in kept}
+        query = select(
+            BillingLineRow.id, BillingLineRow.resource, BillingLineRow.start, BillingLineRow.end
+        ).where(
+            BillingLineRow.source == source,
+            BillingLineRow.start >= low,
+            BillingLineRow.end <= high,
+        )
+        stale = [
+            row_id
+            for row_id, resource, start, end in (await session.execute(query)).all()
+            if (resource, start, end) not in keys and recon.covers(periods, start, end)
+        ]
+        for i in range(0, len(stale), 500):
+            await session.execute(
+                delete(BillingLineRow).where(BillingLineRow.id.in_(stale[i : i + 500]))
+            )
+
+    async def billing_lines(
+        self,
+        endpoint: str | None = None,
+        source: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> list[BillingLineRow]:
+        """Stored lines overlapping [since, until), oldest first."""
+        query = select(BillingLineRow).order_by(
+            BillingLineRow.start, BillingLineRow.source, BillingLineRow.resource
+        )
+        if endpoint is not None:
+            query = query.where(BillingLineRow.endpoint == endpoint)
+        if source is not None:
+            query = query.where(BillingLineRow.source == source)
+        if since is not None:
+            query = query.where(BillingLineRow.end > since)
+        if until is not None:
+            query = query.where(BillingLineRow.start < until)
+        async with self._sessions() as session:
+            return list((await session.scalars(query)).all())
+
+    async def billing_periods(
+        self,
+        endpoint: str,
+        source: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> list[BillingPeriodRow]:
+        query = select(BillingPeriodRow).where(BillingPeriodRow.endpoint == endpoint)
+        if source is not None:
+            query = query.where(BillingPeriodRow.source == source)
+        if since is not None:
+            query = query.where(BillingPeriodRow.end > since)
+        if until is not None:
+            query = query.where(BillingPeriodRow.start < until)
+        async with self._sessions() as session:
+            return list((await session.scalars(query.order_by(BillingPeriodRow.start))).all())
+
+    async def billing_source_of(self, endpoint: str) -> str | None:
+        """The source that bills the endpoint: of those with periods of it, the one read
+        last (one per endpoint, so that no money is counted twice)."""
+        return (await self._billing_sources()).get(endpoint)
+
+    async def _billing_sources(self) -> dict[str, str]:
+        latest = func.max(BillingPeriodRow.fetched_at)
+        query = select(BillingPeriodRow.endpoint, BillingPeriodRow.source, latest).group_by(
+            BillingPeriodRow.endpoint, BillingPeriodRow.source
+        )
+        chosen: dict[str, tuple[datetime, str]] = {}
+        async with self._sessions() as session:
+            for endpoint, source, fetched_at in (await session.execute(query)).all():
+                fetched = _as_utc(fetched_at)
+                if endpoint not in chosen or (fetched, source) > chosen[endpoint]:
+                    chosen[endpoint] = (fetched, source)
+        return {endpoint: source for endpoint, (_, source) in chosen.items()}
+
+    async def billing_polls(self) -> dict[str, BillingPollRow]:
+        async with self._sessions() as session:
+            rows = (await session.scalars(select(BillingPollRow))).all()
+        return {row.source: row for row in rows}
+
+    async def save_billing_poll(
+        self, source: str, attempted_at: datetime, succeeded_at: datetime | None, ok: bool
+    ) -> None:
+        """Record a read of a billing source (`succeeded_at` None keeps the last success)."""
+        insert = _insert_for(self._engine.dialect.name)
+        values: dict[str, Any] = {"source": source, "attempted_at": attempted_at, "ok": ok}
+        updates: dict[str, Any] = {"attempted_at": attempted_at, "ok": ok}
+        if succeeded_at is not None:
+            values["succeeded_at"] = updates["succeeded_at"] = succeeded_at
+        try:
+            async with self._sessions.begin() as session:
+                statement = insert(BillingPollRow).values(**values)
+                await session.execute(
+                    statement.on_conflict_do_update(index_elements=["source"], set_=updates)
+                )
+        except (SQLAlchemyError, OSError) as exc:
+            raise StoreError(f"cannot record a read of {source}: {_reason(exc)}") from None
+
+    async def spend_by_basis(
+        self, endpoint: str, start: datetime, end: datetime
+    ) -> tuple[Decimal, Literal["billed", "estimated"]]:
+        """The endpoint's spend over [start, end) and its basis: "billed" when the final
+        periods of its billing source cover the span whole (the sum of that source's lines,
+        a line straddling an edge pro rata by time), else "estimated" (the price-table
+        estimate its windows accrued; Decimal(0) when it has none). USD."""
+        billed = await self._billed(endpoint, start, end)
+        if billed is not None:
+            return billed, "billed"
+        estimated, _ = await self._estimate(endpoint, start, end)
+        return estimated or Decimal(0), "estimated"
+
+    async def _billed(self, endpoint: str, start: datetime, end: datetime) -> Decimal | None:
+        """The billed spend over [start, end), or None when final periods do not cover it."""
+        source = await self.billing_source_of(endpoint)
+        if source is None:
+            return None
+        periods = await self.billing_periods(endpoint, source, start, end)
+        if not recon.covers([p for p in periods if p.final], start, end):
+            return None
+        lines = await self.billing_lines(endpoint, source, start, end)
+        if any(line.currency != "USD" for line in lines):
+            return None  # spectax's money is USD; a bill in another currency stays apart
+        return recon.billed_in(lines, start, end)
+
+    async def _estimate(
+        self, endpoint: str, start: datetime, end: datetime
+    ) -> tuple[Decimal | None, float]:
+        """The windows' estimated spend over [start, end) (hourly rollups for hours whose
+        windows retention removed) and the share of the span they cover."""
+        windows = select(WindowRow.start, WindowRow.seconds, WindowRow.spend_usd).where(
+            WindowRow.endpoint == endpoint, WindowRow.start >= start, WindowRow.start < end
+        )
+        hours = select(HourlyRow.start, HourlyRow.seconds, HourlyRow.spend_usd).where(
+            HourlyRow.endpoint == endpoint, HourlyRow.start >= start, HourlyRow.start < end
+        )
+        async with self._sessions() as session:
+            window_rows = (await session.execute(windows)).all()
+            hour_rows = (await session.execute(hours)).all()
+        spend: Decimal | None = None
+        covered: dict[datetime, float] = {}
+        for row_start, row_seconds, row_spend in window_rows:
+            covered[_as_utc(row_start)] = row_seconds
+            if row_spend is not None:
+                spend = (spend or Decimal(0)) + row_spend
+        watched = {rollups.period_start(t, "hour") for t in covered}
+        hourly: dict[datetime, float] = {}
+        for row_start, row_seconds, row_spend in hour_rows:
+            hour = _as_utc(row_start)
+            if hour in watched:
+                continue
+            hourly[hour] = max(hourly.get(hour, 0.0), row_seconds)
+            if row_spend is not None:
+                spend = (spend or Decimal(0)) + row_spend
+        total = sum(covered.values()) + sum(hourly.values())
+        length = (end - start).total_seconds()
+        return spend, (total / length if length > 0 else 0.0)
+
+    async def reconcile(
+        self, endpoint: str, since: datetime | None = None, until: datetime | None = None
+    ) -> list[recon.PeriodReconciliation]:
+        """Each billing period of the endpoint (of its billing source) overlapping
+        [since, until): billed against estimated, with the share spectax watched."""
+        source = await self.billing_source_of(endpoint)
+        if source is None:
+            return []
+        periods = await self.billing_periods(endpoint, source, since, until)
+        return [await self._reconcile_period(endpoint, source, p) for p in periods]
+
+    async def _reconcile_period(
+        self, endpoint: str, source: str, period: BillingPeriodRow
+    ) -> recon.PeriodReconciliation:
+        start, end = _as_utc(period.start), _as_utc(period.end)
+        lines = [
+            line
+            for line in await self.billing_lines(endpoint, source, start, end)
+            if line.currency == "USD"
+        ]
+        estimated, coverage = await self._estimate(endpoint, start, end)
+        return recon.PeriodReconciliation(
+            endpoint=endpoint,
+            source=source,
+            start=start,
+            end=end,
+            final=period.final,
+            billed=recon.billed_in(lines, start, end),
+            estimated=estimated,
+            coverage=coverage,
+        )
+
+    async def last_drift(
+        self, endpoint: str, now: datetime, candidates: int = 48
+    ) -> recon.PeriodReconciliation | None:
+        """The endpoint's last final period that spectax watched whole and that billed
+        something: the one `spectax_billing_drift_ratio` reports."""
+        source = await self.billing_source_of(endpoint)
+        if source is None:
+            return None
+        query = (
+            select(BillingPeriodRow)
+            .where(
+                BillingPeriodRow.endpoint == endpoint,
+                BillingPeriodRow.source == source,
+                BillingPeriodRow.final.is_(True),
+                BillingPeriodRow.end <= now,
+            )
+            .order_by(BillingPeriodRow.end.desc(), BillingPeriodRow.start.desc())
+            .limit(candidates)
+        )
+        async with self._sessions() as session:
+            periods = list((await session.scalars(query)).all())
+        for period in periods:
+            result = await self._reconcile_period(endpoint, source, period)
+            if result.drift_ratio is not None:
+                return result
+        return None
+
+    async def last_source_drift(
+        self, source: str, now: datetime, candidates: int = 48
+    ) -> tuple[datetime, datetime, float] | None:
+        """(start, end, drift) of the source's last final period that spectax watched whole
+        on every endpoint the source bills: (Σ estimated − Σ billed) / Σ billed over them,
+        the figure `spectax_billing_drift_ratio{source}` reports."""
+        endpoints = [e for e, s in (await self._billing_sources()).items() if s == source]
+        if not endpoints:
+            return None
+        spans = (
+            select(BillingPeriodRow.start, BillingPeriodRow.end)
+            .where(
+                BillingPeriodRow.source == source,
+                BillingPeriodRow.endpoint.in_(endpoints),
+                BillingPeriodRow.final.is_(True),
+                BillingPeriodRow.end <= now,
+            )
+            .group_by(BillingPeriodRow.start, BillingPeriodRow.end)
+            .order_by(BillingPeriodRow.end.desc(), BillingPeriodRow.start.desc())
+            .limit(candidates)
+        )
+        async with self._sessions() as session:
+            candidates_found = (await session.execute(spans)).all()
+        for start, end in candidates_found:
+            period = BillingPeriodRow(start=_as_utc(start), end=_as_utc(end), final=True)
+            parts = [await self._reconcile_period(e, source, period) for e in endpoints]
+            if any(p.estimated is None or p.coverage < recon.MIN_COVERAGE for p in parts):
+                continue
+            billed = sum((p.billed for p in parts), Decimal(0))
+            estimated = sum((p.estimated or Decimal(0) for p in parts), Decimal(0))
+            if billed != 0:
+                return _as_utc(start), _as_utc(end), float((estimated - billed) / billed)
+        return None
+
+    async def billed_totals(self) -> dict[str, tuple[str, Decimal]]:
+        """Per endpoint, its billing source and the sum of its final USD lines."""
+        sources = await self._billing_sources()
+        query = (
+            select(BillingLineRow.endpoint, BillingLineRow.source, func.sum(BillingLineRow.amount))
+            .where(BillingLineRow.final.is_(True), BillingLineRow.currency == "USD")
+            .group_by(BillingLineRow.endpoint, BillingLineRow.source)
+        )
+        totals = {endpoint: (source, Decimal(0)) for endpoint, source in sources.items()}
+        async with self._sessions() as session:
+            for endpoint, source, amount in (await session.execute(query)).all():
+                if endpoint is not None and sources.get(endpoint) == source:
+                    totals[endpoint] = (source, amount or Decimal(0))
+        return totals
+
+    async def estimated_spend_by_hour(
+        self, since: datetime, until: datetime
+    ) -> list[tuple[str, datetime, Decimal]]:
+        """(endpoint, hour, estimated spend) from the windows starting in [since, until)."""
+        query = select(WindowRow.endpoint, WindowRow.start, WindowRow.spend_usd).where(
+            WindowRow.start >= since, WindowRow.start < until, WindowRow.spend_usd.is_not(None)
+        )
+        sums: dict[tuple[str, datetime], Decimal] = {}
+        async with self._sessions() as session:
+            for endpoint, start, spend in (await session.execute(query)).all():
+                key = (endpoint, rollups.period_start(_as_utc(start), "hour"))
+                sums[key] = sums.get(key, Decimal(0)) + (spend or Decimal(0))
+        return [(endpoint, hour, amount) for (endpoint, hour), amount in sorted(sums.items())]
+
+    async def rows_with_basis(
+        self,
+        granularity: str,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        endpoints: Sequence[str] | None = None,
+    ) -> list[tuple[Sums, Decimal | None, Literal["billed", "estimated"]]]:
+        """History rows with the spend to show and its basis: a row whose span the final
+        periods of its endpoint's billing source cover whole gets its share of the billed
+        lines (shared by estimated spend; each line's shares add up to it exactly);
+        any other row keeps its estimate."""
+        rows = await self.rows(granularity, since, until, endpoints)
+        sources = await self._billing_sources()
+        by_endpoint: dict[str, list[Sums]] = {}
+        for row in rows:
+            by_endpoint.setdefault(row.endpoint, []).append(row)
+        shares: dict[int, Decimal] = {}
+        for endpoint, group in by_endpoint.items():
+            source = sources.get(endpoint)
+            if source is None:
+                continue
+            low, high = min(r.start for r in group), max(r.end for r in group)
+            final = [p for p in await self.billing_periods(endpoint, source, low, high) if p.final]
+            lines = await self.billing_lines(endpoint, source, low, high)
+            foreign = [line for line in lines if line.currency != "USD"]
+            billed = [
+                recon.Row(id(r), r.start, r.end, r.spend_usd)
+                for r in group
+                if recon.covers(final, r.start, r.end)
+                and not any(recon.overlap(f, r.start, r.end) for f in foreign)
+            ]
+            usd = [line for line in lines if line.currency == "USD"]
+            shares.update(recon.allocate(usd, billed))
+        return [
+            (row, shares[id(row)], "billed")
+            if id(row) in shares
+            else (row, row.spend_usd, "estimated")
+            for row in rows
+        ]
+
 
 def window_rows(
     endpoint: str,
@@ -443,6 +878,11 @@ def _insert_for(dialect: str) -> Any:
 
 def _utc(t: float) -> datetime:
     return datetime.fromtimestamp(t, UTC)
+
+
+def _as_utc(value: datetime) -> datetime:
+    """A datetime read back by a raw query (which skips the column type): aware, UTC."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 def _round(value: float | None) -> int | None:

@@ -1,0 +1,260 @@
+"""What every billing source shares: the normalised line, the mapping to endpoints, the errors.
+
+A source reads its provider's own protocol and hands back a `Fetched`: the
+`BillingLine`s it found, each already mapped to a configured endpoint (or to
+none), and the `Period`s it covered. A period is a span the provider answered
+for completely, whether or not it billed anything in it, and whether that
+answer is final. Absent lines in a covered period mean "nothing was billed",
+which is how a serverless endpoint's idle hour looks on every provider.
+
+Money is `Decimal`, time is timezone-aware UTC, and a line's key is
+(source, resource, start, end): a revised line replaces its earlier value.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal, InvalidOperation
+from typing import Annotated, Any, ClassVar
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,62}$")
+NANO = Decimal("0.000000001")
+
+
+def _parse_duration(value: Any) -> Any:
+    """Seconds as a number, or a string such as `15s`, `5m`, `1h`, `3d` (as in config.py)."""
+    if isinstance(value, str):
+        match = _DURATION.match(value)
+        if not match:
+            raise ValueError(f"{value!r} is not a duration (examples: 15, 15s, 5m, 1h, 3d)")
+        return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    return value
+
+
+Duration = Annotated[float, BeforeValidator(_parse_duration), Field(gt=0)]
+
+
+class BillingError(Exception):
+    """A failed read of a billing source. The message never holds a credential.
+
+    `retryable`: worth another attempt (throttling, 5xx, timeouts, truncated answers);
+    `retry_after`: the seconds the provider asked us to wait, when it said so.
+    """
+
+    def __init__(self, message: str, retryable: bool = False, retry_after: float | None = None):
+        super().__init__(message)
+        self.retryable = retryable
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True, slots=True)
+class BillingLine:
+    """One amount a provider billed (or, for `price_table`, that spectax estimates).
+
+    `tags` are the provider's tags or labels on the line, kept for mapping and for
+    `spectax billing fetch`; they are not stored.
+    """
+
+    source: str
+    resource: str
+    endpoint: str | None
+    start: datetime
+    end: datetime
+    amount: Decimal
+    currency: str
+    final: bool
+    fetched_at: datetime
+    tags: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def key(self) -> tuple[str, str, datetime, datetime]:
+        return (self.source, self.resource, self.start, self.end)
+
+
+@dataclass(frozen=True, slots=True)
+class Period:
+    """A span the source answered for completely; `final` once the provider says it is."""
+
+    start: datetime
+    end: datetime
+    final: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Fetched:
+    lines: list[BillingLine]
+    periods: list[Period]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class MapRule(_Strict):
+    """Lines of `resource`, or carrying every tag in `tags`, belong to `endpoint`."""
+
+    endpoint: str
+    resource: str | None = None
+    tags: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _something_to_match(self) -> MapRule:
+        if self.resource is None and not self.tags:
+            raise ValueError("give resource, tags, or both")
+        return self
+
+    def matches(self, resource: str, tags: Mapping[str, str]) -> bool:
+        if self.resource is not None and self.resource != resource:
+            return False
+        return all(tags.get(key) == value for key, value in self.tags.items())
+
+
+class SourceConfig(_Strict):
+    """Settings every source has. Each source module subclasses it with its own keys.
+
+    `interval`: how often the source is read; `lookback`: how far back each read goes
+    (providers revise recent periods, so each read covers them again); `timeout`: the
+    whole read, retries included; `map`: which lines belong to which endpoint.
+    """
+
+    type: str
+    name: str | None = None
+    interval: Duration = 900.0
+    lookback: Duration = 86400.0
+    timeout: Duration = 120.0
+    map: list[MapRule] = Field(default_factory=list)
+
+    # Per source type: the default name is the type; a floor on `interval` (API cost).
+    min_interval: ClassVar[float] = 1.0
+
+    @field_validator("name")
+    @classmethod
+    def _label_safe(cls, value: str | None) -> str | None:
+        if value is not None and not _NAME.match(value):
+            raise ValueError("must be 1-63 letters, digits, '_', '.' or '-', starting alphanumeric")
+        return value
+
+    @property
+    def source_name(self) -> str:
+        return self.name or self.type
+
+
+class Mapper:
+    """First matching rule wins; a line no rule matches belongs to no endpoint."""
+
+    def __init__(self, rules: Iterable[MapRule]):
+        self.rules = list(rules)
+
+    def endpoint_for(self, resource: str, tags: Mapping[str, str]) -> str | None:
+        for rule in self.rules:
+            if rule.matches(resource, tags):
+                return rule.endpoint
+        return None
+
+    @property
+    def endpoints(self) -> list[str]:
+        """The endpoints this source bills, in rule order, each once."""
+        return list(dict.fromkeys(rule.endpoint for rule in self.rules))
+
+    def tag_values(self, key: str) -> list[str]:
+        """Values the rules ask of tag `key` (what to filter a provider's query by)."""
+        return list(dict.fromkeys(r.tags[key] for r in self.rules if key in r.tags))
+
+
+class Source(ABC):
+    """A billing source: `fetch(since, until)` reads the provider and normalises."""
+
+    kind: ClassVar[str]
+
+    def __init__(self, config: SourceConfig):
+        self.config = config
+        self.name = config.source_name
+        self.mapper = Mapper(config.map)
+
+    @abstractmethod
+    async def fetch(self, since: datetime, until: datetime) -> Fetched:
+        """Lines and covered periods for [since, until), or raise BillingError."""
+
+    async def close(self) -> None:  # noqa: B027 (most sources hold nothing)
+        """Release what the source holds (HTTP sessions, clients)."""
+
+    def line(
+        self,
+        resource: str,
+        start: datetime,
+        end: datetime,
+        amount: Decimal,
+        currency: str,
+        final: bool,
+        fetched_at: datetime,
+        tags: Mapping[str, str] | None = None,
+    ) -> BillingLine:
+        tags = dict(tags or {})
+        return BillingLine(
+            source=self.name,
+            resource=resource,
+            endpoint=self.mapper.endpoint_for(resource, tags),
+            start=start,
+            end=end,
+            amount=amount,
+            currency=currency.upper() if currency else "USD",
+            final=final,
+            fetched_at=fetched_at,
+            tags=tags,
+        )
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def utc(value: datetime) -> datetime:
+    """A timezone-aware UTC datetime (naive input is taken as UTC)."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def parse_time(text: str) -> datetime:
+    """RFC 3339 / ISO 8601 date or date-time (`Z` allowed); without a zone it is UTC."""
+    value = text.strip()
+    if value.endswith(("Z", "z")):
+        value = value[:-1] + "+00:00"
+    try:
+        return utc(datetime.fromisoformat(value))
+    except ValueError:
+        raise BillingError(f"not a date or time: {text[:40]!r}") from None
+
+
+def floor_time(value: datetime, step: timedelta) -> datetime:
+    """`value` rounded down to a multiple of `step` since the Unix epoch (hours, days)."""
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    steps = (utc(value) - epoch) // step
+    return epoch + steps * step
+
+
+def ceil_time(value: datetime, step: timedelta) -> datetime:
+    floored = floor_time(value, step)
+    return floored if floored == utc(value) else floored + step
+
+
+def decimal(value: Any, what: str) -> Decimal:
+    """A provider's number as an exact Decimal (floats go through their repr, not binary)."""
+    if isinstance(value, bool) or value is None:
+        raise BillingError(f"{what}: expected a number, got {value!r}"[:200])
+    try:
+        result = Decimal(repr(value)) if isinstance(value, float) else Decimal(str(value).strip())
+    except InvalidOperation:
+        raise BillingError(f"{what}: not a number: {str(value)[:40]!r}") from None
+    if not result.is_finite():
+        raise BillingError(f"{what}: not a finite number")
+    return result
+
+
+def now_utc() -> datetime:
+    return datetime.now(UTC)

@@ -1,0 +1,180 @@
+"""`spectax billing fetch`: read each billing source once and print its normalised lines.
+
+For debugging a mapping: every line is shown, with the endpoint it maps to (or
+none) and the tags it was matched on, one source after the other. Nothing is
+stored. `price_table` lines are the estimate the history's windows hold (read
+from the store); the other sources read their providers, as the daemon would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import io
+import json
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from spectax import logs
+from spectax.billing.base import BillingError, BillingLine
+from spectax.billing.registry import SourceSpec
+from spectax.config import Settings, load_config
+
+COLUMNS = (
+    "source",
+    "resource",
+    "endpoint",
+    "start",
+    "end",
+    "amount",
+    "currency",
+    "final",
+    "fetched_at",
+    "tags",
+)
+
+
+def add_parser(commands: Any, parse_time: Any) -> None:
+    """`spectax billing fetch` on the CLI's subcommands."""
+    billing = commands.add_parser("billing", help="billing sources: what they say")
+    billing_commands = billing.add_subparsers(dest="billing_command", required=True)
+    fetch = billing_commands.add_parser(
+        "fetch", help="read each billing source once and print its normalised lines"
+    )
+    fetch.add_argument("--config", type=str, required=True, help="YAML configuration file")
+    fetch.add_argument("--since", type=parse_time, help="ISO date or time (default: 1 day ago)")
+    fetch.add_argument("--until", type=parse_time, help="ISO date or time (default: now)")
+    fetch.add_argument("--format", choices=["json", "csv"], default="json")
+    fetch.add_argument("--source", action="append", help="only this source, by name (repeatable)")
+    fetch.set_defaults(func=fetch_command)
+
+
+def fetch_command(args: argparse.Namespace) -> int:
+    settings = load_config(args.config)
+    until = args.until or datetime.now(UTC)
+    since = args.since or until - timedelta(days=1)
+    if since >= until:
+        print("spectax billing fetch: --since must be before --until", file=sys.stderr)
+        return 2
+    specs = [s for s in settings.billing if not args.source or s.name in args.source]
+    unknown = sorted(set(args.source or ()) - {s.name for s in settings.billing})
+    if unknown:
+        print(f"spectax billing fetch: no source named {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    writer = _Writer(args.format)
+    failed = asyncio.run(fetch_all(settings, specs, since, until, writer))
+    writer.close()
+    return 1 if failed else 0
+
+
+async def fetch_all(
+    settings: Settings,
+    specs: Sequence[SourceSpec],
+    since: datetime,
+    until: datetime,
+    writer: _Writer,
+) -> int:
+    """Read the sources one at a time, printing each one's lines; returns failures."""
+    failed = 0
+    store = None
+    try:
+        for spec in specs:
+            try:
+                estimate = None
+                if spec.kind == "price_table":
+                    if store is None:
+                        from spectax.store import Store
+
+                        store = await Store.open(settings.config.database_url)
+                    estimate = store.estimated_spend_by_hour
+                source = spec.build(estimate)
+                try:
+                    fetched = await asyncio.wait_for(
+                        source.fetch(since, until), spec.config.timeout
+                    )
+                finally:
+                    await source.close()
+            except TimeoutError:
+                failed += 1
+                _problem(spec, f"no answer within {spec.config.timeout:g} s")
+                continue
+            except Exception as exc:
+                failed += 1
+                _problem(spec, str(exc) if isinstance(exc, BillingError) else _describe(exc))
+                continue
+            writer.write(fetched.lines)
+            mapped = sum(1 for line in fetched.lines if line.endpoint is not None)
+            print(
+                f"spectax billing fetch: {spec.name}: {len(fetched.lines)} line(s), "
+                f"{mapped} mapped to an endpoint, {len(fetched.periods)} period(s) covered",
+                file=sys.stderr,
+            )
+    finally:
+        if store is not None:
+            await store.close()
+    return failed
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}"[:300]
+
+
+def _problem(spec: SourceSpec, message: str) -> None:
+    print(f"spectax billing fetch: {spec.name}: {logs.redact(message)}", file=sys.stderr)
+
+
+def as_record(line: BillingLine) -> dict[str, Any]:
+    return {
+        "source": line.source,
+        "resource": line.resource,
+        "endpoint": line.endpoint,
+        "start": line.start.isoformat(),
+        "end": line.end.isoformat(),
+        "amount": str(line.amount),
+        "currency": line.currency,
+        "final": line.final,
+        "fetched_at": line.fetched_at.isoformat(),
+        "tags": dict(line.tags),
+    }
+
+
+class _Writer:
+    """JSON: one array of every source's lines; CSV: one header, then the rows."""
+
+    def __init__(self, output_format: str):
+        self.format = output_format
+        self.records: list[dict[str, Any]] = []
+        self._csv: Any = None
+
+    def write(self, lines: Sequence[BillingLine]) -> None:
+        records = [as_record(line) for line in lines]
+        if self.format == "json":
+            self.records += records
+            return
+        if self._csv is None:
+            self._csv = csv.DictWriter(sys.stdout, fieldnames=COLUMNS, lineterminator="\n")
+            self._csv.writeheader()
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
+        for record in records:
+            writer.writerow(
+                {
+                    **record,
+                    "endpoint": record["endpoint"] or "",
+                    "final": "true" if record["final"] else "false",
+                    "tags": json.dumps(record["tags"], sort_keys=True),
+                }
+            )
+        sys.stdout.write(buffer.getvalue())
+        sys.stdout.flush()
+
+    def close(self) -> None:
+        if self.format == "json":
+            sys.stdout.write(json.dumps(self.records, indent=1) + "\n")
+        elif self._csv is None:
+            csv.DictWriter(sys.stdout, fieldnames=COLUMNS, lineterminator="\n").writeheader()
+        sys.stdout.flush()

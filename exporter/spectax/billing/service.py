@@ -1,0 +1,262 @@
+"""Billing sources inside the daemon: one scheduler job per source, beside the scrapes.
+
+Each source is read by its own job (`billing:NAME`) every `interval`, over the
+last `lookback`, bounded by its `timeout` (retries included), so a slow,
+throttled or broken provider delays nothing else: scrapes never wait on a
+billing read, and blocking work (boto3, file parsing) runs in threads.
+
+After each read the lines go to the store (revisions replace), and the
+reconciliation is recomputed into an immutable `BillingSnapshot` that the
+`/metrics` collector reads: per source `spectax_billing_up` and the last
+success, per endpoint the billed spend and the drift of its last final period.
+The last read of each source is stored too, so a restart neither reads a paid
+API before its interval is up nor forgets when it last succeeded.
+
+Like the endpoints, a failing source logs its first failure and its recovery
+once, and its error text never holds a credential.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from spectax import logs
+from spectax.billing.base import BillingError, Source
+from spectax.billing.registry import SourceSpec, default_specs
+from spectax.store import Store, StoreError
+
+log = logging.getLogger(__name__)
+STOP_GRACE_SECONDS = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class SourceStatus:
+    name: str
+    kind: str
+    up: bool | None = None  # None: not read yet
+    last_success: float | None = None
+    last_error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BillingSnapshot:
+    """What `/metrics` shows of billing. Replaced whole, never mutated."""
+
+    sources: tuple[SourceStatus, ...] = ()
+    billed_usd_total: Mapping[str, Decimal] = field(default_factory=dict)  # endpoint -> USD
+    drift: Mapping[str, float] = field(default_factory=dict)  # source -> last final period's
+
+
+class BillingService:
+    def __init__(self, specs: Sequence[SourceSpec] | None = None):
+        self.specs = list(specs) if specs else default_specs()
+        self.snapshot = BillingSnapshot(tuple(SourceStatus(s.name, s.kind) for s in self.specs))
+        self.store: Store | None = None
+        self._scheduler: Any = None
+        self._sources: dict[str, Source] = {}
+        self._status = {s.name: SourceStatus(s.name, s.kind) for s in self.specs}
+        self._failing: set[str] = set()
+        self._last_attempt: dict[str, datetime] = {}
+        self._in_flight: set[asyncio.Task[None]] = set()
+        self._refresh_lock = asyncio.Lock()
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def start(self, scheduler: Any, store: Store) -> None:
+        """Restore each source's last read, publish what the store holds, add the jobs."""
+        self.store, self._scheduler = store, scheduler
+        await self._restore_polls()
+        await self.refresh()
+        self._add_jobs()
+
+    async def apply(self, specs: Sequence[SourceSpec]) -> None:
+        """A reloaded configuration: unchanged sources keep their state, others start anew."""
+        wanted = list(specs) if specs else default_specs()
+        self._remove_jobs()
+        kept = {spec.name for spec in wanted if spec in self.specs}
+        for name in list(self._sources):
+            if name not in kept:
+                await self._close_source(name)
+        self._status = {
+            s.name: self._status[s.name] if s.name in kept else SourceStatus(s.name, s.kind)
+            for s in wanted
+        }
+        self.specs = wanted
+        await self._restore_polls()
+        await self.refresh()
+        self._add_jobs()
+
+    async def stop(self) -> None:
+        self._remove_jobs()
+        if self._in_flight:
+            _, pending = await asyncio.wait(self._in_flight, timeout=STOP_GRACE_SECONDS)
+            for task in pending:
+                task.cancel()
+            for task in pending:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        for name in list(self._sources):
+            await self._close_source(name)
+
+    # ------------------------------------------------------------ jobs
+
+    def _add_jobs(self) -> None:
+        if self._scheduler is None:
+            return
+        now = datetime.now(UTC)
+        for spec in self.specs:
+            first = now
+            attempted = self._last_attempt.get(spec.name)
+            if attempted is not None:
+                # A paid API is not read again before its interval is up, across restarts.
+                first = max(now, attempted + timedelta(seconds=spec.config.interval))
+            self._scheduler.add_job(
+                self.run,
+                "interval",
+                args=[spec.name],
+                seconds=spec.config.interval,
+                id=f"billing:{spec.name}",
+                next_run_time=first,
+                max_instances=1,
+                coalesce=True,
+                misfire_grace_time=max(1, int(spec.config.interval / 2)),
+            )
+
+    def _remove_jobs(self) -> None:
+        if self._scheduler is None:
+            return
+        for spec in self.specs:
+            with contextlib.suppress(Exception):
+                self._scheduler.remove_job(f"billing:{spec.name}")
+
+    async def run(self, name: str) -> None:
+        """One scheduled read of source `name` (a job: it never raises)."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._in_flight.add(task)
+        try:
+            spec = next((s for s in self.specs if s.name == name), None)
+            if spec is not None:
+                await self.poll(spec)
+        finally:
+            if task is not None:
+                self._in_flight.discard(task)
+
+    async def poll(self, spec: SourceSpec, now: datetime | None = None) -> bool:
+        """Read the source over its lookback, store what it says, refresh the snapshot."""
+        assert self.store is not None
+        started = now or datetime.now(UTC)
+        since = started - timedelta(seconds=spec.config.lookback)
+        try:
+            source = self._source(spec)
+            async with asyncio.timeout(spec.config.timeout):
+                fetched = await source.fetch(since, started)
+            if spec.kind != "price_table":
+                await self.store.save_billing(
+                    spec.name, fetched.lines, fetched.periods, source.mapper.endpoints
+                )
+        except TimeoutError:
+            self._failed(spec, started, f"no answer within {spec.config.timeout:g} s")
+        except (BillingError, StoreError) as exc:
+            self._failed(spec, started, str(exc))
+        except Exception as exc:  # a source's bug must not end the job silently
+            log.exception("billing source %s: unexpected error", spec.name)
+            self._failed(spec, started, type(exc).__name__)
+        else:
+            self._succeeded(spec, started)
+        self._last_attempt[spec.name] = started
+        await self._save_poll(spec.name, started)
+        await self.refresh()
+        status = self._status.get(spec.name)
+        return bool(status and status.up)
+
+    def _source(self, spec: SourceSpec) -> Source:
+        source = self._sources.get(spec.name)
+        if source is None:
+            assert self.store is not None
+            source = spec.build(self.store.estimated_spend_by_hour)
+            self._sources[spec.name] = source
+        return source
+
+    async def _close_source(self, name: str) -> None:
+        source = self._sources.pop(name, None)
+        if source is not None:
+            with contextlib.suppress(Exception):
+                await source.close()
+
+    def _failed(self, spec: SourceSpec, started: datetime, message: str) -> None:
+        message = logs.redact(message)
+        if spec.name not in self._failing:
+            log.warning("billing source %s: read failed: %s", spec.name, message)
+            self._failing.add(spec.name)
+        before = self._status.get(spec.name, SourceStatus(spec.name, spec.kind))
+        self._status[spec.name] = SourceStatus(
+            spec.name, spec.kind, False, before.last_success, message
+        )
+
+    def _succeeded(self, spec: SourceSpec, started: datetime) -> None:
+        if spec.name in self._failing:
+            log.info("billing source %s: reading again", spec.name)
+            self._failing.discard(spec.name)
+        self._status[spec.name] = SourceStatus(spec.name, spec.kind, True, time.time(), None)
+
+    async def _save_poll(self, name: str, attempted: datetime) -> None:
+        assert self.store is not None
+        status = self._status[name]
+        succeeded = (
+            datetime.fromtimestamp(status.last_success, UTC)
+            if status.up and status.last_success is not None
+            else None
+        )
+        with contextlib.suppress(StoreError):
+            await self.store.save_billing_poll(name, attempted, succeeded, bool(status.up))
+
+    async def _restore_polls(self) -> None:
+        assert self.store is not None
+        try:
+            polls = await self.store.billing_polls()
+        except Exception:
+            return
+        for spec in self.specs:
+            poll = polls.get(spec.name)
+            if poll is None:
+                continue
+            if poll.attempted_at is not None and spec.name not in self._last_attempt:
+                self._last_attempt[spec.name] = poll.attempted_at
+            if self._status[spec.name].up is None:
+                success = poll.succeeded_at.timestamp() if poll.succeeded_at else None
+                self._status[spec.name] = SourceStatus(spec.name, spec.kind, poll.ok, success)
+
+    # ------------------------------------------------------------ reconciliation
+
+    async def refresh(self, now: datetime | None = None) -> BillingSnapshot:
+        """Recompute billed totals and drift from the store, and publish them."""
+        assert self.store is not None
+        async with self._refresh_lock:
+            moment = now or datetime.now(UTC)
+            billed: dict[str, Decimal] = dict(self.snapshot.billed_usd_total)
+            drift: dict[str, float] = dict(self.snapshot.drift)
+            try:
+                totals = await self.store.billed_totals()
+                billed = {endpoint: amount for endpoint, (_, amount) in totals.items()}
+                drift = {}
+                for source in dict.fromkeys(source for source, _ in totals.values()):
+                    last = await self.store.last_source_drift(source, moment)
+                    if last is not None:
+                        drift[source] = last[2]
+            except (StoreError, Exception) as exc:
+                log.debug("billing: reconciliation postponed: %s", exc)
+            self.snapshot = BillingSnapshot(
+                tuple(self._status[s.name] for s in self.specs if s.name in self._status),
+                billed,
+                drift,
+            )
+            return self.snapshot

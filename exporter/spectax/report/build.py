@@ -1,0 +1,188 @@
+"""Reading a month (and the month before) of rollups from the store into a `Report`."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+
+from spectax.report.figures import (
+    EndpointInfo,
+    Figures,
+    HourPoint,
+    Rec,
+    day_figures,
+    estimated,
+    total,
+)
+from spectax.report.period import Month
+from spectax.report.progress import Progress
+from spectax.report.read import Reader, store_reader
+from spectax.report.recommend import Recommendation, recommend
+from spectax.report.spend import DayKey, EstimatedSpend, Spend, SpendSource
+from spectax.store import Store
+
+# Hourly rows are read a week at a time, so the progress bar moves while they load.
+CHUNK = timedelta(days=7)
+
+
+@dataclass(slots=True)
+class EndpointReport:
+    info: EndpointInfo
+    month: Figures
+    previous: Figures | None
+    days: dict[date, Figures]
+    hours: list[HourPoint]
+    recommendations: list[Recommendation] = field(default_factory=list)
+    first: datetime | None = None  # first hour with history in the month
+    last: datetime | None = None  # end of the last hour with history in the month
+
+
+@dataclass(slots=True)
+class Report:
+    month: Month
+    endpoints: list[EndpointReport]
+    total: Figures
+    previous_total: Figures | None
+    first: datetime | None
+    last: datetime | None
+    without_history: list[str]
+    previous_only: dict[str, Figures] = field(default_factory=dict)  # history last month only
+
+    @property
+    def empty(self) -> bool:
+        return not self.endpoints
+
+    @property
+    def recommendations(self) -> list[Recommendation]:
+        return [r for e in self.endpoints for r in e.recommendations]
+
+
+async def build_report(
+    store: Store,
+    month: Month,
+    infos: dict[str, EndpointInfo],
+    only: Sequence[str] | None = None,
+    spend_source: SpendSource | None = None,
+    progress: Progress | None = None,
+    reader: Reader | None = None,
+) -> Report:
+    """Roll up what is due, read two months of daily and hourly rows, compute the figures.
+
+    `reader` reads the rollup rows (default: through `Store.rows()`; see read.py).
+    """
+    progress = progress or Progress(1, enabled=False)
+    read = reader or store_reader(store)
+    spend_source = spend_source or EstimatedSpend()
+    previous = month.previous()
+    chunks = _chunks(previous.start, month.end)
+    progress.add_steps(3 + len(chunks))
+    names = list(only) if only else None
+
+    progress.stage("rolling up the latest windows")
+    await store.rollup()
+    progress.advance(label="reading daily rows")
+    daily = await read("day", previous.start, month.end, names)
+    progress.advance(label="reading hourly rows")
+    hourly: list[Rec] = []
+    for since, until in chunks:
+        hourly += await read("hour", since, until, names)
+        progress.advance(label=f"reading hourly rows ({until:%Y-%m-%d})")
+
+    daily_by: dict[DayKey, list[Rec]] = defaultdict(list)
+    for row in daily:
+        daily_by[(row.endpoint, row.start.date())].append(row)
+    hourly_by: dict[DayKey, list[Rec]] = defaultdict(list)
+    for row in hourly:
+        hourly_by[(row.endpoint, row.start.date())].append(row)
+    estimates: dict[DayKey, Decimal | None] = {
+        key: estimated(rows) for key, rows in daily_by.items()
+    }
+    spends: dict[DayKey, Spend] = await spend_source.daily(store, estimates)
+
+    seen = {key[0] for key in daily_by} | {key[0] for key in hourly_by}
+    candidates = sorted(set(names) if names else seen | set(infos))
+    progress.add_steps(len(candidates))
+    month_days = set(month.dates())
+    reports: list[EndpointReport] = []
+    without: list[str] = []
+    previous_only: dict[str, Figures] = {}
+    for name in candidates:
+        progress.advance(label=f"computing {name}")
+        info = infos.get(name, EndpointInfo(name))
+        this, days, hours = _sum_days(
+            info, month_days, daily_by, hourly_by, spends, collect_hours=True
+        )
+        before, _, _ = _sum_days(
+            info, set(previous.dates()), daily_by, hourly_by, spends, collect_hours=False
+        )
+        if this.empty:
+            without.append(name)
+            if not before.empty:
+                previous_only[name] = before
+            continue
+        report = EndpointReport(
+            info=info,
+            month=this,
+            previous=None if before.empty else before,
+            days=days,
+            hours=hours,
+        )
+        starts = [r.start for d in days for r in hourly_by[(name, d)]]
+        ends = [r.end for d in days for r in hourly_by[(name, d)]]
+        report.first = min(starts, default=None)
+        report.last = max(ends, default=None)
+        report.recommendations = recommend(info, this, hours)
+        reports.append(report)
+    reports.sort(key=lambda e: (-e.month.spend, e.info.name))
+    previous_figures = [e.previous for e in reports if e.previous is not None]
+    previous_figures += previous_only.values()
+    firsts = [e.first for e in reports if e.first is not None]
+    lasts = [e.last for e in reports if e.last is not None]
+    return Report(
+        month=month,
+        endpoints=reports,
+        total=total(e.month for e in reports),
+        previous_total=total(previous_figures) if previous_figures else None,
+        first=min(firsts, default=None),
+        last=max(lasts, default=None),
+        without_history=without,
+        previous_only=previous_only,
+    )
+
+
+def _sum_days(
+    info: EndpointInfo,
+    days: set[date],
+    daily_by: dict[DayKey, list[Rec]],
+    hourly_by: dict[DayKey, list[Rec]],
+    spends: dict[DayKey, Spend],
+    collect_hours: bool,
+) -> tuple[Figures, dict[date, Figures], list[HourPoint]]:
+    month = Figures()
+    per_day: dict[date, Figures] = {}
+    points: list[HourPoint] = []
+    for day in sorted(days):
+        key = (info.name, day)
+        daily_rows, hourly_rows = daily_by.get(key, []), hourly_by.get(key, [])
+        if not daily_rows and not hourly_rows:
+            continue
+        figures, hours = day_figures(
+            info, daily_rows, hourly_rows, spends.get(key), positions=collect_hours
+        )
+        month.add(figures)
+        per_day[day] = figures
+        if collect_hours:
+            points += hours
+    return month, per_day, points
+
+
+def _chunks(start: datetime, end: datetime) -> list[tuple[datetime, datetime]]:
+    spans = []
+    t = start
+    while t < end:
+        spans.append((t, min(t + CHUNK, end)))
+        t += CHUNK
+    return spans

@@ -1,0 +1,115 @@
+"""The command line of `spectax report` and `spectax demo --history` (wired in spectax.cli)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+from spectax.config import load_config, validate
+from spectax.report.charts import ChartsUnavailable
+from spectax.report.command import FORMATS, ReportError, make_report, pick_format
+from spectax.report.period import Month
+from spectax.report.progress import Progress
+
+
+def add_report_parser(commands: Any) -> None:
+    report = commands.add_parser(
+        "report",
+        help="the monthly cost review: spend, savings or tax, recommendations (HTML, MD, CSV)",
+        description="The monthly cost review of the endpoints in the history store: spend and "
+        "its basis, cost per million output tokens with and without speculation, net savings "
+        "or tax, acceptance, hours paid and in tax, cold starts, draft overhead, month over "
+        "month, and recommendations with the dollars at stake.",
+    )
+    report.add_argument("--month", required=True, help="YYYY-MM (UTC), e.g. 2026-05")
+    report.add_argument(
+        "--endpoint", action="append", metavar="NAME", help="only this endpoint (repeatable)"
+    )
+    report.add_argument(
+        "--format",
+        choices=FORMATS,
+        help="html (one self-contained file, with charts), md (tables, for tickets) or csv "
+        "(one row per endpoint and day); default: from --out's suffix, else html",
+    )
+    report.add_argument(
+        "--out",
+        metavar="PATH",
+        help="file to write (default spectax-report-YYYY-MM.FORMAT; - for standard output)",
+    )
+    report.add_argument(
+        "--config",
+        type=Path,
+        help="YAML configuration file: storage_url, and each endpoint's billing_mode, "
+        "gpu_memory_bytes and draft_weight_bytes (default: the demo's)",
+    )
+    report.set_defaults(func=report_main)
+
+
+def report_main(args: argparse.Namespace) -> int:
+    try:
+        month = Month.parse(args.month)
+    except ValueError as exc:
+        print(f"spectax report: {exc}", file=sys.stderr)
+        return 2
+    settings = load_config(args.config)
+    fmt = pick_format(args.format, args.out)
+    try:
+        written = asyncio.run(
+            make_report(settings, month, args.endpoint, fmt, args.out, progress=Progress(0))
+        )
+    except ReportError as exc:
+        print(f"spectax report: {exc}", file=sys.stderr)
+        return 1
+    except ChartsUnavailable as exc:  # matplotlib missing: the message says how to get it
+        print(f"spectax report: {exc}", file=sys.stderr)
+        return 1
+    if written.path is not None:
+        report = written.report
+        shown = f"{len(report.endpoints)} endpoint(s)" if not report.empty else "no history"
+        print(f"wrote {written.path} ({written.format}, {month}, {shown})", file=sys.stderr)
+    return 0
+
+
+def demo_history_main(args: argparse.Namespace) -> int:
+    """`spectax demo --history SPAN`: write simulated history, then say which report to run."""
+    from spectax.demo import DEMO_DEFAULTS
+    from spectax.report.demo_history import parse_span, write_demo_history
+
+    try:
+        span = parse_span(args.history)
+    except ValueError as exc:
+        print(f"spectax demo: {exc}", file=sys.stderr)
+        return 2
+    settings = load_config(args.config) if args.config else validate(DEMO_DEFAULTS, "<demo>")
+    progress = Progress(0)
+
+    def step(done: int, total: int) -> None:
+        progress.total = max(total, 1)
+        progress.done = done
+        progress.advance(0, label="simulating and storing history")
+
+    try:
+        written = asyncio.run(write_demo_history(settings, span, progress=step))
+    finally:
+        progress.close()
+    month = written.main_month
+    where = settings.config.database_url
+    where = where.split(":///", 1)[-1] if where.startswith("sqlite") else "the configured store"
+    config = f" --config {args.config}" if args.config else ""
+    print(
+        "\n".join(
+            [
+                f"Wrote {span / 86400:g} days of simulated history for "
+                f"{', '.join(written.endpoints)} into {where}",
+                f"({written.windows:,} windows of {written.window_seconds / 60:g} minutes each, "
+                f"{written.cold_starts} cold starts in all).",
+                "Now run:",
+                f"  spectax report --month {month} --format html --out spectax-report-{month}.html"
+                f"{config}",
+            ]
+        )
+    )
+    return 0

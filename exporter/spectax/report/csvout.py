@@ -1,0 +1,96 @@
+"""The report as CSV, for spreadsheets: one row per endpoint and UTC day with history.
+
+Money is exact where the store is exact (spend, cold-start cost: decimal
+strings); modelled figures are floats. Undefined figures are empty cells,
+never a 0 that looks real.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from decimal import Decimal
+
+from spectax.report.build import Report
+from spectax.report.figures import Figures
+
+COLUMNS = (
+    "date",
+    "endpoint",
+    "billing_mode",
+    "spend_usd",
+    "spend_basis",
+    "output_tokens",
+    "prompt_tokens",
+    "cost_per_million_output_tokens_usd",
+    "cost_per_million_output_tokens_no_speculation_usd",
+    "speculation_net_usd",
+    "speculation_net_meaning",
+    "acceptance_ratio",
+    "breakeven_acceptance_ratio",
+    "concurrency_requests",
+    "hours_monitored",
+    "hours_paid",
+    "hours_tax",
+    "hours_no_drafts",
+    "cold_starts",
+    "cold_start_usd",
+    "draft_load_usd",
+    "draft_compute_usd",
+    "rejected_usd",
+    "draft_vram_usd",
+)
+MEANING = {"capacity": "capacity_freed", "invoice": "invoice", "unknown": "gpu_time_value"}
+
+
+def render_csv(report: Report) -> str:
+    rows = []
+    for e in report.endpoints:
+        for day, f in e.days.items():
+            rows.append((day.isoformat(), e.info.name, e.info.billing_mode or "", f, e))
+    rows.sort(key=lambda r: (r[0], r[1]))
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    for when, name, mode, f, e in rows:
+        writer.writerow(
+            [
+                when,
+                name,
+                mode,
+                _money(f.spend) if f.priced else "",
+                f.basis if f.priced else "",
+                f.output_tokens,
+                f.prompt_tokens,
+                _num(f.cost_per_million),
+                _num(f.cost_per_million_without_speculation),
+                _num(f.savings),
+                MEANING[e.info.semantics] if f.savings is not None else "",
+                _num(f.acceptance),
+                _num(f.breakeven),
+                _num(f.concurrency),
+                f.hours_monitored,
+                *_hours(f),
+                f.cold_starts,
+                _money(f.cold_start_usd) if f.priced else "",
+                _money(f.draft_load_usd) if f.priced and f.speculating else "",
+                _num(f.draft_compute) if f.speculating else "",
+                _num(f.rejected) if f.speculating else "",
+                _num(f.vram_usd),
+            ]
+        )
+    return buffer.getvalue()
+
+
+def _hours(f: Figures) -> list[object]:
+    if not f.speculating:
+        return ["", "", ""]
+    return [f.hours_paid, f.hours_tax, f.hours_no_drafts]
+
+
+def _money(value: Decimal) -> str:
+    return format(value.normalize(), "f") if value else "0"
+
+
+def _num(value: float | None) -> str:
+    return "" if value is None else repr(float(value))

@@ -1,0 +1,177 @@
+"""`spectax demo --history 30d`: a month of simulated history, written fast, for the report.
+
+The three demo endpoints' simulators (`spectax.simulate`) run in fast mode,
+one window at a time, and their pages go through the daemon's own
+code path: `EndpointMonitor.observe_page` turns them into window rows with
+spend and assessments, `Store.save` writes them, `Store.rollup` sums them
+into hours and days. A few engine restarts (cold starts) are spread over the
+span; traffic follows a daily cycle. Everything is seeded: the same span
+gives the same history. The step-time histograms' sums are left out of the
+stored rows: the fast path makes them from steady-state means, and a daemon
+started later on this store must not calibrate its ridge batch on them.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from spectax.config import Settings
+from spectax.demo import demo_settings
+from spectax.monitor import EndpointMonitor
+from spectax.report.command import _DEMO_URLS
+from spectax.report.period import Month
+from spectax.simulate import DEMO_PROFILES, SimProfile, SimulatedVllm
+from spectax.store import Store
+from spectax.store.queue import PendingWrite
+
+WINDOW_SECONDS = 3600.0
+DAY = 86400.0
+MAX_SPAN = 400 * DAY
+# Daily traffic cycle per demo endpoint (amplitude of the diurnal load).
+DIURNAL = {"code-assistant": 0.5, "chat-creative": 0.3, "chat-control": 0.3}
+RESTARTS_PER_WEEK = 1.5
+NO_CALIBRATION = 10**9  # more windows than a monitor keeps: the fit never runs
+_SPAN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(h|d|w)\s*$")
+_UNIT = {"h": 3600.0, "d": DAY, "w": 7 * DAY}
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryWritten:
+    start: float
+    end: float
+    windows: int
+    cold_starts: int
+    endpoints: tuple[str, ...]
+    window_seconds: float = WINDOW_SECONDS
+
+    @property
+    def main_month(self) -> Month:
+        """The calendar month holding most of the span: the one to report on."""
+        covered: dict[Month, float] = {}
+        t = self.start
+        while t < self.end:
+            month = Month.of(datetime.fromtimestamp(t, UTC))
+            stop = min(self.end, month.end.timestamp())
+            covered[month] = covered.get(month, 0.0) + (stop - t)
+            t = stop
+        return max(covered, key=lambda m: (covered[m], m))
+
+
+def parse_span(text: str) -> float:
+    """`30d`, `720h`, `6w` -> seconds (at least one hour, at most 400 days)."""
+    match = _SPAN.match(text)
+    if not match:
+        raise ValueError(f"{text!r} is not a span of history: give hours, days or weeks, e.g. 30d")
+    seconds = float(match.group(1)) * _UNIT[match.group(2)]
+    if not 3600.0 <= seconds <= MAX_SPAN:
+        raise ValueError(f"{text!r}: the history span must be between 1h and 400d")
+    return seconds
+
+
+def history_profile(name: str, profile: SimProfile) -> SimProfile:
+    return replace(profile, diurnal_amplitude=DIURNAL.get(name, 0.0))
+
+
+async def write_demo_history(
+    base: Settings,
+    span_seconds: float,
+    now: float | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    window_seconds: float = WINDOW_SECONDS,
+    restarts_per_week: float = RESTARTS_PER_WEEK,
+) -> HistoryWritten:
+    """Simulate `span_seconds` of the demo endpoints up to `now` and store it, rolled up.
+
+    Windows are an hour long by default: the report reads hourly and daily rollups,
+    which are the same whatever the window length, and the store writes an hour's
+    window once instead of twelve 5-minute ones.
+    """
+    settings = demo_settings(base, _DEMO_URLS)
+    now = time.time() if now is None else now
+    end = (now // window_seconds) * window_seconds
+    windows = int(span_seconds // window_seconds)
+    start = end - windows * window_seconds
+    boundaries = [start + k * window_seconds for k in range(1, windows + 1)]
+    chunks = sum(1 for t in boundaries if t % DAY == 0 or t == end)
+    endpoints = settings.config.endpoints
+    steps, done = len(endpoints) * chunks, 0
+    store = await Store.open(settings.config.database_url)
+    cold_starts = 0
+    try:
+        for endpoint in endpoints:
+            profile = history_profile(endpoint.name, DEMO_PROFILES[endpoint.name])
+            sim = SimulatedVllm(profile, start)
+            # B* stays the configured one, which is the simulator's own a/b: the fast path's
+            # steady-state latency means are no material for the Theil-Sen calibration.
+            config = endpoint.model_copy(update={"calibration_min_windows": NO_CALIBRATION})
+            monitor = EndpointMonitor(
+                config, settings.usd_per_hour.get(endpoint.name), window_seconds
+            )
+            rng = random.Random(profile.seed * 7919 + int(start // DAY))
+            restarts = _restart_times(rng, start, end, window_seconds, restarts_per_week)
+            cold_starts += len(restarts)
+            monitor.observe_page(start, sim.render(), 0.01)  # the baseline scrape
+            pending: list[dict[str, Any]] = []
+            for t in boundaries:
+                while restarts and restarts[0] < t:
+                    at = restarts.pop(0)
+                    sim.advance(max(0.0, at - sim.now), fast=True)
+                    sim.restart()
+                    # The daemon's next scrape succeeds once the engine is up again.
+                    sim.advance(profile.cold_start_s + 1.0, fast=True)
+                    if sim.now < t:
+                        pending += _rows(monitor.observe_page(sim.now, sim.render(), 0.01))
+                sim.advance(max(0.0, t - sim.now), fast=True)
+                pending += _rows(monitor.observe_page(t, sim.render(), 0.01))
+                if t % DAY == 0 or t == end:  # a UTC day is stored and rolled up at once
+                    if t == end:
+                        pending += _rows(monitor.flush())  # the last window, closed at `end`
+                    await store.save(endpoint.name, pending, None)
+                    pending = []
+                    await store.rollup()
+                    done += 1
+                    if progress is not None:
+                        progress(done, steps)
+    finally:
+        await store.close()
+    return HistoryWritten(
+        start, end, windows, cold_starts, tuple(e.name for e in endpoints), window_seconds
+    )
+
+
+# The fast path's per-step figures are steady-state means, not measurements: kept out of the
+# store, so that a daemon started on this history does not calibrate its ridge batch on them.
+_STEP_COLUMNS = (
+    "iteration_tokens_sum",
+    "iteration_tokens_count",
+    "inter_token_latency_sum",
+    "inter_token_latency_count",
+)
+
+
+def _rows(write: PendingWrite | None) -> list[dict[str, Any]]:
+    if write is None:
+        return []
+    return [{**row, **dict.fromkeys(_STEP_COLUMNS)} for row in write.rows]
+
+
+def _restart_times(
+    rng: random.Random, start: float, end: float, window_seconds: float, per_week: float
+) -> list[float]:
+    """Engine restarts at random times, `per_week` a week on average, never in the first hour."""
+    if per_week <= 0:
+        return []
+    rate = per_week / (7 * DAY)
+    times: list[float] = []
+    t = start + 3600.0
+    while True:
+        t += rng.expovariate(rate)
+        if t >= end - window_seconds:
+            return times
+        times.append(t)

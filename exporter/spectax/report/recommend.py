@@ -1,0 +1,392 @@
+"""What to change, with the evidence and the dollars at stake, from a month of hourly sums.
+
+Each hour's speedup is recomputed from its sums (see figures.py). The reference
+acceptance is that of the hours that paid: what the endpoint's traffic accepts
+when speculation works. Its crossover concurrency B_x splits the tax hours in
+two: above B_x the load is the cause, at or below it the traffic is.
+
+- `disable_above`: hours above B_x (the GPU compute-bound). Stake: their net tax.
+- `route_high_temperature`: tax hours at or below B_x, whose acceptance fell
+  under break-even (typically sampling at high temperature). Stake: their net tax.
+- `change_k`: on the hours that stay speculative after those two, the pooled
+  per-position acceptance against break-even says another draft length N pays
+  better (ECONOMICS.md §3). Stake: the modelled difference, hour by hour.
+- `turn_off`: no hour paid, or the month was a net tax that the fixes above
+  do not turn around. Stake: the month's net tax.
+- `keep`: nothing above is worth doing. Stake: the month's net savings, which
+  turning speculation off would give up.
+
+A fix is advised when it is worth at least MIN_STAKE_USD and MIN_STAKE_SHARE of
+the spend. Dollars at stake are those of the month reported (the part of it
+that was monitored, not extrapolated), on its spend basis; on provisioned
+endpoints they are GPU capacity, not invoice money.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from spectax import economics
+from spectax.report.figures import EndpointInfo, Figures, HourPoint
+
+# A fix must be worth at least this much (and this share of the spend) to be advised.
+MIN_STAKE_USD = 1.0
+MIN_STAKE_SHARE = 0.005
+# The tax of low-acceptance hours must come from at least this share of drafting hours.
+MIN_HOURS_SHARE = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class Recommendation:
+    endpoint: str
+    action: str  # keep | change_k | disable_above | route_high_temperature | turn_off
+    title: str
+    usd_at_stake: float | None  # over the month reported; None when the endpoint has no price
+    semantics: str  # capacity | invoice | unknown
+    evidence: tuple[str, ...]
+
+
+def recommend(
+    info: EndpointInfo, month: Figures, hours: Sequence[HourPoint]
+) -> list[Recommendation]:
+    """The recommendations for one endpoint's month; [] when it does not speculate."""
+    if not month.speculating:
+        return []
+    name, semantics = info.name, info.semantics
+    drafting = [h for h in hours if h.drafting]
+    with_traffic = [h for h in hours if h.output_tokens > 0]
+    if not drafting:
+        if not with_traffic:
+            return []
+        return [
+            Recommendation(
+                name,
+                "turn_off",
+                "Turn speculation off: it proposed no drafts",
+                month.vram_usd if month.vram_usd is not None else _zero_if_priced(month),
+                semantics,
+                (
+                    f"{len(with_traffic)} hour(s) with output and not one draft token proposed "
+                    "(n-gram drafting that never finds a match, or a drafter that is not running).",
+                    "Speculation then costs only the draft's memory and load time.",
+                ),
+            )
+        ]
+
+    alpha = month.acceptance
+    c = month.draft_cost_ratio or 0.0
+    ridge = month.ridge_batch or economics.DEFAULT_RIDGE_BATCH
+    savings = month.savings
+    threshold = max(MIN_STAKE_USD, MIN_STAKE_SHARE * float(month.spend))
+    base = _base_evidence(month, alpha, month.breakeven, month.concurrency, c, ridge)
+    paying = [h for h in drafting if h.verdict == "paid"]
+
+    # The reference acceptance is that of the hours that paid: what this endpoint's traffic
+    # accepts when it works. Above its crossover B_x even that traffic is a tax (the load is
+    # the cause); at or below it, a tax hour is one whose traffic accepted too little.
+    reference = _pooled_acceptance(paying) if paying else alpha
+    crossover = (
+        economics.crossover_concurrency(reference, ridge, c) if reference is not None else None
+    )
+    bounded = crossover is not None and crossover != float("inf")
+    above = [h for h in drafting if bounded and h.concurrency > (crossover or 0.0)]
+    below = [h for h in drafting if not (bounded and h.concurrency > (crossover or 0.0))]
+    low = [h for h in below if h.verdict == "tax"]
+    fixes: list[Recommendation] = []
+
+    stake_above = _net_tax(above)
+    if above and below and _worth(stake_above, threshold, above):
+        assert crossover is not None and reference is not None
+        fixes.append(
+            Recommendation(
+                name,
+                "disable_above",
+                f"Disable speculation above {crossover:.0f} concurrent requests",
+                stake_above,
+                semantics,
+                (
+                    f"Crossover concurrency B_x = B*(alpha - c)/(1 - alpha + c) = {crossover:.1f} "
+                    f"requests at acceptance {reference:.3f} (that of the hours that paid; "
+                    f"c = {c:g}, B* = {ridge:.1f}): above it the GPU is compute-bound and "
+                    "speculation is a tax even when drafts are accepted as usual.",
+                    _hours_line(above, f"above {crossover:.0f} requests"),
+                    _hours_line(below, f"at or below {crossover:.0f} requests"),
+                    "vLLM cannot switch speculation by load on its own: route overflow traffic "
+                    "to replicas without speculation, or cap max_num_seqs near B_x.",
+                ),
+            )
+        )
+
+    stake_low = _net_tax(low)
+    if (
+        low
+        and paying
+        and len(low) >= MIN_HOURS_SHARE * len(drafting)
+        and _worth(stake_low, threshold, low)
+    ):
+        where = (
+            f"to {info.control}, which serves the same model without speculation"
+            if info.control
+            else "to replicas without speculation"
+        )
+        fixes.append(
+            Recommendation(
+                name,
+                "route_high_temperature",
+                "Route high-temperature traffic to plain decoding",
+                stake_low,
+                semantics,
+                (
+                    f"In {len(low)} of {len(drafting)} drafting hours acceptance fell to "
+                    f"{_pooled_acceptance(low):.3f}, under those hours' break-even "
+                    f"({_mean(h.breakeven for h in low):.3f} on average), at a concurrency where "
+                    f"the hours that paid (acceptance {reference:.3f}) would have paid: the "
+                    "traffic, not the load, made them a tax.",
+                    "Acceptance falls as sampling temperature rises: send requests sampled at "
+                    f"high temperature (say above 0.7) {where}.",
+                    _hours_line(low, "with low acceptance"),
+                ),
+            )
+        )
+
+    # The draft length, judged on the hours that stay speculative after the fixes above.
+    moved = {id(h) for f in fixes for h in (above if f.action == "disable_above" else low)}
+    kept = [h for h in drafting if id(h) not in moved]
+    positions = month.position_acceptance
+    k_now = len(positions) or round(month.mean_draft_length or 0)
+    change = _change_k(name, semantics, kept, k_now, c, ridge, threshold)
+    if change is not None:
+        fixes.append(change)
+
+    recovered = sum(
+        f.usd_at_stake or 0.0
+        for f in fixes
+        if f.action in ("disable_above", "route_high_temperature")
+    )
+    month_speedup = _month_speedup(month)
+    off = not paying or (savings is not None and savings < 0 and savings + recovered <= 0)
+    if savings is None and month_speedup is not None and month_speedup < 1.0 and not fixes:
+        off = True
+    if off:
+        why = (
+            "Not one hour paid"
+            if not paying
+            else "No partial fix (a load cap, routing, another K) makes it pay"
+        )
+        net = f" The month's net: {_usd(savings)}." if savings is not None else ""
+        return [
+            Recommendation(
+                name,
+                "turn_off",
+                "Turn speculation off",
+                -savings if savings is not None else None,
+                semantics,
+                (
+                    *base,
+                    f"{why}.{net} Speculation paid in {month.hours_paid} of "
+                    f"{month.hours_with_traffic} hours with traffic.",
+                    *(
+                        [f"The draft's weights also hold {_usd(month.vram_usd)} of GPU memory."]
+                        if month.vram_usd
+                        else []
+                    ),
+                    *(
+                        [f"{info.control} serves the same model without speculation already."]
+                        if info.control
+                        else []
+                    ),
+                ),
+            )
+        ]
+    if fixes:
+        return sorted(fixes, key=lambda r: -(r.usd_at_stake or 0.0))
+    return [
+        Recommendation(
+            name,
+            "keep",
+            "Keep speculation as it is",
+            savings,
+            semantics,
+            (
+                *base,
+                f"Speculation paid in {month.hours_paid} of {month.hours_with_traffic} hours with "
+                "traffic; the dollars at stake are what turning it off would give up.",
+            ),
+        )
+    ]
+
+
+def _change_k(
+    name: str,
+    semantics: str,
+    hours: Sequence[HourPoint],
+    k_now: int,
+    c: float,
+    ridge: float,
+    threshold: float,
+) -> Recommendation | None:
+    """Change K to N when the pooled per-position acceptance of `hours` says N pays better."""
+    drafts = sum(h.drafts for h in hours)
+    seconds = sum(h.seconds for h in hours)
+    if not hours or drafts <= 0 or seconds <= 0 or k_now <= 0:
+        return None
+    totals: list[int] = []
+    for h in hours:
+        for i, a in enumerate(h.positions):
+            if i == len(totals):
+                totals.append(0)
+            totals[i] += a
+    if not totals:
+        return None
+    positions = economics.position_acceptance(totals, drafts)
+    concurrency = sum(h.concurrency * h.seconds for h in hours) / seconds
+    breakeven = economics.breakeven_acceptance(concurrency, ridge, c)
+    k_best = economics.recommended_speculative_tokens(positions, breakeven)
+    if k_best in (0, k_now):
+        return None
+    stake = _stake_change_k(hours, k_now, k_best)
+    if not _worth(stake, threshold, hours):
+        return None
+    shown = ", ".join(f"{p:.2f}" for p in positions)
+    extra = ""
+    if k_best > len(positions) and len(positions) >= 2 and positions[-2] > 0:
+        extra = f"; p_{len(positions)} = {positions[-1] ** 2 / positions[-2]:.2f} extrapolated"
+    return Recommendation(
+        name,
+        "change_k",
+        f"Change num_speculative_tokens (K) from {k_now} to {k_best}",
+        stake,
+        semantics,
+        (
+            f"Per-position acceptance p_k = {shown}{extra}; a position pays when p_k > "
+            f"alpha* = {breakeven:.3f}, the break-even at concurrency {concurrency:.1f}"
+            f" (over the {len(hours)} hours that stay speculative).",
+            f"Each hour's speedup modelled with K = {k_best} against K = {k_now}, at that "
+            "hour's concurrency and per-position acceptance"
+            + (", valued at its busy spend." if stake is not None else " (no price: no dollars)."),
+        ),
+    )
+
+
+def _worth(stake: float | None, threshold: float, hours: Sequence[HourPoint]) -> bool:
+    """A change is worth advising when it is worth the threshold; without a price, when the
+    hours it concerns were mostly a tax (a K change: always, the model decides)."""
+    if stake is not None:
+        return stake > threshold
+    return bool(hours)
+
+
+def speedup_with_k(hour: HourPoint, k: int) -> float | None:
+    """The hour's modelled speedup had it drafted k tokens, from its per-position acceptance.
+
+    Steps that drafted keep their share of request-steps; each emits
+    1 + sum(p_0..p_(k-1)) tokens on average, so the same output takes
+    G / (1 + share x sum p) request-steps. Positions beyond the observed ones
+    are extrapolated geometrically from the last two. With k equal to the
+    hour's own K this gives back the hour's accepted and draft tokens.
+    """
+    steps = hour.output_tokens - hour.accepted_tokens
+    if not hour.drafting or steps <= 0 or hour.drafts <= 0:
+        return None
+    p = [x / hour.drafts for x in hour.positions]
+    while len(p) < k:
+        if len(p) >= 2 and p[-2] > 0:
+            p.append(min(p[-1], p[-1] * p[-1] / p[-2]))
+        else:
+            p.append(0.0)
+    share = min(1.0, hour.drafts / steps)
+    new_steps = hour.output_tokens / (1.0 + share * sum(p[:k]))
+    accepted = hour.output_tokens - new_steps
+    draft_tokens = k * share * new_steps
+    return economics.modelled_speedup(
+        hour.output_tokens,
+        accepted,
+        draft_tokens,
+        hour.concurrency,
+        hour.ridge_batch,
+        hour.draft_cost_ratio,
+    )
+
+
+def _stake_change_k(hours: Sequence[HourPoint], k_now: int, k_new: int) -> float | None:
+    total = 0.0
+    for h in hours:
+        if h.busy_usd is None:
+            return None
+        now, new = speedup_with_k(h, k_now), speedup_with_k(h, k_new)
+        if now is not None and new is not None:
+            total += h.busy_usd * (new - now)
+    return total
+
+
+def _net_tax(hours: Sequence[HourPoint]) -> float | None:
+    """What not speculating in these hours would have saved: minus their net savings."""
+    total = 0.0
+    for h in hours:
+        savings = h.modelled_savings
+        if savings is None:
+            return None
+        total -= savings
+    return total
+
+
+def _month_speedup(month: Figures) -> float | None:
+    if month.concurrency is None or month.ridge_batch is None or month.draft_tokens <= 0:
+        return None
+    return economics.modelled_speedup(
+        month.output_tokens,
+        month.accepted_tokens,
+        month.draft_tokens,
+        month.concurrency,
+        month.ridge_batch,
+        month.draft_cost_ratio or 0.0,
+    )
+
+
+def _base_evidence(
+    month: Figures,
+    alpha: float | None,
+    breakeven: float | None,
+    concurrency: float | None,
+    c: float,
+    ridge: float,
+) -> tuple[str, ...]:
+    if alpha is None or breakeven is None or concurrency is None:
+        return ()
+    side = "above" if alpha > breakeven else "below"
+    return (
+        f"Acceptance {alpha:.3f} (token-weighted over the month) is {side} the break-even "
+        f"{breakeven:.3f} at the month's mean concurrency {concurrency:.1f} "
+        f"(c = {c:g}, B* = {ridge:.1f}).",
+    )
+
+
+def _hours_line(hours: Sequence[HourPoint], label: str) -> str:
+    tax = sum(1 for h in hours if h.verdict == "tax")
+    net = [h.modelled_savings for h in hours]
+    money = ""
+    if net and all(n is not None for n in net):
+        money = f", net {_usd(sum(n for n in net if n is not None))}"
+    return f"{len(hours)} hour(s) {label}: a tax in {tax}{money}."
+
+
+def _pooled_acceptance(hours: Sequence[HourPoint]) -> float:
+    dt = sum(h.draft_tokens for h in hours)
+    return sum(h.accepted_tokens for h in hours) / dt if dt else 0.0
+
+
+def _mean(values: Iterable[float]) -> float:
+    items = list(values)
+    return sum(items) / len(items) if items else 0.0
+
+
+def _usd(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    sign = "-" if value < 0 else ""
+    return f"{sign}${abs(value):,.2f}"
+
+
+def _zero_if_priced(month: Figures) -> float | None:
+    return 0.0 if month.priced else None

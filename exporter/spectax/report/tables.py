@@ -1,0 +1,413 @@
+"""The report's tables, as text cells: Markdown and HTML render the same ones."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from spectax.report.build import EndpointReport, Report
+from spectax.report.figures import Figures
+from spectax.report.recommend import Recommendation
+
+DASH = "—"
+ACTION_LABELS = {
+    "keep": "keep",
+    "change_k": "change K",
+    "disable_above": "disable above B_x",
+    "route_high_temperature": "route high temperature",
+    "turn_off": "turn off",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    key: str
+    title: str
+    headers: tuple[str, ...]
+    rows: list[tuple[str, ...]]
+    notes: tuple[str, ...] = ()
+    numeric: tuple[bool, ...] = field(default=())  # right-align these columns
+
+
+# ---------------------------------------------------------------- formatting
+
+
+def usd(value: Decimal | float | None, places: int = 2) -> str:
+    if value is None:
+        return DASH
+    v = float(value)
+    if round(v, places) == 0:
+        v = 0.0
+    sign = "-" if v < 0 else ""
+    return f"{sign}${abs(v):,.{places}f}"
+
+
+def usd_signed(value: float | None) -> str:
+    if value is None:
+        return DASH
+    return ("+" if round(value, 2) > 0 else "") + usd(value)
+
+
+def per_million(value: float | None) -> str:
+    if value is None:
+        return DASH
+    return usd(value, 3 if abs(value) < 10 else 2)
+
+
+def count(value: int | None) -> str:
+    return DASH if value is None else f"{value:,}"
+
+
+def ratio(value: float | None, places: int = 3) -> str:
+    return DASH if value is None else f"{value:.{places}f}"
+
+
+def percent(value: float | None) -> str:
+    return DASH if value is None else f"{100 * value:.1f}%"
+
+
+def hours_share(hours: int, share: float | None) -> str:
+    return f"{hours:,} ({percent(share)})" if share is not None else DASH
+
+
+def savings_text(value: float, semantics: str) -> str:
+    """Net savings with their meaning: capacity freed (provisioned) or invoice money."""
+    amount = usd_signed(value)
+    if semantics == "capacity":
+        return f"{amount} capacity freed" if value >= 0 else f"{amount} capacity lost (tax)"
+    if semantics == "invoice":
+        return f"{amount} saved on the invoice" if value >= 0 else f"{amount} tax on the invoice"
+    return f"{amount} of GPU time (billing mode unknown)"
+
+
+def net_cell(f: Figures, semantics: str | None) -> str:
+    """The net-savings cell of one endpoint (semantics given) or of the total (by semantics)."""
+    if not f.speculating:
+        return f"{DASH} (no speculation)"
+    if not f.priced:
+        return f"{DASH} (no price)"
+    if f.savings is None:
+        return f"{DASH} (no drafts)"
+    if semantics is not None:
+        return savings_text(f.savings, semantics)
+    order = ("invoice", "capacity", "unknown")
+    return "; ".join(savings_text(f.savings_by[k], k) for k in order if k in f.savings_by)
+
+
+def change(before: float | None, after: float | None, fmt: str = "usd") -> str:
+    """`before → after (+x.x%)`."""
+    render: dict[str, Callable[[float | None], str]] = {
+        "usd": usd,
+        "pm": per_million,
+        "ratio": ratio,
+        "pct": percent,
+        "count": lambda v: count(None if v is None else round(v)),
+    }
+    if before is None and after is None:
+        return DASH
+    text = f"{render[fmt](before)} → {render[fmt](after)}"
+    if before is not None and after is not None and before != 0 and fmt in ("usd", "pm", "count"):
+        text += f" ({100 * (after - before) / abs(before):+.1f}%)"
+    elif before is not None and after is not None and fmt in ("ratio", "pct"):
+        points = 100 * (after - before) if fmt == "pct" else after - before
+        text += f" ({points:+.1f} pts)" if fmt == "pct" else f" ({points:+.3f})"
+    return text
+
+
+def billing_label(e: EndpointReport) -> str:
+    if not e.info.configured:
+        return "not configured"
+    return e.info.billing_mode or DASH
+
+
+# ---------------------------------------------------------------- tables
+
+
+def cost_table(report: Report) -> Table:
+    rows: list[tuple[str, ...]] = []
+    for e in report.endpoints:
+        f = e.month
+        rows.append(
+            (
+                e.info.name,
+                billing_label(e),
+                usd(f.spend) if f.priced else f"{DASH} (no price)",
+                f.basis if f.priced else DASH,
+                count(f.output_tokens),
+                per_million(f.cost_per_million),
+                per_million(f.cost_per_million_without_speculation),
+                net_cell(f, e.info.semantics),
+            )
+        )
+    t = report.total
+    rows.append(
+        (
+            "**Total**",
+            "",
+            usd(t.spend) if t.priced else DASH,
+            t.basis if t.priced else DASH,
+            count(t.output_tokens),
+            per_million(t.cost_per_million),
+            per_million(t.cost_per_million_without_speculation),
+            net_cell(t, None),
+        )
+    )
+    return Table(
+        "cost",
+        "Spend, cost per million output tokens and speculation's net savings",
+        (
+            "Endpoint",
+            "Billing",
+            "Spend",
+            "Basis",
+            "Output tokens",
+            "$/M output tokens",
+            "$/M without speculation",
+            "Speculation, net",
+        ),
+        rows,
+        (
+            "Net savings are the GPU time speculation saved, valued at the endpoint's price "
+            "(negative: a tax). On provisioned (always-on) endpoints that is capacity freed: "
+            "it becomes money only if replicas are scaled down. On serverless endpoints "
+            "it is money on the invoice.",
+            "$/M without speculation: the price of the GPU time the same output would have "
+            "taken without speculation (spend plus net savings, per million output tokens). "
+            "Both divide by the output tokens of the days that have a spend: an endpoint "
+            "without a price adds tokens to the total, not to its cost per million.",
+        ),
+        (False, False, True, False, True, True, True, False),
+    )
+
+
+def speculation_table(report: Report) -> Table:
+    rows: list[tuple[str, ...]] = []
+    for e in report.endpoints:
+        f = e.month
+        rows.append(
+            (
+                e.info.name,
+                e.info.method or ("drafts seen" if f.speculating else "none"),
+                ratio(f.acceptance),
+                ratio(f.breakeven),
+                ratio(f.concurrency, 1),
+                hours_share(f.hours_paid, f.share_paid) if f.speculating else DASH,
+                hours_share(f.hours_tax, f.share_tax) if f.speculating else DASH,
+                count(f.hours_no_drafts) if f.speculating else DASH,
+                count(f.hours_monitored),
+            )
+        )
+    t = report.total
+    rows.append(
+        (
+            "**Total**",
+            "",
+            ratio(t.acceptance),
+            DASH,
+            DASH,
+            hours_share(t.hours_paid, t.share_paid) if t.speculating else DASH,
+            hours_share(t.hours_tax, t.share_tax) if t.speculating else DASH,
+            count(t.hours_no_drafts) if t.speculating else DASH,
+            count(t.hours_monitored),
+        )
+    )
+    return Table(
+        "speculation",
+        "Acceptance and the hours in which speculation paid or was a tax",
+        (
+            "Endpoint",
+            "Method",
+            "Acceptance",
+            "Break-even",
+            "Mean concurrency",
+            "Hours paid",
+            "Hours tax",
+            "Hours without drafts",
+            "Hours monitored",
+        ),
+        rows,
+        (
+            "Acceptance is token-weighted: accepted over proposed draft tokens, summed over the "
+            "month. Break-even acceptance alpha* = c + B/(B + B*) at the month's mean "
+            "concurrency B.",
+            "Each hour's speedup S is recomputed from that hour's sums, with its draft cost "
+            "ratio c and ridge batch B*: it paid when S > 1, it was a tax otherwise. Shares "
+            "are of the hours with output tokens (per model).",
+        ),
+        (False, False, True, True, True, True, True, True, True),
+    )
+
+
+def overhead_table(report: Report) -> Table:
+    rows: list[tuple[str, ...]] = []
+    for e in [*report.endpoints, None]:
+        f = e.month if e is not None else report.total
+        speculating = f.speculating
+        rows.append(
+            (
+                e.info.name if e is not None else "**Total**",
+                count(f.cold_starts),
+                usd(f.cold_start_usd) if f.priced else DASH,
+                usd(f.draft_load_usd) if f.priced and speculating else DASH,
+                usd(f.draft_compute) if speculating else DASH,
+                usd(f.rejected) if speculating else DASH,
+                usd(f.vram_usd) if speculating else DASH,
+            )
+        )
+    return Table(
+        "overhead",
+        "Cold starts and draft overhead",
+        (
+            "Endpoint",
+            "Cold starts",
+            "Cold-start cost",
+            "of which draft load",
+            "Draft compute",
+            "Rejected drafts",
+            "Draft VRAM",
+        ),
+        rows,
+        (
+            "Cold-start cost is charged on serverless endpoints only (load time x GPUs x price); "
+            "the draft's weights' share of the load time is speculation's own cost.",
+            "Draft compute and rejected drafts are each hour's share of GPU time (drafting; "
+            "verifying and drafting tokens that were thrown away) times its busy spend. The two "
+            "overlap (drafting rejected tokens is in both): do not add them.",
+            "Draft VRAM: spend x draft weight bytes / GPU memory bytes, the memory the draft "
+            "holds instead of KV cache (needs gpu_memory_bytes and draft_weight_bytes).",
+        ),
+        (False, True, True, True, True, True, True),
+    )
+
+
+def month_over_month_table(report: Report) -> Table:
+    rows: list[tuple[str, ...]] = []
+    items: list[tuple[str, Figures | None, Figures | None]] = [
+        (e.info.name, e.month, e.previous) for e in report.endpoints
+    ]
+    items += [(name, None, f) for name, f in sorted(report.previous_only.items())]
+    items.append(("**Total**", report.total, report.previous_total))
+    for name, now, before in items:
+        rows.append(
+            (
+                name,
+                change(_spend(before), _spend(now)),
+                change(_of(before, "output_tokens"), _of(now, "output_tokens"), "count"),
+                change(_of(before, "cost_per_million"), _of(now, "cost_per_million"), "pm"),
+                change(_of(before, "savings"), _of(now, "savings")),
+                change(_of(before, "acceptance"), _of(now, "acceptance"), "ratio"),
+                change(_of(before, "share_tax"), _of(now, "share_tax"), "pct"),
+                f"{count(before.hours_monitored) if before else DASH} → "
+                f"{count(now.hours_monitored) if now else DASH}",
+            )
+        )
+    previous = report.month.previous()
+    return Table(
+        "mom",
+        f"Month over month: {previous} → {report.month}",
+        (
+            "Endpoint",
+            "Spend",
+            "Output tokens",
+            "$/M output tokens",
+            "Speculation, net",
+            "Acceptance",
+            "Share of hours in tax",
+            "Hours monitored",
+        ),
+        rows,
+        (
+            f"{DASH}: no history in that month. Compare the hours monitored before reading a "
+            "change in spend or tokens: a month watched in part is not a smaller month.",
+        ),
+        (False, True, True, True, True, True, True, True),
+    )
+
+
+def _spend(f: Figures | None) -> float | None:
+    return float(f.spend) if f is not None and f.priced else None
+
+
+def _of(f: Figures | None, name: str) -> float | None:
+    value = getattr(f, name) if f is not None else None
+    return None if value is None else float(value)
+
+
+def ordered_recommendations(report: Report) -> list[Recommendation]:
+    """Changes first, the most dollars at stake first; then the endpoints to keep as they are."""
+    return sorted(
+        report.recommendations,
+        key=lambda r: (r.action == "keep", -(r.usd_at_stake or 0.0), r.endpoint, r.action),
+    )
+
+
+def recommendations_table(report: Report) -> Table:
+    rows: list[tuple[str, ...]] = [
+        (
+            r.endpoint,
+            ACTION_LABELS[r.action],
+            r.title,
+            stake_text(r),
+        )
+        for r in ordered_recommendations(report)
+    ]
+    return Table(
+        "recommendations",
+        "Recommendations",
+        ("Endpoint", "Action", "Recommendation", "Dollars at stake this month"),
+        rows,
+        (),
+        (False, False, False, True),
+    )
+
+
+def stake_phrase(r: Recommendation) -> str:
+    """The dollars at stake in words, for a heading."""
+    if r.usd_at_stake is None:
+        return "dollars unknown: no price configured"
+    return f"{stake_text(r)} this month"
+
+
+def stake_text(r: Recommendation) -> str:
+    if r.usd_at_stake is None:
+        return f"{DASH} (no price)"
+    amount = usd(r.usd_at_stake)
+    if r.semantics == "capacity":
+        return f"{amount} of GPU capacity"
+    if r.semantics == "invoice":
+        return f"{amount} on the invoice"
+    return f"{amount} of GPU time"
+
+
+def all_tables(report: Report) -> list[Table]:
+    return [
+        cost_table(report),
+        speculation_table(report),
+        overhead_table(report),
+        month_over_month_table(report),
+    ]
+
+
+def coverage_lines(report: Report) -> list[str]:
+    """What the report covers, in words: period, history, basis."""
+    month = report.month
+    lines = [
+        f"Month {month} (UTC): {month.start:%Y-%m-%d} to {month.end:%Y-%m-%d}, "
+        f"{month.hours:,} hours."
+    ]
+    if report.first is not None and report.last is not None:
+        monitored = max((e.month.hours_monitored for e in report.endpoints), default=0)
+        lines.append(
+            f"History from {report.first:%Y-%m-%d %H:%M} to {report.last:%Y-%m-%d %H:%M} UTC; "
+            f"{len(report.endpoints)} endpoint(s), up to {monitored:,} of {month.hours:,} hours "
+            "monitored per endpoint."
+        )
+    if report.endpoints:
+        basis = report.total.basis if report.total.priced else "none (no endpoint has a price)"
+        lines.append(
+            f"Spend basis: {basis}. Estimated spend is the price-table estimate (GPU price x "
+            "GPUs x time; serverless endpoints only while busy, plus cold starts); billed "
+            "spend replaces it once a billing source reports a final bill."
+        )
+    return lines

@@ -1,0 +1,1 @@
+"""The live-vLLM test tier: real `vllm serve` processes (CPU build) on loopback."""

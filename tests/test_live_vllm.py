@@ -1,0 +1,645 @@
+"""The live-vLLM tier: `spectax run` against three real vLLM servers (CPU build) on loopback.
+
+An n-gram speculation server, a draft-model speculation server and a no-speculation
+control serve the same tiny random-weight model (tests/live_vllm/). One scenario runs
+once per module, in phases, and records what it saw; each test then checks one claim:
+
+  A  calibration: 9 clock-aligned windows of mixed traffic (repetitive and random
+     prompts, temperature 0 and 1, 48 and 96 tokens), alternating concurrency 1 and 8;
+     each window split in three slots, one server busy at a time;
+  B  a short burst on all three after a quiet spell longer than the window, read back
+     while everything is quiet again, so spectax's sliding window and the raw page
+     deltas cover exactly the same counter movements;
+  C  SIGTERM and restart of the n-gram server on the same port, new traffic.
+
+Every comparison is taken at a quiescent moment: traffic stopped, vLLM's counters
+unchanged for a second and no request running, and every endpoint scraped by spectax
+after that. So the raw numbers read here and the ones spectax last scraped are the
+same numbers, and the comparisons can be exact rather than "close enough".
+
+Needs tests/live_vllm/setup.sh to have run (skips otherwise, fails with SPECTAX_CI=1,
+where the fixture runs setup itself). ~5 minutes; three vLLM processes, ~3.2 GB each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import math
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from live_vllm import servers as live
+from live_vllm import traffic
+from live_vllm.servers import Raw, VllmServer
+
+# The whole scenario runs in the first test's setup (~5 min; + ~2.5 min when CI installs
+# vLLM first): more than pytest-timeout's default per-test limit may allow.
+pytestmark = [pytest.mark.live_vllm]
+if importlib.util.find_spec("pytest_timeout") is not None:
+    pytestmark.append(pytest.mark.timeout(1500))
+
+SCRAPE = 1.0  # spectax scrape_interval and scrape_timeout, seconds
+WINDOW = 15.0  # spectax window: sliding window and history window length
+BLOCKS = 9  # phase A: clock-aligned windows of traffic, >= 8 for calibration
+SLOT_TAIL = 1.5  # phase A: seconds before a slot's end when its last request may start
+SPECULATING = ["ngram", "draft"]
+# Phase B: requests per server. spectax measures a speedup only from >= 10 finished
+# requests on each side (windows.MIN_MEASURED_REQUESTS); the burst is bounded by this
+# count, and by an 8 s deadline it should never reach.
+BURST_REQUESTS = 12
+DRAFT_COST = 0.3
+ENDPOINT = {"ngram": "live-ngram", "draft": "live-draft", "control": "live-control"}
+MODEL = live.MODEL_NAME
+SPECTAX_TOKENS = {
+    "output": "spectax_output_tokens_total",
+    "draft_tokens": "spectax_draft_tokens_total",
+    "accepted": "spectax_accepted_tokens_total",
+}
+
+
+# ------------------------------------------------------------------ spectax as a process
+
+
+class Metrics(dict[tuple[str, tuple[tuple[str, str], ...]], float]):
+    """spectax's /metrics, parsed by prometheus_client."""
+
+    @classmethod
+    def parse(cls, text: str) -> Metrics:
+        return cls(
+            {
+                (s.name, tuple(sorted(s.labels.items()))): s.value
+                for family in text_string_to_metric_families(text)
+                for s in family.samples
+            }
+        )
+
+    def value(self, name: str, **labels: str) -> float | None:
+        for (sample, sample_labels), v in self.items():
+            if sample == name and all((k, val) in sample_labels for k, val in labels.items()):
+                return v
+        return None
+
+    def total(self, name: str, **labels: str) -> float | None:
+        """Sum over every sample of `name` with these labels (None when there is none)."""
+        found = [
+            v
+            for (sample, sample_labels), v in self.items()
+            if sample == name and all((k, val) in sample_labels for k, val in labels.items())
+        ]
+        return sum(found) if found else None
+
+    def labels_of(self, name: str, **labels: str) -> list[dict[str, str]]:
+        return [
+            dict(sample_labels)
+            for (sample, sample_labels) in self
+            if sample == name and all((k, v) in sample_labels for k, v in labels.items())
+        ]
+
+
+class Spectax:
+    """A `spectax run` process watching the three servers."""
+
+    def __init__(self, workdir: Path, fleet: dict[str, VllmServer]):
+        self.port = live.free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.workdir = workdir
+        self.log = workdir / "spectax.log"
+        self.state = workdir / "spectax-state"
+        self.config = workdir / "spectax.yml"
+        price = {"usd_per_hour": 2.0}
+        control = ENDPOINT["control"]
+        endpoints = [
+            {
+                "name": ENDPOINT["ngram"],
+                "url": f"{fleet['ngram'].url}/metrics",
+                "price": price,
+                "speculation": {"method": "ngram"},
+                "control": control,
+            },
+            {
+                "name": ENDPOINT["draft"],
+                "url": f"{fleet['draft'].url}/metrics",
+                "price": price,
+                "speculation": {"method": "draft_model", "draft_cost_ratio": DRAFT_COST},
+                "control": control,
+            },
+            {"name": control, "url": f"{fleet['control'].url}/metrics", "price": price},
+        ]
+        config = {
+            "listen": f"127.0.0.1:{self.port}",
+            "scrape_interval": f"{SCRAPE}s",
+            "scrape_timeout": f"{SCRAPE}s",
+            "window": f"{WINDOW}s",
+            "state_directory": str(self.state),
+            "endpoints": endpoints,
+        }
+        self.config.write_text(yaml.safe_dump(config, sort_keys=False))
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "spectax", "run", "--config", str(self.config)],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+    def metrics(self) -> Metrics:
+        with urllib.request.urlopen(f"{self.url}/metrics", timeout=5) as r:
+            return Metrics.parse(r.read().decode())
+
+    def wait_for(self, predicate: Callable[[Metrics], bool], timeout: float, what: str) -> Metrics:
+        deadline = time.monotonic() + timeout
+        while True:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise RuntimeError(f"spectax exited {self.process.returncode}:\n{self.tail()}")
+            try:
+                last = self.metrics()
+                if predicate(last):
+                    return last
+            except (OSError, urllib.error.URLError):
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"spectax: no {what} within {timeout:.0f} s")
+            time.sleep(0.2)
+
+    def scraped_after(self, t: float, names: list[str], timeout: float = 20.0) -> Metrics:
+        """Wait until each endpoint had a successful scrape that *started* after wall time t.
+
+        A scrape's timestamp is taken when it succeeds, at most scrape_timeout after it
+        started; so a timestamp past t + scrape_timeout belongs to a scrape begun after t.
+        """
+
+        def fresh(m: Metrics) -> bool:
+            return all(
+                (m.value("spectax_last_scrape_success_timestamp_seconds", endpoint=n) or 0)
+                > t + SCRAPE
+                for n in names
+            )
+
+        return self.wait_for(fresh, timeout, f"scrape after {t:.1f} for {names}")
+
+    def stop(self) -> int | None:
+        if self.process is None or self.process.poll() is not None:
+            return self.process.returncode if self.process else None
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(5)
+            return None
+
+    def tail(self, chars: int = 4000) -> str:
+        return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
+
+
+# ------------------------------------------------------------------ the scenario
+
+
+@dataclass
+class Quiet:
+    """A quiescent moment: raw pages of every server, and spectax's view right after."""
+
+    at: float  # wall time when the counters were seen settled
+    raw: dict[str, Raw]
+    spectax: Metrics
+    pages: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Observed:
+    timings: dict[str, float] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)  # scenario steps that did not happen
+    base: Quiet | None = None  # just after spectax's first scrapes, before any traffic
+    after_a: Quiet | None = None
+    block_points: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    block_concurrency: list[int] = field(default_factory=list)
+    calibrated: Metrics | None = None
+    before_b: Quiet | None = None
+    after_b: Quiet | None = None
+    phase_b_start: float = 0.0
+    phase_b_results: dict[str, traffic.Result] = field(default_factory=dict)
+    before_restart: Quiet | None = None
+    after_restart: Quiet | None = None
+    restart_ready_seconds: float = 0.0
+    restart_stop_seconds: float = 0.0
+    restart_requests: int = 0
+    spectax_exit: int | None = None
+    spectax_log: str = ""
+    workdir: Path | None = None
+
+
+def quiet(fleet: dict[str, VllmServer], spectax: Spectax, keys: list[str] | None = None) -> Quiet:
+    """Wait for settled counters on the given servers, then for spectax to scrape all of them."""
+    keys = keys or list(fleet)
+    live.settle([fleet[k] for k in keys])
+    settled = time.time()
+    m = spectax.scraped_after(settled, [ENDPOINT[k] for k in fleet])
+    pages = {k: fleet[k].page() for k in fleet}
+    raw = {k: Raw.parse(page) for k, page in pages.items()}
+    return Quiet(settled, raw, m, pages)
+
+
+def block_point(before: Raw, after: Raw) -> tuple[float, float] | None:
+    d = after - before
+    if d.get("iter_count", 0) <= 0 or d.get("itl_count", 0) <= 0:
+        return None
+    return d["iter_sum"] / d["iter_count"], d["itl_sum"] / d["itl_count"]
+
+
+def run_scenario(obs: Observed, fleet: dict[str, VllmServer], spectax: Spectax) -> None:
+    names = list(fleet)
+    targets = [(fleet[k].url, MODEL) for k in names]
+    t0 = time.monotonic()
+
+    def mark(name: str) -> None:
+        obs.timings[name] = round(time.monotonic() - t0, 1)
+
+    # Warm-up before spectax starts: the first requests of a fresh server are slow.
+    asyncio.run(traffic.drive_many(targets, concurrency=2, seconds=2, max_requests=4, seed=99))
+    live.settle(list(fleet.values()))
+    spectax.start()
+    spectax.wait_for(
+        lambda m: all(
+            m.value(SPECTAX_TOKENS["output"], endpoint=ENDPOINT[k], model=MODEL) is not None
+            for k in names
+        ),
+        60,
+        "token counters for all three endpoints",
+    )
+    obs.base = quiet(fleet, spectax)
+    mark("spectax_up")
+
+    # ---- A: calibration traffic, one block per clock-aligned history window. Inside a
+    # window each server gets a slot of its own (the other two idle), so its step times are
+    # its own and not the noise of three engines sharing two cores (seen: with all three
+    # busy at once, the control's mean step time did not grow with tokens per step).
+    now = time.time()
+    boundary = math.ceil(now / WINDOW) * WINDOW
+    time.sleep(boundary - now + 0.1)
+    obs.block_points = {k: [] for k in names}
+    slot = WINDOW / len(names)
+    for block in range(BLOCKS):
+        concurrency = 1 if block % 2 == 0 else 8
+        obs.block_concurrency.append(concurrency)
+        for i, key in enumerate(names):
+            end = boundary + block * WINDOW + (i + 1) * slot
+            before = fleet[key].raw()
+            asyncio.run(
+                traffic.drive(
+                    fleet[key].url,
+                    MODEL,
+                    concurrency=concurrency,
+                    seconds=max(end - SLOT_TAIL - time.time(), 0.5),
+                    max_requests=200,
+                    requests=traffic.mix(block),
+                )
+            )
+            time.sleep(max(end - 0.2 - time.time(), 0.0))
+            point = block_point(before, fleet[key].raw())
+            if point is not None:
+                obs.block_points[key].append(point)
+    mark("phase_a_done")
+    obs.after_a = quiet(fleet, spectax)
+
+    # Calibration: the 9th window closes with the first scrape after its end.
+    try:
+        obs.calibrated = spectax.wait_for(
+            lambda m: all(
+                m.value("spectax_ridge_batch_requests", endpoint=ENDPOINT[k], source="calibrated")
+                is not None
+                for k in SPECULATING
+            ),
+            WINDOW,
+            "calibrated ridge batch on both speculating endpoints",
+        )
+    except TimeoutError as exc:
+        obs.problems.append(str(exc))
+        obs.calibrated = spectax.metrics()
+    mark("calibration_checked")
+
+    # ---- B: a burst on all three, framed by quiet spells, inside one sliding window.
+    # Before it: quiet long enough that, at the read below, no endpoint's sliding window
+    # reaches back into phase A; after it: read before the window slides past its start.
+    time.sleep(max(obs.after_a.at + 8.0 - time.time(), 0.0))
+    obs.before_b = quiet(fleet, spectax)
+    obs.phase_b_start = time.time()
+    results = asyncio.run(
+        traffic.drive_many(
+            targets, concurrency=4, seconds=8.0, max_requests=BURST_REQUESTS, seed=1000
+        )
+    )
+    obs.phase_b_results = dict(zip(names, results, strict=True))
+    live.settle(list(fleet.values()))
+    time.sleep(max(obs.after_a.at + WINDOW + 2.0 - time.time(), 0.0))
+    obs.after_b = quiet(fleet, spectax)
+    mark("phase_b_done")
+
+    # ---- C: SIGTERM and restart of the n-gram server on the same port, then new traffic.
+    obs.before_restart = obs.after_b
+    obs.restart_stop_seconds, obs.restart_ready_seconds = fleet["ngram"].restart()
+    mark("ngram_restarted")
+    result = asyncio.run(
+        traffic.drive(
+            fleet["ngram"].url,
+            MODEL,
+            concurrency=4,
+            seconds=3.0,
+            max_requests=16,
+            requests=traffic.mix(2000, ("repetitive",), (0.0,)),
+        )
+    )
+    obs.restart_requests = result.requests
+    obs.after_restart = quiet(fleet, spectax)
+    mark("phase_c_done")
+
+
+@pytest.fixture(scope="module")
+def observed(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Observed]:
+    workdir = tmp_path_factory.mktemp("live-vllm")
+    reason = live.why_unavailable(3, workdir / "setup.log")
+    if reason is not None:
+        if live.in_ci():
+            pytest.fail(f"live-vLLM tier cannot run in CI: {reason}", pytrace=False)
+        pytest.skip(f"live-vLLM tier: {reason}")
+
+    started = time.monotonic()
+    obs = Observed(workdir=workdir)
+    fleet = {s.name: s for s in live.fleet(workdir)}
+    spectax = Spectax(workdir, fleet)
+    try:
+        with live.running(list(fleet.values())) as ready:
+            obs.timings["servers_ready"] = round(ready, 1)
+            try:
+                run_scenario(obs, fleet, spectax)
+            finally:
+                obs.spectax_exit = spectax.stop()
+                obs.spectax_log = spectax.tail(20000)
+        obs.timings["total"] = round(time.monotonic() - started, 1)
+    except Exception:
+        spectax.stop()
+        logs = "\n".join(f"--- {s.name}\n{s.tail(1500)}" for s in fleet.values())
+        print(f"spectax log:\n{spectax.tail()}\n{logs}")
+        raise
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    summary = f"live-vLLM tier: {obs.timings} (seconds since the first server start)"
+    if reporter is not None:
+        reporter.write_line(summary)
+    print(summary)
+    yield obs
+
+
+# ------------------------------------------------------------------ helpers for the checks
+
+
+def spectax_tokens(m: Metrics, key: str, kind: str) -> float | None:
+    return m.value(SPECTAX_TOKENS[kind], endpoint=ENDPOINT[key], model=MODEL)
+
+
+def require(obs: Observed, *parts: str) -> None:
+    missing = [p for p in parts if getattr(obs, p) is None]
+    if missing:
+        pytest.fail(f"scenario did not reach {missing}; problems: {obs.problems}")
+
+
+# ------------------------------------------------------------------ the claims
+
+
+def test_spectax_token_counters_equal_raw_vllm_deltas(observed: Observed) -> None:
+    """Sums of spectax's interval deltas since it started = raw counter movement, exactly."""
+    require(observed, "base", "after_a", "after_b")
+    assert observed.base is not None and observed.after_a is not None
+    assert observed.after_b is not None
+    for quiet_moment in (observed.base, observed.after_a, observed.after_b):
+        for key in ENDPOINT:
+            raw_now, raw_base = quiet_moment.raw[key], observed.base.raw[key]
+            kinds = ["output"] if key == "control" else ["output", "draft_tokens", "accepted"]
+            for kind in kinds:
+                expected = raw_now[kind] - raw_base[kind]
+                got = spectax_tokens(quiet_moment.spectax, key, kind)
+                assert got == expected, (key, kind, got, expected)
+            if key == "control":
+                assert spectax_tokens(quiet_moment.spectax, key, "draft_tokens") is None
+    # The tier moved real numbers, with real n-gram hits.
+    moved = observed.after_a.raw["ngram"] - observed.base.raw["ngram"]
+    assert moved["output"] > 1000 and moved["accepted"] > 0, moved
+
+
+@pytest.mark.parametrize("key", ["ngram", "draft"])
+def test_acceptance_equals_vllm_formulas(observed: Observed, key: str) -> None:
+    """alpha = A/Dt and tau = 1 + A/Dr over the burst, from the raw page deltas."""
+    require(observed, "before_b", "after_b")
+    assert observed.before_b is not None and observed.after_b is not None
+    d = observed.after_b.raw[key] - observed.before_b.raw[key]
+    assert d["draft_tokens"] > 0 and d["drafts"] > 0, d
+    m = observed.after_b.spectax
+    alpha = m.value("spectax_acceptance_ratio", endpoint=ENDPOINT[key], model=MODEL)
+    tau = m.value("spectax_acceptance_length_tokens", endpoint=ENDPOINT[key], model=MODEL)
+    assert alpha == pytest.approx(d["accepted"] / d["draft_tokens"], rel=1e-12), d
+    assert tau == pytest.approx(1 + d["accepted"] / d["drafts"], rel=1e-12), d
+
+
+def test_acceptance_absent_on_the_control(observed: Observed) -> None:
+    require(observed, "after_b")
+    assert observed.after_b is not None
+    m = observed.after_b.spectax
+    assert m.value("spectax_acceptance_ratio", endpoint=ENDPOINT["control"]) is None
+    assert m.value("spectax_speedup_ratio", endpoint=ENDPOINT["control"]) is None
+
+
+def tpot(d: dict[str, float]) -> float:
+    return d["tpot_sum"] / d["tpot_count"]
+
+
+@pytest.mark.parametrize("key", ["ngram", "draft"])
+def test_measured_speedup_is_the_control_tpot_ratio(observed: Observed, key: str) -> None:
+    """spectax_speedup_ratio{method="measured"} = control TPOT / endpoint TPOT, same window.
+
+    Both sliding windows hold exactly the burst (quiet before it for longer than the
+    window, quiet after it until read), so spectax's histogram deltas are the raw page
+    deltas and the ratio agrees to float rounding. Were it read during traffic, the two
+    endpoints' windows would end at different scrapes (up to one scrape interval apart)
+    and only a tolerance of a few percent would hold.
+    """
+    require(observed, "before_b", "after_b")
+    before, after = observed.before_b, observed.after_b
+    assert before is not None and after is not None
+    # The timing the exactness rests on: at the read, every endpoint's last scrape was
+    # less than one window after the burst began (the window still holds all of it).
+    for name in ENDPOINT.values():
+        last = after.spectax.value("spectax_last_scrape_success_timestamp_seconds", endpoint=name)
+        assert last is not None, f"{name} never scraped"
+        assert last < observed.phase_b_start + WINDOW - 0.5, (
+            f"read too late for {name}: the burst began {last - observed.phase_b_start:.1f} s "
+            f"before the last scrape (window {WINDOW} s); the machine is too slow for this tier"
+        )
+    ours = after.raw[key] - before.raw[key]
+    control = after.raw["control"] - before.raw["control"]
+    assert ours["tpot_count"] >= 10 and control["tpot_count"] >= 10, (
+        "the burst finished too few requests for a measured speedup",
+        {k: r.requests for k, r in observed.phase_b_results.items()},
+    )
+    expected = tpot(control) / tpot(ours)
+    measured = after.spectax.value(
+        "spectax_speedup_ratio", endpoint=ENDPOINT[key], model=MODEL, method="measured"
+    )
+    modelled = after.spectax.value(
+        "spectax_speedup_ratio", endpoint=ENDPOINT[key], model=MODEL, method="modeled"
+    )
+    print(f"{key}: measured {measured}, expected {expected:.4f}, modelled {modelled}")
+    assert measured is not None, "no measured speedup exported"
+    assert measured == pytest.approx(expected, rel=1e-9)
+
+
+def test_assess_with_control_on_live_pages(observed: Observed, tmp_path: Path) -> None:
+    """`spectax assess B A --control CB CA` on the burst's real pages: the TPOT ratio."""
+    require(observed, "before_b", "after_b")
+    before, after = observed.before_b, observed.after_b
+    assert before is not None and after is not None
+    files = {}
+    for label, q in (("before", before), ("after", after)):
+        for key in ("ngram", "control"):
+            files[label, key] = tmp_path / f"{key}_{label}.txt"
+            files[label, key].write_text(q.pages[key])
+    seconds = after.at - before.at
+    cmd = [
+        sys.executable,
+        "-m",
+        "spectax",
+        "assess",
+        str(files["before", "ngram"]),
+        str(files["after", "ngram"]),
+        "--control",
+        str(files["before", "control"]),
+        str(files["after", "control"]),
+        "--method",
+        "ngram",
+        "--seconds",
+        f"{seconds:.3f}",
+        "--usd-per-hour",
+        "2.0",
+        "--format",
+        "json",
+    ]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    rows = data if isinstance(data, list) else data.get("models", [data])
+    row = next(r for r in rows if r["model"] == MODEL)
+    ours = after.raw["ngram"] - before.raw["ngram"]
+    control = after.raw["control"] - before.raw["control"]
+    assert row["speedup_measured_ratio"] == pytest.approx(tpot(control) / tpot(ours), rel=1e-9)
+    assert row["output_tokens"] == ours["output"]
+    assert row["acceptance_ratio"] == pytest.approx(ours["accepted"] / ours["draft_tokens"])
+
+
+def test_restart_counts_one_cold_start_and_loses_no_tokens(observed: Observed) -> None:
+    """SIGTERM + restart on the same port: one cold start, every token of both processes.
+
+    Traffic stopped and spectax scraped the settled old process before the SIGTERM, so
+    the old process had no tokens after spectax's last scrape of it; the new process's
+    counters start at 0, so its page values are exactly what it produced.
+    """
+    require(observed, "base", "before_restart", "after_restart")
+    base, old, new = observed.base, observed.before_restart, observed.after_restart
+    assert base is not None and old is not None and new is not None
+    ngram = ENDPOINT["ngram"]
+    assert new.raw["ngram"].process_start != old.raw["ngram"].process_start
+    assert observed.restart_requests > 0
+    cold_before = old.spectax.value("spectax_cold_starts_total", endpoint=ngram)
+    cold_after = new.spectax.value("spectax_cold_starts_total", endpoint=ngram)
+    assert cold_before == 0 and cold_after == 1, (cold_before, cold_after)
+    for key in ("draft", "control"):
+        assert new.spectax.value("spectax_cold_starts_total", endpoint=ENDPOINT[key]) == 0
+    for kind in ("output", "draft_tokens", "accepted"):
+        total, earlier = (
+            spectax_tokens(new.spectax, "ngram", kind),
+            spectax_tokens(old.spectax, "ngram", kind),
+        )
+        assert total is not None and earlier is not None, kind
+        grown = total - earlier
+        assert grown == new.raw["ngram"][kind], (kind, grown, new.raw["ngram"][kind])
+        expected = old.raw["ngram"][kind] - base.raw["ngram"][kind] + new.raw["ngram"][kind]
+        assert total == expected, (kind, total, expected)
+    assert new.raw["ngram"]["accepted"] > 0
+    failures = new.spectax.total("spectax_scrape_failures_total", endpoint=ngram)
+    assert failures is not None and failures >= 1  # it was down while restarting
+
+
+def test_cold_start_duration_is_measured(observed: Observed) -> None:
+    """First successful scrape of the new process minus its start time ~ time to healthy.
+
+    Both ends are within about one scrape interval of what the test saw: the process
+    starts right after the test launches it, and spectax's first successful scrape comes
+    within one interval of /health answering. Tolerance 3 s.
+    """
+    require(observed, "after_restart")
+    assert observed.after_restart is not None
+    seconds = observed.after_restart.spectax.value(
+        "spectax_cold_start_duration_seconds", endpoint=ENDPOINT["ngram"]
+    )
+    assert seconds is not None, "no spectax_cold_start_duration_seconds"
+    assert abs(seconds - observed.restart_ready_seconds) < 3.0, (
+        seconds,
+        observed.restart_ready_seconds,
+    )
+
+
+def theil_sen_ridge(points: list[tuple[float, float]]) -> float | None:
+    """Independent re-computation: B* = a/b of the Theil-Sen line through the points."""
+    slopes = [
+        (q[1] - p[1]) / (q[0] - p[0])
+        for i, p in enumerate(points)
+        for q in points[i + 1 :]
+        if q[0] != p[0]
+    ]
+    if not slopes:
+        return None
+    b = statistics.median(slopes)
+    a = statistics.median(y - b * x for x, y in points)
+    return a / b if a > 0 and b > 0 else None
+
+
+@pytest.mark.parametrize("key", SPECULATING)
+def test_ridge_batch_is_calibrated_from_real_steps(observed: Observed, key: str) -> None:
+    """After 9 windows at concurrency 1 and 8, B* comes from the fit, and is positive."""
+    require(observed, "calibrated")
+    m = observed.calibrated
+    assert m is not None
+    points = observed.block_points.get(key, [])
+    own = theil_sen_ridge(points)
+    sources = m.labels_of("spectax_ridge_batch_requests", endpoint=ENDPOINT[key])
+    calibrated = m.value(
+        "spectax_ridge_batch_requests", endpoint=ENDPOINT[key], source="calibrated"
+    )
+    print(
+        f"{key}: spectax B* {calibrated} ({[s.get('source') for s in sources]}); "
+        f"own fit over the test's block reads {own}; points "
+        + ", ".join(f"({x:.2f} tok/step, {y * 1e3:.2f} ms)" for x, y in points)
+    )
+    assert [s.get("source") for s in sources] == ["calibrated"], sources
+    assert calibrated is not None and calibrated > 0
+
+
+def test_spectax_stopped_cleanly(observed: Observed) -> None:
+    assert observed.spectax_exit == 0, observed.spectax_log[-3000:]
+    assert "Traceback" not in observed.spectax_log, observed.spectax_log[-5000:]

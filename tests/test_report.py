@@ -1,0 +1,1022 @@
+"""The monthly cost review (`spectax report`, `spectax demo --history`).
+
+- Every number the report shows equals the store's sums for the month, computed here
+  independently from the stored *window* rows (the report reads hourly and daily rollups).
+- A golden Markdown report from deterministic synthetic history that exercises every
+  recommendation, an unconfigured and unpriced endpoint, cold starts and month over month.
+- The HTML opened in headless Chromium over the DevTools protocol: no console error, no
+  exception, no network request; a screenshot is saved under artifacts/.
+- An empty month, and a month without speculation, give an honest report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import csv
+import io
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from spectax import economics
+from spectax.cli import main
+from spectax.config import Settings, validate
+from spectax.demo import DEMO_DEFAULTS, DRAFT_WEIGHT_BYTES, H100_MEMORY_BYTES
+from spectax.report.build import Report, build_report
+from spectax.report.command import endpoint_infos, render
+from spectax.report.csvout import COLUMNS
+from spectax.report.demo_history import parse_span, write_demo_history
+from spectax.report.figures import EndpointInfo, Figures, HourPoint
+from spectax.report.period import Month
+from spectax.report.progress import Progress
+from spectax.report.read import ProjectionReader, store_reader
+from spectax.report.recommend import speedup_with_k
+from spectax.report.spend import DayKey, Spend
+from spectax.store import Store
+from spectax.store.models import WindowRow
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLDEN = Path(__file__).parent / "fixtures" / "report" / "golden.md"
+ARTIFACTS = ROOT / "artifacts"
+NANO = Decimal("0.000000001")
+MAY, APRIL = Month(2026, 5), Month(2026, 4)
+DEMO_NOW = datetime(2026, 5, 3, 12, tzinfo=UTC)  # 4 days of history: 1.5 in April, 2.5 in May
+
+
+# ---------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def demo_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Four days of the demo endpoints' simulated history, through monitors and the store."""
+    path = tmp_path_factory.mktemp("report") / "demo.sqlite"
+    url = f"sqlite+aiosqlite:///{path}"
+    settings = validate({**DEMO_DEFAULTS, "storage_url": url}, "<test>")
+    written = asyncio.run(
+        write_demo_history(settings, 4 * 86400, now=DEMO_NOW.timestamp(), restarts_per_week=6)
+    )
+    assert written.cold_starts > 0
+    return url
+
+
+def demo_config(url: str) -> Settings:
+    return validate({"storage_url": url}, "<test>")
+
+
+async def report_of(
+    url: str,
+    month: Month,
+    settings: Settings,
+    only: list[str] | None = None,
+    spend_source: Any = None,
+) -> Report:
+    """The report as `spectax report` builds it (rows read by the projection reader)."""
+    store = await Store.open(url)
+    try:
+        async with ProjectionReader(url) as reader:
+            infos = endpoint_infos(settings)
+            return await build_report(store, month, infos, only, spend_source, reader=reader)
+    finally:
+        await store.close()
+
+
+async def assert_readers_agree(url: str) -> None:
+    """The projection reads exactly what `Store.rows()` holds: same values, same types."""
+    store = await Store.open(url)
+    try:
+        async with ProjectionReader(url) as projection:
+            through_store = store_reader(store)
+            for granularity in ("hour", "day"):
+                since, until = APRIL.start, MAY.end
+                mine = await projection(granularity, since, until, None)
+                theirs = await through_store(granularity, since, until, None)
+                assert mine == theirs and len(mine) > 0
+                assert [tuple(map(type, r)) for r in mine] == [tuple(map(type, r)) for r in theirs]
+                assert all(r.start.tzinfo is not None for r in mine)
+                only = await projection(granularity, since, until, ["chat"])
+                assert {r.endpoint for r in only} <= {"chat"}
+    finally:
+        await store.close()
+
+
+# ---------------------------------------------------------------- independent sums
+
+
+@dataclass
+class Expected:
+    spend: Decimal | None = None
+    output_tokens: int = 0
+    prompt_tokens: int = 0
+    savings: float | None = None
+    accepted: int = 0
+    draft_tokens: int = 0
+    speculating: bool = False
+    cold_starts: int = 0
+    cold_start_usd: Decimal = Decimal(0)
+    draft_load_usd: Decimal = Decimal(0)
+    running_seconds: float = 0.0
+    model_seconds: float = 0.0
+    hours_paid: int = 0
+    hours_tax: int = 0
+    hours_no_drafts: int = 0
+    hours_monitored: int = 0
+    draft_compute: float = 0.0
+    rejected: float = 0.0
+    c: float | None = None
+    ridge: float | None = None
+
+
+def expected_from_windows(rows: Iterable[WindowRow]) -> dict[str, Expected]:
+    """The month's figures per endpoint, from window rows, without the report's code."""
+    result: dict[str, Expected] = defaultdict(Expected)
+    restarts: dict[tuple[str, datetime], int] = {}
+    hours: dict[tuple[str, str, datetime], list[WindowRow]] = defaultdict(list)
+    monitored: dict[str, set[datetime]] = defaultdict(set)
+    rows = sorted(rows, key=lambda r: (r.endpoint, r.start, r.model))
+    speculating_endpoints = {r.endpoint for r in rows if r.draft_tokens is not None}
+    for r in rows:
+        e = result[r.endpoint]
+        hour = r.start.replace(minute=0, second=0, microsecond=0)
+        monitored[r.endpoint].add(hour)
+        if r.spend_usd is not None:
+            e.spend = (e.spend or Decimal(0)) + r.spend_usd
+        e.output_tokens += r.output_tokens
+        e.prompt_tokens += r.prompt_tokens
+        e.cold_start_usd += r.cold_start_usd or Decimal(0)
+        e.draft_load_usd += r.draft_load_usd or Decimal(0)
+        restarts[(r.endpoint, r.start)] = max(restarts.get((r.endpoint, r.start), 0), r.restarts)
+        if r.draft_tokens is not None:
+            e.speculating = True
+            e.accepted += r.accepted_tokens or 0
+            e.draft_tokens += r.draft_tokens
+            if r.speculation_savings_usd is not None:
+                e.savings = (e.savings or 0.0) + r.speculation_savings_usd
+            hours[(r.endpoint, r.model, hour)].append(r)
+            e.c, e.ridge = r.draft_cost_ratio or 0.0, r.ridge_batch_requests
+        if r.model and (r.draft_tokens is not None or r.endpoint not in speculating_endpoints):
+            e.running_seconds += r.running_seconds
+            e.model_seconds += r.seconds
+    for (endpoint, _), n in restarts.items():
+        result[endpoint].cold_starts += n
+    for endpoint, seen in monitored.items():
+        result[endpoint].hours_monitored = len(seen)
+    for (endpoint, _, _), group in hours.items():
+        e = result[endpoint]
+        g = sum(r.output_tokens for r in group)
+        a = sum(r.accepted_tokens or 0 for r in group)
+        dt = sum(r.draft_tokens or 0 for r in group)
+        seconds = sum(r.seconds for r in group)
+        b = sum(r.running_seconds for r in group) / seconds
+        last = max(group, key=lambda r: r.start)
+        c, ridge = last.draft_cost_ratio or 0.0, last.ridge_batch_requests
+        if g <= 0:
+            continue
+        if dt <= 0:
+            e.hours_no_drafts += 1
+            continue
+        s = economics.modelled_speedup(g, a, dt, b, ridge, c)
+        assert s is not None
+        if s > 1:
+            e.hours_paid += 1
+        else:
+            e.hours_tax += 1
+        busy = [r.busy_spend_usd for r in group if r.busy_spend_usd is not None]
+        if busy:
+            usd = float(sum(busy, Decimal(0)))
+            r_ = ridge / max(b, 1.0)
+            e.draft_compute += usd * c * dt * (r_ + 1) / _t_spec(g, a, dt, r_, c)
+            e.rejected += usd * (dt - a) * (1 + c * (r_ + 1)) / _t_spec(g, a, dt, r_, c)
+    return dict(result)
+
+
+def _t_spec(g: float, a: float, dt: float, r: float, c: float) -> float:
+    return (g - a) * r + (g - a + dt) + c * dt * (r + 1)
+
+
+async def window_rows_of(url: str, month: Month) -> list[WindowRow]:
+    store = await Store.open(url)
+    try:
+        return await store.window_rows(since=month.start, until=month.end)
+    finally:
+        await store.close()
+
+
+def assert_figures(
+    f: Figures, x: Expected, vram_fraction: float | None, overhead: bool = True
+) -> None:
+    approx = pytest.approx
+    assert f.priced == (x.spend is not None)
+    if x.spend is not None:
+        assert f.spend == x.spend  # exact: integer nano-dollars all the way
+        assert f.basis == "estimated"
+        assert f.cost_per_million == approx(float(x.spend) / x.output_tokens * 1e6, rel=1e-12)
+    assert f.output_tokens == x.output_tokens
+    assert f.prompt_tokens == x.prompt_tokens
+    assert f.speculating == x.speculating
+    assert f.cold_starts == x.cold_starts
+    assert f.cold_start_usd == x.cold_start_usd
+    assert f.draft_load_usd == x.draft_load_usd
+    assert f.hours_monitored == x.hours_monitored
+    assert f.concurrency == approx(x.running_seconds / x.model_seconds, rel=1e-9)
+    if not x.speculating:
+        assert f.savings is None
+        assert f.acceptance is None
+        assert f.cost_per_million_without_speculation is None
+        return
+    assert f.accepted_tokens == x.accepted and f.draft_tokens == x.draft_tokens
+    assert f.acceptance == approx(x.accepted / x.draft_tokens, rel=1e-12)
+    assert f.savings == approx(x.savings, rel=1e-9)
+    assert x.spend is not None and x.savings is not None
+    assert f.cost_per_million_without_speculation == approx(
+        (float(x.spend) + x.savings) / x.output_tokens * 1e6, rel=1e-9
+    )
+    assert (f.hours_paid, f.hours_tax, f.hours_no_drafts) == (
+        x.hours_paid,
+        x.hours_tax,
+        x.hours_no_drafts,
+    )
+    if overhead:  # shown for the month reported, not for the month before
+        assert f.draft_compute == approx(x.draft_compute, rel=1e-9)
+        assert f.rejected == approx(x.rejected, rel=1e-9)
+    assert x.c is not None and x.ridge is not None
+    b = x.running_seconds / x.model_seconds
+    assert f.breakeven == approx(x.c + max(b, 1) / (max(b, 1) + x.ridge), rel=1e-12)
+    if vram_fraction is not None:
+        assert f.vram_usd == approx(float(x.spend) * vram_fraction, rel=1e-12)
+
+
+# ---------------------------------------------------------------- the numbers
+
+
+async def test_every_number_equals_the_stores_sums(demo_url: str) -> None:
+    settings = demo_config(demo_url)
+    report = await report_of(demo_url, MAY, settings)
+    fractions = {name: DRAFT_WEIGHT_BYTES[name] / H100_MEMORY_BYTES for name in DRAFT_WEIGHT_BYTES}
+    for month, figures_of in ((MAY, "month"), (APRIL, "previous")):
+        expected = expected_from_windows(await window_rows_of(demo_url, month))
+        assert set(expected) == {"code-assistant", "chat-creative", "chat-control"}
+        for e in report.endpoints:
+            f = getattr(e, figures_of)
+            assert f is not None, (e.info.name, month)
+            x = expected[e.info.name]
+            assert_figures(f, x, fractions.get(e.info.name), overhead=month == MAY)
+    # The totals are the sums of the endpoints, ratios recomputed from the sums.
+    expected = expected_from_windows(await window_rows_of(demo_url, MAY))
+    t = report.total
+    assert t.spend == sum((x.spend or Decimal(0) for x in expected.values()), Decimal(0))
+    assert t.output_tokens == sum(x.output_tokens for x in expected.values())
+    assert t.acceptance == pytest.approx(
+        sum(x.accepted for x in expected.values()) / sum(x.draft_tokens for x in expected.values())
+    )
+    assert t.savings_by["capacity"] == pytest.approx(expected["code-assistant"].savings)
+    assert t.savings_by["invoice"] == pytest.approx(expected["chat-creative"].savings)
+    assert t.hours_tax == sum(x.hours_tax for x in expected.values())
+    # The month's coverage: 2.5 days of May, 1.5 of April.
+    assert report.first == datetime(2026, 5, 1, tzinfo=UTC)
+    assert report.last == DEMO_NOW
+    assert sum(x.cold_starts for x in expected.values()) > 0
+    # No step-time sums from the fast path: a daemon on this store keeps the configured B*.
+    assert all(r.inter_token_latency_sum is None for r in await window_rows_of(demo_url, MAY))
+
+
+async def test_csv_and_markdown_show_the_same_numbers(demo_url: str) -> None:
+    settings = demo_config(demo_url)
+    report = await report_of(demo_url, MAY, settings)
+    expected = expected_from_windows(await window_rows_of(demo_url, MAY))
+
+    rows = list(csv.DictReader(io.StringIO(render(report, "csv"))))
+    assert tuple(rows[0]) == COLUMNS
+    days = sorted({r["date"] for r in rows})
+    assert days == ["2026-05-01", "2026-05-02", "2026-05-03"]  # one row per endpoint and day
+    assert len(rows) == 3 * len(days)
+    for name, x in expected.items():
+        mine = [r for r in rows if r["endpoint"] == name]
+        assert sum(Decimal(r["spend_usd"]) for r in mine) == x.spend
+        assert sum(int(r["output_tokens"]) for r in mine) == x.output_tokens
+        assert sum(int(r["cold_starts"]) for r in mine) == x.cold_starts
+        assert sum(Decimal(r["cold_start_usd"]) for r in mine) == x.cold_start_usd
+        assert sum(int(r["hours_monitored"]) for r in mine) == x.hours_monitored
+        if x.speculating:
+            assert sum(float(r["speculation_net_usd"]) for r in mine) == pytest.approx(x.savings)
+            assert sum(int(r["hours_tax"]) for r in mine) == x.hours_tax
+            assert sum(float(r["draft_compute_usd"]) for r in mine) == pytest.approx(
+                x.draft_compute
+            )
+            meaning = {"code-assistant": "capacity_freed", "chat-creative": "invoice"}[name]
+            assert {r["speculation_net_meaning"] for r in mine} == {meaning}
+        else:
+            assert {r["speculation_net_usd"] for r in mine} == {""}  # not a 0 that looks real
+
+    md = render(report, "md")
+    cost_section = md.split("## Spend, cost per million output tokens", 1)[1].split("\n## ")[0]
+    for name, x in expected.items():
+        assert x.spend is not None
+        line = next(x for x in cost_section.splitlines() if x.startswith(f"| {name} | "))
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[2] == f"${x.spend:,.2f}"
+        assert cells[4] == f"{x.output_tokens:,}"
+        cost = float(x.spend) / x.output_tokens * 1e6
+        assert cells[5] == (f"${cost:,.3f}" if cost < 10 else f"${cost:,.2f}")
+        if x.speculating and x.savings is not None:
+            sign = "+" if x.savings > 0 else "-"
+            assert cells[7].startswith(f"{sign}${abs(x.savings):,.2f}")
+            word = "capacity" if name == "code-assistant" else "invoice"
+            assert word in cells[7]
+    assert "chat-creative | turn off | Turn speculation off" in md
+    assert "code-assistant | change K" in md
+
+
+async def test_billed_spend_replaces_the_estimate_through_the_seam(demo_url: str) -> None:
+    """A billing source plugs in as a SpendSource: its days are `billed`, and every money
+    figure of those days scales with the bill."""
+
+    class BilledTwice:
+        async def daily(
+            self, store: Store, estimated: dict[DayKey, Decimal | None]
+        ) -> dict[DayKey, Spend]:
+            assert store.backend == "sqlite"  # the report's own store, to read billed lines from
+            assert ("code-assistant", date(2026, 5, 1)) in estimated
+            return {
+                key: Spend(amount * 2, "billed")
+                for key, amount in estimated.items()
+                if key == ("code-assistant", date(2026, 5, 2)) and amount is not None
+            }
+
+    settings = demo_config(demo_url)
+    plain = await report_of(demo_url, MAY, settings)
+    billed = await report_of(demo_url, MAY, settings, spend_source=BilledTwice())
+    before = next(e for e in plain.endpoints if e.info.name == "code-assistant")
+    after = next(e for e in billed.endpoints if e.info.name == "code-assistant")
+    day = date(2026, 5, 2)
+    assert after.days[day].spend == 2 * before.days[day].spend
+    assert after.days[day].basis == "billed"
+    assert after.days[day].savings == pytest.approx(2 * (before.days[day].savings or 0))
+    assert after.month.basis == "mixed"
+    assert after.month.spend == before.month.spend + before.days[day].spend
+    assert billed.total.basis == "mixed"
+    assert "| code-assistant | provisioned |" in render(billed, "md")
+    assert "mixed" in render(billed, "md")
+
+
+# ---------------------------------------------------------------- honest edge cases
+
+
+async def test_an_empty_month_gives_an_honest_report(demo_url: str) -> None:
+    settings = demo_config(demo_url)
+    report = await report_of(demo_url, Month(2026, 1), settings)
+    assert report.empty
+    md = render(report, "md")
+    assert "No history in the store for 2026-01" in md
+    assert "$" not in md  # no spend, no $0.00 that looks real
+    assert render(report, "csv").strip() == ",".join(COLUMNS)
+    html = render(report, "html")
+    assert "No history in the store for 2026-01" in html
+    assert "<svg" not in html
+
+
+async def test_a_month_without_speculation_gives_an_honest_report(demo_url: str) -> None:
+    settings = demo_config(demo_url)
+    report = await report_of(demo_url, MAY, settings, only=["chat-control"])
+    assert [e.info.name for e in report.endpoints] == ["chat-control"]
+    md = render(report, "md")
+    assert "No endpoint used speculative decoding in 2026-05" in md
+    assert "— (no speculation)" in md
+    assert "+$" not in md and "-$" not in md  # no savings or tax claimed anywhere
+    html = render(report, "html")
+    assert "No endpoint proposed drafts this month." in html
+    assert html.count("<svg") == 1  # the cost chart; the other three say why they are empty
+    rows = list(csv.DictReader(io.StringIO(render(report, "csv"))))
+    assert {r["acceptance_ratio"] for r in rows} == {""}
+
+
+# ---------------------------------------------------------------- golden Markdown
+
+
+def _window(
+    endpoint: str,
+    start: datetime,
+    *,
+    concurrency: float,
+    output_tokens: int,
+    positions: tuple[float, ...] = (),
+    c: float | None = None,
+    ridge: float = 32.0,
+    usd_per_hour: str | None = None,
+    billing: str = "provisioned",
+    restarts: int = 0,
+    cold_usd: str = "0",
+    draft_load_usd: str = "0",
+    model: str = "served-model",
+) -> dict[str, Any]:
+    """One hour-long window row, summed as the daemon would have."""
+    seconds = 3600.0
+    busy = seconds if output_tokens > 0 else 0.0
+    spend = busy_spend = cold = draft_load = None
+    if usd_per_hour is not None:
+        price = Decimal(usd_per_hour)
+        cold, draft_load = Decimal(cold_usd), Decimal(draft_load_usd)
+        if billing == "serverless":
+            spend = (price * Decimal(busy) / 3600 + cold).quantize(NANO)
+            busy_spend = spend - cold
+        else:
+            spend = price.quantize(NANO)
+            busy_spend = (spend * Decimal(busy / seconds)).quantize(NANO)
+    drafts = draft_tokens = accepted = None
+    per_position: list[int] = []
+    savings = speedup = alpha = breakeven = None
+    if positions:
+        drafts = round(output_tokens / (1 + sum(positions)))
+        per_position = [round(drafts * p) for p in positions]
+        accepted = sum(per_position)
+        draft_tokens = len(positions) * drafts
+        speedup = economics.modelled_speedup(
+            output_tokens, accepted, draft_tokens, concurrency, ridge, c or 0.0
+        )
+        alpha = accepted / draft_tokens
+        breakeven = economics.breakeven_acceptance(concurrency, ridge, c or 0.0)
+        if busy_spend is not None and speedup is not None:
+            savings = economics.speculation_savings_usd(
+                float(busy_spend), speedup, float(draft_load or 0)
+            )
+    verdict = "no_speculation" if not positions else ("pays" if (speedup or 0) > 1 else "tax")
+    return {
+        "endpoint": endpoint,
+        "model": model,
+        "start": start,
+        "end": start + timedelta(seconds=seconds),
+        "seconds": seconds,
+        "busy_seconds": busy,
+        "restarts": restarts,
+        "output_tokens": output_tokens,
+        "prompt_tokens": output_tokens * 2,
+        "requests_finished": output_tokens // 200,
+        "drafts": drafts,
+        "draft_tokens": draft_tokens,
+        "accepted_tokens": accepted,
+        "accepted_per_position": json.dumps(per_position),
+        "running_seconds": concurrency * seconds,
+        "iteration_tokens_sum": None,
+        "iteration_tokens_count": None,
+        "inter_token_latency_sum": None,
+        "inter_token_latency_count": None,
+        "time_per_output_token_sum": None,
+        "time_per_output_token_count": None,
+        "spend_usd": spend,
+        "busy_spend_usd": busy_spend,
+        "cold_start_usd": cold,
+        "draft_load_usd": draft_load,
+        "concurrency_requests": concurrency,
+        "acceptance_ratio": alpha,
+        "breakeven_acceptance_ratio": breakeven,
+        "speedup_ratio": speedup,
+        "ridge_batch_requests": ridge,
+        "ridge_batch_source": "configured",
+        "draft_cost_ratio": c,
+        "speculation_savings_usd": savings,
+        "verdict": verdict,
+    }
+
+
+GOLDEN_DAYS = [date(2026, 4, 29), date(2026, 4, 30), date(2026, 5, 1), date(2026, 5, 2)]
+GOLDEN_HOURS = (0, 4, 8, 12, 16, 20)
+GOLDEN_CONFIG: dict[str, Any] = {
+    "endpoints": [
+        {
+            "name": "coder",
+            "url": "http://127.0.0.1:1",
+            "billing_mode": "provisioned",
+            "price": {"usd_per_hour": 2.5},
+            "gpu_memory_bytes": 80 * 10**9,
+            "speculation": {"method": "eagle", "draft_weight_bytes": 400 * 10**6},
+        },
+        {
+            "name": "chat",
+            "url": "http://127.0.0.1:2",
+            "billing_mode": "serverless",
+            "price": {"usd_per_hour": 3.0},
+            "gpu_memory_bytes": 80 * 10**9,
+            "speculation": {
+                "method": "draft_model",
+                "draft_cost_ratio": 0.1,
+                "draft_weight_bytes": 2 * 10**9,
+            },
+        },
+        {
+            "name": "creative",
+            "url": "http://127.0.0.1:3",
+            "billing_mode": "serverless",
+            "price": {"usd_per_hour": 3.0},
+            "speculation": {"method": "eagle3"},
+            "control": "creative-plain",
+        },
+        {
+            "name": "creative-plain",
+            "url": "http://127.0.0.1:4",
+            "billing_mode": "serverless",
+            "price": {"usd_per_hour": 3.0},
+        },
+        {
+            "name": "batch",
+            "url": "http://127.0.0.1:5",
+            "billing_mode": "provisioned",
+            "price": {"usd_per_hour": 4.0},
+            "speculation": {"method": "ngram"},
+        },
+        {"name": "idle-endpoint", "url": "http://127.0.0.1:6"},
+    ]
+}
+
+
+def golden_windows() -> list[dict[str, Any]]:
+    rows = []
+    for day in GOLDEN_DAYS:
+        for hour in GOLDEN_HOURS:
+            t = datetime(day.year, day.month, day.day, hour, tzinfo=UTC)
+            odd = hour in (4, 12, 20)
+            rows.append(
+                _window(
+                    "coder",
+                    t,
+                    concurrency=2.0,
+                    output_tokens=180_000,
+                    positions=(0.8, 0.5, 0.2),
+                    c=0.05,
+                    usd_per_hour="2.5",
+                )
+            )
+            # Pays at 4 running requests, a tax at 80: disable above the crossover.
+            restart = day == date(2026, 5, 2) and hour == 8
+            rows.append(
+                _window(
+                    "chat",
+                    t,
+                    concurrency=80.0 if odd else 4.0,
+                    output_tokens=900_000 if odd else 150_000,
+                    positions=(0.7, 0.5, 0.35, 0.25),
+                    c=0.1,
+                    usd_per_hour="3.0",
+                    billing="serverless",
+                    restarts=int(restart),
+                    cold_usd="0.05" if restart else "0",
+                    draft_load_usd="0.0125" if restart else "0",
+                )
+            )
+            # Low concurrency throughout; every other hour the traffic accepts little.
+            rows.append(
+                _window(
+                    "creative",
+                    t,
+                    concurrency=6.0,
+                    output_tokens=400_000,
+                    positions=(0.15, 0.05, 0.02, 0.01) if odd else (0.8, 0.65, 0.5, 0.4),
+                    c=0.05,
+                    usd_per_hour="3.0",
+                    billing="serverless",
+                )
+            )
+            rows.append(
+                _window(
+                    "creative-plain",
+                    t,
+                    concurrency=6.0,
+                    output_tokens=300_000,
+                    usd_per_hour="3.0",
+                    billing="serverless",
+                )
+            )
+            # Saturated, low acceptance: a tax at every hour.
+            rows.append(
+                _window(
+                    "batch",
+                    t,
+                    concurrency=100.0,
+                    output_tokens=2_000_000,
+                    positions=(0.4, 0.25, 0.15),
+                    c=0.0,
+                    usd_per_hour="4.0",
+                )
+            )
+            if day.month == 4:  # retired at the end of April: month over month shows it
+                rows.append(
+                    _window("retired", t, concurrency=1.0, output_tokens=10_000, usd_per_hour="1")
+                )
+            # In the store, not in the configuration, and without a price.
+            rows.append(
+                _window(
+                    "legacy",
+                    t,
+                    concurrency=3.0,
+                    output_tokens=50_000,
+                    positions=(0.6, 0.4),
+                    c=None,
+                )
+            )
+    return rows
+
+
+async def fill_golden(url: str) -> None:
+    store = await Store.open(url)
+    try:
+        by_endpoint: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for row in golden_windows():
+            by_endpoint[row["endpoint"]].append(row)
+        for endpoint, rows in by_endpoint.items():
+            await store.save(endpoint, rows, None)
+        await store.rollup()
+    finally:
+        await store.close()
+
+
+@pytest.fixture(scope="module")
+def golden_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("golden") / "golden.sqlite"
+    url = f"sqlite+aiosqlite:///{path}"
+    asyncio.run(fill_golden(url))
+    return url
+
+
+def golden_settings(url: str) -> Settings:
+    return validate({**GOLDEN_CONFIG, "storage_url": url}, "<golden>")
+
+
+async def test_golden_markdown(golden_url: str) -> None:
+    report = await report_of(golden_url, MAY, golden_settings(golden_url))
+    text = render(report, "md")
+    if os.environ.get("SPECTAX_UPDATE_GOLDEN") == "1":
+        GOLDEN.parent.mkdir(parents=True, exist_ok=True)
+        GOLDEN.write_text(text, encoding="utf-8")
+    assert text == GOLDEN.read_text(encoding="utf-8"), (
+        "the Markdown report changed: review it, then regenerate with SPECTAX_UPDATE_GOLDEN=1"
+    )
+
+
+async def test_the_same_report_from_postgresql(pg_server: Any) -> None:
+    """Money is integer nano-dollars on both backends: the report is the same to the cent."""
+    url = pg_server.database()
+    await fill_golden(url)
+    await assert_readers_agree(url)
+    report = await report_of(url, MAY, golden_settings(url))
+    assert render(report, "md") == GOLDEN.read_text(encoding="utf-8")
+
+
+async def test_the_projection_reads_what_the_store_holds(golden_url: str) -> None:
+    await assert_readers_agree(golden_url)
+
+
+async def test_every_recommendation_with_its_evidence(golden_url: str) -> None:
+    report = await report_of(golden_url, MAY, golden_settings(golden_url))
+    actions = {(r.endpoint, r.action) for r in report.recommendations}
+    assert ("coder", "keep") in actions
+    assert ("chat", "disable_above") in actions
+    assert ("creative", "route_high_temperature") in actions
+    assert ("batch", "turn_off") in actions
+    by = {(r.endpoint, r.action): r for r in report.recommendations}
+    route = by[("creative", "route_high_temperature")]
+    assert route.semantics == "invoice" and route.usd_at_stake and route.usd_at_stake > 0
+    assert any("creative-plain" in line for line in route.evidence)  # the control, by name
+    disable = by[("chat", "disable_above")]
+    assert disable.title == "Disable speculation above 17 concurrent requests"
+    # The stake of disabling above B_x is the net tax of exactly those hours.
+    chat = next(e for e in report.endpoints if e.info.name == "chat")
+    above = [h for h in chat.hours if h.concurrency > 17]
+    assert disable.usd_at_stake == pytest.approx(-sum(h.modelled_savings or 0 for h in above))
+    off = by[("batch", "turn_off")]
+    assert off.semantics == "capacity"
+    batch = next(e for e in report.endpoints if e.info.name == "batch")
+    assert off.usd_at_stake == pytest.approx(-(batch.month.savings or 0))
+    keep = by[("coder", "keep")]
+    coder = next(e for e in report.endpoints if e.info.name == "coder")
+    assert keep.usd_at_stake == pytest.approx(coder.month.savings)
+    legacy = next(e for e in report.endpoints if e.info.name == "legacy")
+    assert not legacy.info.configured and not legacy.month.priced
+    assert all(r.usd_at_stake is None for r in legacy.recommendations)
+    assert report.without_history == ["idle-endpoint", "retired"]
+    assert set(report.previous_only) == {"retired"}
+    assert report.previous_total is not None
+    assert report.previous_total.spend == report.total.spend - Decimal("0.05") + 12  # retired
+    md = render(report, "md")
+    assert "| retired | $12.00 → — | 120,000 → — |" in md
+
+
+async def test_a_billed_day_of_an_unpriced_endpoint(golden_url: str) -> None:
+    class BilledLegacy:
+        async def daily(
+            self, store: Store, estimated: dict[DayKey, Decimal | None]
+        ) -> dict[DayKey, Spend]:
+            assert estimated[("legacy", date(2026, 5, 1))] is None  # no price: no estimate
+            return {("legacy", date(2026, 5, 1)): Spend(Decimal("5.00"), "billed")}
+
+    settings = golden_settings(golden_url)
+    report = await report_of(golden_url, MAY, settings, spend_source=BilledLegacy())
+    legacy = next(e for e in report.endpoints if e.info.name == "legacy")
+    assert legacy.month.priced and legacy.month.spend == Decimal("5.00")
+    assert legacy.month.basis == "billed"
+    # Per million of the tokens of the day that has a spend, not of the whole month's.
+    assert legacy.month.cost_per_million == pytest.approx(5.00 / 300_000 * 1e6)
+    assert legacy.month.savings is None  # nothing estimated to scale: undefined, not 0
+    assert report.total.basis == "mixed"
+
+
+def test_speedup_with_the_same_k_is_the_hours_own() -> None:
+    g, a, dt, dr = 100_000, 60_000, 160_000, 40_000
+    hour = HourPoint(
+        "e", "m", datetime(2026, 5, 1, tzinfo=UTC), g, a, dt, dr,
+        (30_000, 18_000, 9_000, 3_000), 3600.0, 8.0, 32.0, 0.05, 10.0, 0.0,
+        economics.modelled_speedup(g, a, dt, 8.0, 32.0, 0.05),
+    )  # fmt: skip
+    assert speedup_with_k(hour, 4) == pytest.approx(hour.speedup)
+    assert speedup_with_k(hour, 0) == pytest.approx(1.0)
+    three = speedup_with_k(hour, 3)
+    assert three is not None and hour.speedup is not None and three > hour.speedup
+
+
+# ---------------------------------------------------------------- HTML in Chromium
+
+
+def _chromium() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        reason = "chromium is not installed (bash .ci/install-chromium.sh)"
+        if os.environ.get("SPECTAX_CI") == "1":
+            pytest.fail(f"SPECTAX_CI=1 and {reason}")
+        pytest.skip(reason)
+    return found
+
+
+class Browser:
+    """Headless Chromium driven over the DevTools protocol (loopback only): load a file,
+    collect console errors, exceptions, error log entries and network requests, screenshot."""
+
+    def __init__(self, binary: str):
+        self.binary = binary
+        self.profile = tempfile.mkdtemp(prefix="spectax-chromium-")
+        self.process: asyncio.subprocess.Process | None = None
+        self.session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> Browser:
+        self.process = await asyncio.create_subprocess_exec(
+            self.binary,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-quic",
+            "--no-first-run",
+            "--hide-scrollbars",
+            f"--user-data-dir={self.profile}",
+            "--remote-debugging-address=127.0.0.1",
+            "--remote-debugging-port=0",
+            "about:blank",
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        self.session = aiohttp.ClientSession()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.session is not None:
+            await self.session.close()
+        if self.process is not None and self.process.returncode is None:
+            self.process.terminate()
+            try:
+                await asyncio.wait_for(self.process.wait(), 10)
+            except TimeoutError:
+                self.process.kill()
+                await self.process.wait()
+        shutil.rmtree(self.profile, ignore_errors=True)
+
+    async def _page_socket_url(self) -> str:
+        port_file = Path(self.profile) / "DevToolsActivePort"
+        assert self.session is not None
+        for _ in range(300):  # up to 30 s for the browser to come up
+            if port_file.exists() and port_file.read_text().strip():
+                port = port_file.read_text().split()[0]
+                with contextlib.suppress(aiohttp.ClientError):
+                    async with self.session.get(f"http://127.0.0.1:{port}/json/list") as r:
+                        pages = [t for t in await r.json() if t.get("type") == "page"]
+                        if pages:
+                            return str(pages[0]["webSocketDebuggerUrl"])
+            await asyncio.sleep(0.1)
+        raise AssertionError("chromium's DevTools endpoint did not come up in 30 s")
+
+    async def open(self, path: Path, screenshot: Path | None) -> list[str]:
+        """Load `path`; returns the problems seen (empty when it rendered cleanly)."""
+        assert self.session is not None
+        page_url = path.as_uri()  # callers pass absolute paths
+        events: list[dict[str, Any]] = []
+        pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        loaded = asyncio.Event()
+        ids = iter(range(1, 10_000))
+        async with self.session.ws_connect(await self._page_socket_url(), max_msg_size=0) as ws:
+
+            async def read() -> None:
+                async for message in ws:
+                    data = json.loads(message.data)
+                    if "id" in data and data["id"] in pending:
+                        pending.pop(data["id"]).set_result(data)
+                    elif "method" in data:
+                        events.append(data)
+                        if data["method"] == "Page.loadEventFired":
+                            loaded.set()
+
+            async def call(method: str, **params: Any) -> dict[str, Any]:
+                i = next(ids)
+                pending[i] = asyncio.get_running_loop().create_future()
+                await ws.send_json({"id": i, "method": method, "params": params})
+                reply = await asyncio.wait_for(pending[i], 30)
+                assert "error" not in reply, (method, reply)
+                return dict(reply.get("result", {}))
+
+            reader = asyncio.create_task(read())
+            try:
+                for domain in ("Page", "Runtime", "Log", "Network"):
+                    await call(f"{domain}.enable")
+                await call(
+                    "Emulation.setDeviceMetricsOverride",
+                    width=1280,
+                    height=900,
+                    deviceScaleFactor=1,
+                    mobile=False,
+                )
+                await call("Page.navigate", url=page_url)
+                await asyncio.wait_for(loaded.wait(), 30)
+                await asyncio.sleep(0.5)  # late console messages, lazy requests
+                if screenshot is not None:
+                    metrics = await call("Page.getLayoutMetrics")
+                    height = min(int(metrics["cssContentSize"]["height"]) + 1, 16_000)
+                    shot = await call(
+                        "Page.captureScreenshot",
+                        format="png",
+                        captureBeyondViewport=True,
+                        clip={"x": 0, "y": 0, "width": 1280, "height": height, "scale": 1},
+                    )
+                    await asyncio.to_thread(_save, screenshot, base64.b64decode(shot["data"]))
+            finally:
+                reader.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reader
+        return _problems(events, page_url)
+
+
+def _save(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+
+
+def _problems(events: list[dict[str, Any]], page_url: str) -> list[str]:
+    problems = []
+    for event in events:
+        method, params = event["method"], event.get("params", {})
+        if method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
+            args = [a.get("value", a.get("description")) for a in params.get("args", [])]
+            problems.append(f"console.{params['type']}: {args}")
+        elif method == "Runtime.exceptionThrown":
+            problems.append(f"exception: {params['exceptionDetails'].get('text')}")
+        elif method == "Log.entryAdded" and params["entry"].get("level") == "error":
+            problems.append(f"log error: {params['entry'].get('text')}")
+        elif method == "Network.requestWillBeSent":
+            url = params["request"]["url"]
+            if url != page_url and not url.startswith("data:"):
+                problems.append(f"network request: {url}")
+    return problems
+
+
+def assert_self_contained(html: str) -> None:
+    assert "<script" not in html.lower() and "<link" not in html.lower()
+    assert "@import" not in html
+    refs = re.findall(r"""\b(?:src|href)\s*=\s*["']([^"']*)["']""", html)
+    refs += re.findall(r"url\(([^)]*)\)", html)
+    assert refs, "the charts refer to their own clip paths and markers"
+    for ref in refs:
+        assert ref.startswith("#"), f"only in-document references: {ref}"
+    ids = re.findall(r'\sid="([^"]+)"', html)
+    assert len(ids) == len(set(ids)), "no id twice in the document"
+    for ref in refs:
+        assert ref[1:] in ids, f"a reference to a missing id: {ref}"
+
+
+async def test_html_renders_in_chromium_without_errors(demo_url: str, tmp_path: Path) -> None:
+    binary = _chromium()
+    settings = demo_config(demo_url)
+    report = await report_of(demo_url, MAY, settings)
+    html = render(report, "html")
+    assert_self_contained(html)
+    assert html.count("<svg") == 4
+    for title in (
+        "Daily cost per million output tokens",
+        "Daily acceptance against break-even",
+        "net savings (negative: tax) by endpoint",
+        "Hours in which speculation paid or was a tax",
+    ):
+        assert title in html
+    page = ARTIFACTS / f"report-{MAY}.html"
+    page.parent.mkdir(parents=True, exist_ok=True)
+    page.write_text(html, encoding="utf-8")
+    empty = ARTIFACTS / "report-empty-month.html"
+    empty.write_text(
+        render(await report_of(demo_url, Month(2026, 1), settings), "html"), encoding="utf-8"
+    )
+    bad = tmp_path / "bad.html"  # the check itself must see what it is looking for
+    bad.write_text(
+        '<html><body><script>console.error("boom")</script>'
+        '<img src="http://127.0.0.1:9/x.png"></body></html>'
+    )
+    async with Browser(binary) as browser:
+        assert await browser.open(page, ARTIFACTS / f"report-{MAY}.png") == []
+        assert await browser.open(empty, ARTIFACTS / "report-empty-month.png") == []
+        problems = await browser.open(bad, None)
+    assert any("boom" in p for p in problems), problems
+    assert any("network request: http://127.0.0.1:9/x.png" in p for p in problems), problems
+    shot = (ARTIFACTS / f"report-{MAY}.png").read_bytes()
+    assert shot.startswith(b"\x89PNG") and len(shot) > 50_000
+
+
+# ---------------------------------------------------------------- command line
+
+
+def test_demo_history_then_report_from_the_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "spectax.yml"
+    config.write_text(f"storage_url: sqlite+aiosqlite:///{tmp_path}/h.sqlite\n")
+    assert main(["demo", "--history", "1d", "--config", str(config)]) == 0
+    out = capsys.readouterr().out
+    command = re.search(r"spectax report --month (\d{4}-\d{2}) --format html --out (\S+)", out)
+    assert command is not None, out
+    month = command.group(1)
+    assert main(["report", "--month", month, "--config", str(config), "--out", "r.md"]) == 0
+    text = (tmp_path / "r.md").read_text()
+    assert f"# spectax monthly cost review: {month}" in text
+    assert "code-assistant" in text
+    assert main(["report", "--month", month, "--config", str(config), "--out", "r.csv"]) == 0
+    assert (tmp_path / "r.csv").read_text().startswith("date,endpoint,")
+    capsys.readouterr()
+    assert main(["report", "--month", "2026-13", "--config", str(config)]) == 2
+    assert "not a month" in capsys.readouterr().err
+    missing = tmp_path / "other.yml"
+    missing.write_text(f"storage_url: sqlite+aiosqlite:///{tmp_path}/none.sqlite\n")
+    assert main(["report", "--month", month, "--config", str(missing)]) == 1
+    assert "no history store" in capsys.readouterr().err
+    assert not (tmp_path / "none.sqlite").exists()  # a report never creates a database
+
+
+def test_history_spans() -> None:
+    assert parse_span("30d") == 30 * 86400
+    assert parse_span("720h") == 720 * 3600
+    assert parse_span("2w") == 14 * 86400
+    for bad in ("30", "0h", "500d", "a month"):
+        with pytest.raises(ValueError):
+            parse_span(bad)
+
+
+def test_month_parsing() -> None:
+    assert str(Month.parse("2026-05")) == "2026-05"
+    assert Month.parse("2026-01").previous() == Month(2025, 12)
+    assert Month(2026, 12).end == datetime(2027, 1, 1, tzinfo=UTC)
+    assert Month(2028, 2).hours == 29 * 24
+    for bad in ("2026-5", "2026-13", "May", "2026/05"):
+        with pytest.raises(ValueError):
+            Month.parse(bad)
+
+
+def test_progress_bar_only_on_a_terminal() -> None:
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    tty, pipe = Terminal(), io.StringIO()
+    for stream in (tty, pipe):
+        bar = Progress(4, stream=stream)
+        bar.stage("reading")
+        for _ in range(4):
+            bar.advance(label="computing")
+        bar.close()
+    assert pipe.getvalue() == ""
+    drawn = tty.getvalue()
+    assert "\rreport [" in drawn and "100% computing" in drawn
+    assert drawn.endswith("\r")  # the line is cleared at the end
+
+
+def test_endpoint_info_semantics() -> None:
+    assert EndpointInfo("a", True, "provisioned").semantics == "capacity"
+    assert EndpointInfo("a", True, "serverless").semantics == "invoice"
+    assert EndpointInfo("a").semantics == "unknown"
+    assert EndpointInfo("a", draft_weight_bytes=2, gpu_memory_bytes=8).vram_fraction == 0.25

@@ -1,0 +1,462 @@
+"""TLS and basic auth: spectax's own server (`--web.config.file`) and scrapes of protected targets.
+
+Real servers and clients on loopback, with certificates generated here: TLS, mutual TLS
+(required and optional), allowed client SANs, the minimum version, and right, wrong,
+missing and unknown-user passwords. The web config file is the exporter-toolkit format.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import bcrypt
+import pytest
+import yaml
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from ops_helpers import Certs, Spectax, Targets, client_context, free_port, make_certs, value
+from spectax import webconfig
+from spectax.config import ConfigError, load_config
+from spectax.credentials import basic_auth_header
+from spectax.scrape import ScrapeError, fetch
+from spectax.web import make_app
+from spectax.webconfig import WebConfigError, WebGuard, load_web_config
+
+PASSWORD = "correct horse battery staple"
+HASH = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(4)).decode()
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
+    return make_certs(tmp_path_factory.mktemp("certs"))
+
+
+def basic(user: str, password: str) -> dict[str, str]:
+    return {"Authorization": basic_auth_header(user, password)}
+
+
+def web_config(tmp_path: Path, content: dict[str, Any], name: str = "web.yml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(content))
+    return path
+
+
+def tls(certs: Certs, **extra: Any) -> dict[str, Any]:
+    return {"cert_file": str(certs.server_cert), "key_file": str(certs.server_key), **extra}
+
+
+# ------------------------------------------------------------------ the file format
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ({"tls_server_config": {"cert_file": "x"}, "basic_auth": {}}, "basic_auth: unknown key"),
+        ({"tls_server_config": {"cert_fil": "x"}}, "tls_server_config.cert_fil: unknown key"),
+        ({"http_server_config": {"http3": True}}, "http_server_config.http3: unknown key"),
+        ({"tls_server_config": {"cert_file": "{crt}"}}, "key_file: missing"),
+        ({"tls_server_config": {"key_file": "{key}"}}, "cert_file: missing"),
+        (
+            {
+                "tls_server_config": {
+                    "cert_file": "{crt}",
+                    "key_file": "{key}",
+                    "client_ca_file": "{ca}",
+                }
+            },
+            "client_ca_file: given without a client_auth_type",
+        ),
+        (
+            {
+                "tls_server_config": {
+                    "cert_file": "{crt}",
+                    "key_file": "{key}",
+                    "client_auth_type": "RequireAndVerifyClientCert",
+                }
+            },
+            "needs the CA of the client certificates",
+        ),
+        (
+            {
+                "tls_server_config": {
+                    "cert_file": "{crt}",
+                    "key_file": "{key}",
+                    "client_auth_type": "RequestClientCert",
+                    "client_ca_file": "{ca}",
+                }
+            },
+            "is not supported by spectax",
+        ),
+        (
+            {
+                "tls_server_config": {
+                    "cert_file": "{crt}",
+                    "key_file": "{key}",
+                    "min_version": "TLS14",
+                }
+            },
+            "min_version",
+        ),
+        (
+            {
+                "tls_server_config": {
+                    "cert_file": "{crt}",
+                    "key_file": "{key}",
+                    "cipher_suites": ["TLS_RSA_WITH_RC4_128_SHA"],
+                }
+            },
+            "unknown suite",
+        ),
+        (
+            {"tls_server_config": {"cert_file": "{crt}", "key_file": "{ca}"}},
+            "cannot load the certificate and key",
+        ),
+        (
+            {"tls_server_config": {"cert_file": "/nonexistent.crt", "key_file": "{key}"}},
+            "cannot load",
+        ),
+        ({"basic_auth_users": {"alice": "plaintext-password"}}, "alice: not a bcrypt hash"),
+        ({"http_server_config": {"headers": {"Server": "x"}}}, "a header spectax may not set"),
+    ],
+)
+def test_bad_web_configs_are_refused_with_the_reason(
+    tmp_path: Path, certs: Certs, content: dict[str, Any], problem: str
+) -> None:
+    text = yaml.safe_dump(content)
+    for key, path in (
+        ("{crt}", certs.server_cert),
+        ("{key}", certs.server_key),
+        ("{ca}", certs.ca),
+    ):
+        text = text.replace(key, str(path))
+    path = tmp_path / "web.yml"
+    path.write_text(text)
+    with pytest.raises(WebConfigError) as error:
+        load_web_config(path)
+    assert problem in str(error.value)
+    assert "plaintext-password" not in str(error.value)
+
+
+def test_an_empty_tls_section_means_plain_http(tmp_path: Path) -> None:
+    config = load_web_config(web_config(tmp_path, {"tls_server_config": {}}))
+    assert config.ssl is None and config.users == {}
+
+
+# ------------------------------------------------------------------ in-process servers
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Any]:
+    runners: list[web.AppRunner] = []
+
+    async def start(config_path: Path) -> tuple[str, WebGuard]:
+        guard = WebGuard(load_web_config(config_path))
+        app = make_app(
+            CollectorRegistry(), lambda: True, lambda: [], middlewares=[guard.middleware]
+        )
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.2)
+        await runner.setup()
+        runners.append(runner)
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port, ssl_context=guard.server_ssl).start()
+        return f"{'https' if guard.tls else 'http'}://127.0.0.1:{port}", guard
+
+    yield start
+    for runner in runners:
+        await runner.cleanup()
+
+
+async def get(url: str, **kwargs: Any) -> int:
+    async with (
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session,
+        session.get(f"{url}/-/healthy", **kwargs) as response,
+    ):
+        await response.read()
+        return response.status
+
+
+async def refused(url: str, **kwargs: Any) -> bool:
+    try:
+        await get(url, **kwargs)
+    except (aiohttp.ClientError, ssl.SSLError, ConnectionError):
+        return True
+    return False
+
+
+async def test_tls_server(tmp_path: Path, certs: Certs, serve: Any) -> None:
+    url, _ = await serve(web_config(tmp_path, {"tls_server_config": tls(certs)}))
+    assert await get(url, ssl=client_context(certs.ca)) == 200
+    assert await refused(url, ssl=client_context(certs.other_ca))  # unknown issuer
+    assert await refused(url.replace("https", "http"))  # plain HTTP on the TLS port
+
+
+async def test_min_version(tmp_path: Path, certs: Certs, serve: Any) -> None:
+    url, _ = await serve(
+        web_config(tmp_path, {"tls_server_config": tls(certs, min_version="TLS13")})
+    )
+    old = client_context(certs.ca)
+    old.maximum_version = ssl.TLSVersion.TLSv1_2
+    assert await refused(url, ssl=old)
+    assert await get(url, ssl=client_context(certs.ca)) == 200
+
+
+async def test_mutual_tls_required(tmp_path: Path, certs: Certs, serve: Any) -> None:
+    config = tls(certs, client_auth_type="RequireAndVerifyClientCert", client_ca_file=str(certs.ca))
+    url, _ = await serve(web_config(tmp_path, {"tls_server_config": config}))
+    good = client_context(certs.ca, certs.client_cert, certs.client_key)
+    assert await get(url, ssl=good) == 200
+    assert await refused(url, ssl=client_context(certs.ca))  # no client certificate
+    rogue = client_context(certs.ca, certs.rogue_cert, certs.rogue_key)
+    assert await refused(url, ssl=rogue)  # a certificate from another CA
+
+
+async def test_mutual_tls_optional_and_allowed_sans(
+    tmp_path: Path, certs: Certs, serve: Any
+) -> None:
+    optional = tls(certs, client_auth_type="VerifyClientCertIfGiven", client_ca_file=str(certs.ca))
+    url, _ = await serve(web_config(tmp_path, {"tls_server_config": optional}, "optional.yml"))
+    assert await get(url, ssl=client_context(certs.ca)) == 200
+    rogue = client_context(certs.ca, certs.rogue_cert, certs.rogue_key)
+    assert await refused(url, ssl=rogue)
+
+    good = client_context(certs.ca, certs.client_cert, certs.client_key)
+    for allowed, status in ((["prometheus.test"], 200), (["someone.else"], 403)):
+        config = tls(
+            certs,
+            client_auth_type="RequireAndVerifyClientCert",
+            client_ca_file=str(certs.ca),
+            client_allowed_sans=allowed,
+        )
+        url, _ = await serve(web_config(tmp_path, {"tls_server_config": config}, "sans.yml"))
+        assert await get(url, ssl=good) == status
+
+
+async def test_basic_auth_right_wrong_missing_unknown(
+    tmp_path: Path, serve: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checks: list[bytes] = []
+    real = webconfig._checkpw
+
+    def counting(password: bytes, hashed: bytes) -> bool:
+        checks.append(hashed)
+        return real(password, hashed)
+
+    monkeypatch.setattr(webconfig, "_checkpw", counting)
+    url, _ = await serve(web_config(tmp_path, {"basic_auth_users": {"prometheus": HASH}}))
+    assert await get(url, headers=basic("prometheus", PASSWORD)) == 200
+    assert await get(url, headers=basic("prometheus", PASSWORD)) == 200
+    assert len(checks) == 1  # the second request was answered from the cache
+    assert await get(url, headers=basic("prometheus", "wrong")) == 401
+    assert await get(url) == 401
+    assert await get(url, headers=basic("mallory", PASSWORD)) == 401
+    assert checks[-1] == webconfig._FAKE_HASH  # unknown users cost a bcrypt check too
+    assert await get(url, headers=basic("prometheus", "x" * 100)) == 401
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"{url}/metrics", headers={"Authorization": "Basic !!notbase64"}) as r,
+    ):
+        assert r.status == 401
+        assert r.headers["WWW-Authenticate"] == "Basic"
+
+
+async def test_bcrypt_does_not_block_the_event_loop(tmp_path: Path, serve: Any) -> None:
+    """A costly hash is checked in a thread: /-/healthy of another server stays responsive."""
+    slow = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(12)).decode()
+    url, _ = await serve(web_config(tmp_path, {"basic_auth_users": {"p": slow}}))
+    free, _ = await serve(web_config(tmp_path, {}, "empty.yml"))
+    login = asyncio.create_task(get(url, headers=basic("p", PASSWORD)))
+    await asyncio.sleep(0.02)
+    started = asyncio.get_running_loop().time()
+    assert await get(free) == 200
+    assert asyncio.get_running_loop().time() - started < 0.15
+    assert await login == 200
+
+
+# ------------------------------------------------------------------ the real process
+
+
+async def test_spectax_run_with_web_config_mtls_and_basic_auth(
+    tmp_path: Path, certs: Certs
+) -> None:
+    targets = Targets()
+    targets.add_pages("vllm")
+    await targets.start()
+    port = free_port()
+    web = web_config(
+        tmp_path,
+        {
+            "tls_server_config": tls(
+                certs, client_auth_type="RequireAndVerifyClientCert", client_ca_file=str(certs.ca)
+            ),
+            "basic_auth_users": {"prometheus": HASH},
+        },
+    )
+    from ops_helpers import write_config
+
+    config = write_config(tmp_path, port, [{"name": "vllm", "url": targets.url("vllm")}])
+    spectax = Spectax(config, port, run_args=("--web.config.file", str(web)), scheme="https")
+    spectax.ssl = client_context(certs.ca, certs.client_cert, certs.client_key)
+    await spectax.start()
+    try:
+        spectax.auth = basic_auth_header("prometheus", PASSWORD)
+        m = await spectax.wait_for(lambda m: value(m, "spectax_endpoint_up", endpoint="vllm"))
+        assert value(m, "spectax_config_last_reload_successful") == 1
+        spectax.auth = basic_auth_header("prometheus", "wrong")
+        assert (await spectax.get())[0] == 401
+        spectax.auth = None
+        assert (await spectax.get("/"))[0] == 401
+        spectax.auth = basic_auth_header("prometheus", PASSWORD)
+        with pytest.raises((aiohttp.ClientError, ssl.SSLError)):
+            await spectax.get(ssl=client_context(certs.ca))  # no client certificate
+    finally:
+        assert await spectax.stop() == 0
+        await targets.stop()
+    assert "Traceback" not in spectax.log
+
+
+# ------------------------------------------------------------------ toward targets
+
+
+def endpoint_settings(tmp_path: Path, **endpoint: Any) -> Any:
+    config = {"endpoints": [{"name": "t", "url": "https://127.0.0.1:1/metrics", **endpoint}]}
+    path = tmp_path / "c.yml"
+    path.write_text(yaml.safe_dump(config))
+    return load_config(path)
+
+
+async def test_scrapes_send_bearer_token_basic_auth_and_trust_the_ca(
+    tmp_path: Path, certs: Certs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_context.load_cert_chain(certs.server_cert, certs.server_key)
+    server_context.load_verify_locations(certs.ca)
+    server_context.verify_mode = ssl.CERT_OPTIONAL
+    targets = Targets()
+    expected: dict[str, str] = {}
+
+    async def protected(request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") != expected["auth"]:
+            return web.Response(status=401)
+        return web.Response(text="# ok\n")
+
+    targets.add("p", protected)
+    await targets.start(server_context)
+    url = targets.url("p", "https")
+    token_file = tmp_path / "token"
+    token_file.write_text("file-token\n")
+    password_file = tmp_path / "password"
+    password_file.write_text("pw-from-file")
+    monkeypatch.setenv("SPECTAX_TEST_TOKEN", "env-token")
+    monkeypatch.setenv("CREDS", str(tmp_path))
+    trust = {"ca_file": str(certs.ca)}
+    cases = [
+        ({"bearer_token": "inline-token"}, "Bearer inline-token"),
+        ({"bearer_token": "${SPECTAX_TEST_TOKEN}"}, "Bearer env-token"),
+        ({"bearer_token_file": "${CREDS}/token"}, "Bearer file-token"),
+        (
+            {"basic_auth": {"username": "u", "password_file": str(password_file)}},
+            basic_auth_header("u", "pw-from-file"),
+        ),
+    ]
+    try:
+        async with aiohttp.ClientSession() as session:
+            for endpoint, header in cases:
+                settings = endpoint_settings(tmp_path, **endpoint, tls=trust)
+                expected["auth"] = header
+                auth = settings.target_auth["t"]
+                assert await fetch(session, url, 2, 10_000, auth) == "# ok\n"
+                expected["auth"] = "something else"
+                with pytest.raises(ScrapeError) as error:
+                    await fetch(session, url, 2, 10_000, auth)
+                assert error.value.reason == "http_status"
+            # Without the CA the certificate is not trusted; with skip-verify it is accepted.
+            with pytest.raises(ScrapeError) as error:
+                await fetch(session, url, 2, 10_000)
+            assert error.value.reason == "connection"
+            insecure = endpoint_settings(tmp_path, tls={"insecure_skip_verify": True})
+            expected["auth"] = ""
+            with pytest.raises(ScrapeError):  # no Authorization: 401, but TLS went through
+                await fetch(session, url, 2, 10_000, insecure.target_auth["t"])
+            client = endpoint_settings(
+                tmp_path,
+                tls={
+                    **trust,
+                    "cert_file": str(certs.client_cert),
+                    "key_file": str(certs.client_key),
+                },
+            )
+            with pytest.raises(ScrapeError) as error:
+                await fetch(session, url, 2, 10_000, client.target_auth["t"])
+            assert error.value.reason == "http_status"
+    finally:
+        await targets.stop()
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "problem"),
+    [
+        ({"bearer_token": "a", "bearer_token_file": "/x"}, "bearer_token_file: give the value"),
+        ({"bearer_token_file": "/nonexistent/token"}, "cannot read /nonexistent/token"),
+        ({"bearer_token": "${SPECTAX_SURELY_UNSET}"}, "SPECTAX_SURELY_UNSET is not set"),
+        ({"bearer_token_file": "${SPECTAX_SURELY_UNSET}/t"}, "SPECTAX_SURELY_UNSET is not set"),
+        ({"bearer_token": "t", "basic_auth": {"username": "u", "password": "p"}}, "not both"),
+        ({"basic_auth": {"username": "u", "pasword": "p"}}, "basic_auth.pasword: unknown key"),
+        ({"tls": {"ca_file": "/nonexistent.pem"}}, "tls.ca_file: cannot load"),
+        ({"tls": {"cert_file": "/x.pem"}}, "cert_file and key_file go together"),
+        ({"tls": {"insecure_skip_verify": "maybe"}}, "tls.insecure_skip_verify"),
+    ],
+)
+def test_bad_credentials_are_config_errors(
+    tmp_path: Path, endpoint: dict[str, Any], problem: str
+) -> None:
+    with pytest.raises(ConfigError) as error:
+        endpoint_settings(tmp_path, **endpoint)
+    assert problem in str(error.value)
+
+
+def test_empty_secret_file_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "empty").write_text("\n")
+    with pytest.raises(ConfigError) as error:
+        endpoint_settings(tmp_path, bearer_token_file=str(tmp_path / "empty"))
+    assert "is empty" in str(error.value)
+
+
+async def test_reload_swaps_users_and_certificates(
+    tmp_path: Path, certs: Certs, serve: Any
+) -> None:
+    """What a reload does to the web config: new users at once, new certificate for new
+    connections; switching TLS off is refused (it needs a restart)."""
+    path = web_config(tmp_path, {"tls_server_config": tls(certs), "basic_auth_users": {"a": HASH}})
+    url, guard = await serve(path)
+    trust_old = client_context(certs.ca)
+    assert await get(url, ssl=trust_old, headers=basic("a", PASSWORD)) == 200
+
+    (tmp_path / "rotated").mkdir()
+    rotated = make_certs(tmp_path / "rotated")
+    guard.replace(
+        load_web_config(
+            web_config(
+                tmp_path,
+                {
+                    "tls_server_config": {
+                        "cert_file": str(rotated.server_cert),
+                        "key_file": str(rotated.server_key),
+                    },
+                    "basic_auth_users": {"b": HASH},
+                },
+                "new.yml",
+            )
+        )
+    )
+    trust_new = client_context(rotated.ca)
+    assert await get(url, ssl=trust_new, headers=basic("b", PASSWORD)) == 200
+    assert await get(url, ssl=trust_new, headers=basic("a", PASSWORD)) == 401
+    assert await refused(url, ssl=trust_old)  # the old certificate is no longer served
+    with pytest.raises(WebConfigError, match="takes a restart"):
+        guard.replace(load_web_config(web_config(tmp_path, {}, "plain.yml")))
