@@ -20,7 +20,7 @@ from spectax.store import Store
 FORMATS = ("html", "md", "csv")
 _SUFFIX = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md", ".csv": "csv"}
 # Placeholder addresses: the report needs the demo endpoints' billing, not their servers.
-_DEMO_URLS = {
+DEMO_URLS = {
     "code-assistant": "http://127.0.0.1:18001",
     "chat-creative": "http://127.0.0.1:18002",
     "chat-control": "http://127.0.0.1:18003",
@@ -63,7 +63,7 @@ def endpoint_infos(settings: Settings) -> dict[str, EndpointInfo]:
         from spectax.simulate import DEMO_PROFILES
 
         endpoints = [
-            EndpointConfig.model_validate(e) for e in demo_endpoints(_DEMO_URLS, DEMO_PROFILES)
+            EndpointConfig.model_validate(e) for e in demo_endpoints(DEMO_URLS, DEMO_PROFILES)
         ]
     infos = {}
     for e in endpoints:

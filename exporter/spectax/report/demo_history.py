@@ -24,7 +24,7 @@ from typing import Any
 from spectax.config import Settings
 from spectax.demo import demo_settings
 from spectax.monitor import EndpointMonitor
-from spectax.report.command import _DEMO_URLS
+from spectax.report.command import DEMO_URLS
 from spectax.report.period import Month
 from spectax.simulate import DEMO_PROFILES, SimProfile, SimulatedVllm
 from spectax.store import Store
@@ -92,7 +92,7 @@ async def write_demo_history(
     which are the same whatever the window length, and the store writes an hour's
     window once instead of twelve 5-minute ones.
     """
-    settings = demo_settings(base, _DEMO_URLS)
+    settings = demo_settings(base, DEMO_URLS)
     now = time.time() if now is None else now
     end = (now // window_seconds) * window_seconds
     windows = int(span_seconds // window_seconds)

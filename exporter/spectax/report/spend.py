@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import date
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Literal, Protocol
 
@@ -64,9 +64,42 @@ class EstimatedSpend:
         }
 
 
+class BilledSpend:
+    """Billed money for the days the billing source's final periods cover whole.
+
+    The store shares each final bill among the history rows it covers
+    (`Store.rows_with_basis`); a day is billed when all its rows are, and
+    keeps its estimate otherwise.
+    """
+
+    async def daily(
+        self, store: Store, estimated: Mapping[DayKey, Decimal | None]
+    ) -> dict[DayKey, Spend]:
+        if not estimated:
+            return {}
+        days = sorted({day for _, day in estimated})
+        since = datetime.combine(days[0], time(), UTC)
+        until = datetime.combine(days[-1] + timedelta(days=1), time(), UTC)
+        endpoints = sorted({endpoint for endpoint, _ in estimated})
+        totals: dict[DayKey, Decimal] = {}
+        estimated_days: set[DayKey] = set()
+        for row, spend, basis in await store.rows_with_basis("day", since, until, endpoints):
+            key = (row.endpoint, row.start.astimezone(UTC).date())
+            if basis != "billed" or spend is None:
+                estimated_days.add(key)
+                continue
+            totals[key] = totals.get(key, Decimal(0)) + spend
+        return {
+            key: Spend(amount, "billed")
+            for key, amount in totals.items()
+            if key not in estimated_days and key in estimated
+        }
+
+
 def spend_source_for(settings: Settings) -> SpendSource:
-    """THE SEAM: where the report's spend comes from. Billing sources plug in here."""
-    return EstimatedSpend()
+    """THE SEAM: where the report's spend comes from: billed once a bill is final."""
+    invoiced = [spec for spec in settings.billing if spec.kind != "price_table"]
+    return BilledSpend() if invoiced else EstimatedSpend()
 
 
 def combined_basis(bases: set[str]) -> str:
