@@ -456,7 +456,7 @@ class Daemon:
         write = self._writes.peek()
         if write is not None:
             await self.store.save(write.endpoint, write.rows, write.cursor)
-            self._writes.pop()
+            self._writes.pop(write)
 
     async def _drain(self, timeout: float | None) -> None:
         """Write what is queued (the spool first), retrying; give up after `timeout` seconds

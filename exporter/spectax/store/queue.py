@@ -93,18 +93,24 @@ class WriteQueue:
             return self._head[0]
         return self._memory[0] if self._memory else None
 
-    def pop(self) -> None:
-        """Forget the write `peek` returned: it is in the store."""
-        if self._head is not None:
-            write, self._spool_offset = self._head
+    def pop(self, written: PendingWrite) -> None:
+        """Forget `written`, the write `peek` returned: it is in the store now.
+
+        While it was being written, new writes may have pushed it from memory
+        into the spool; then there is nothing to forget here (it will be
+        written once more from the spool, which is harmless), and above all
+        no other write may be dropped in its place.
+        """
+        if self._head is not None and self._head[0] is written:
+            self._spool_offset = self._head[1]
             self._head = None
-            self._spooled_rows -= len(write.rows) or 1
+            self._spooled_rows -= len(written.rows) or 1
             if not self._spool_has_more():
                 self.spool_path.unlink(missing_ok=True)
                 self._spool_offset = self._spooled_rows = 0
-            return
-        write = self._memory.popleft()
-        self._memory_rows -= len(write.rows) or 1
+        elif self._memory and self._memory[0] is written:
+            self._memory.popleft()
+            self._memory_rows -= len(written.rows) or 1
 
     def spill_all(self) -> None:
         """Move everything still in memory to the spool (at shutdown, with the store away)."""
