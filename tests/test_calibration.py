@@ -44,6 +44,7 @@ def test_sound_fit_gives_b_star() -> None:
         ([30.0, 31, 32, 33, 34, 35, 36, 37, 38, 39], 0.016, 0.0005, "no spread"),
         ([8.0, 12, 16, 24, 32, 48, 64, 96, 128], -0.01, 0.0005, "negative intercept"),
         ([8.0, 12, 16, 24, 32, 48, 64, 96, 128], 0.016, -0.0001, "negative slope"),
+        ([8.0, 12, 16, 24, 32, 48, 64, 96, 128], 0.016, 1e-12, "flat: B* = 1.6e10"),
     ],
 )
 def test_unsound_fits_are_refused(xs, a, b, why) -> None:

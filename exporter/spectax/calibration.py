@@ -8,7 +8,8 @@ cost per token `b`. The fit is Theil-Sen (the median of pairwise slopes), so a
 few odd windows (a compile pause, a preemption storm) cannot drag it.
 
 A fit is used only when it is sound: enough windows, real spread in tokens
-per step (otherwise the slope is noise), and a positive intercept and slope.
+per step (otherwise the slope is noise), a positive intercept and slope, and
+a plausible B* (1 to 4096 requests).
 Otherwise the configured B* stays in force.
 """
 
@@ -22,6 +23,8 @@ from spectax.windows import Window
 
 MIN_WINDOWS = 8
 MIN_SPREAD = 1.5  # largest mean tokens/step at least 1.5x the smallest
+# A B* outside this range means the slope is noise (step time flat in tokens), not a GPU.
+PLAUSIBLE_RIDGE_BATCH = (1.0, 4096.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,4 +96,6 @@ def fit_ridge_batch(
     a, b = fit
     if a <= 0 or b <= 0:
         return None
-    return RidgeFit(a_seconds=a, b_seconds_per_token=b, points=len(points))
+    result = RidgeFit(a_seconds=a, b_seconds_per_token=b, points=len(points))
+    low, high = PLAUSIBLE_RIDGE_BATCH
+    return result if low <= result.ridge_batch <= high else None
