@@ -158,3 +158,18 @@ def test_measured_speedup_reads_the_control_window() -> None:
     a = m.snapshot.assessments["tiny-llama"]
     assert a.speedup_measured_ratio == pytest.approx(theirs / ours)
     assert a.verdict == ("pays" if theirs / ours > 1 else "tax")
+
+
+def test_a_restart_during_the_last_fetch_of_the_old_process_is_still_timed() -> None:
+    """The old page was rendered just before the restart but stamped when its answer arrived,
+    after it: the new process's start precedes the previous stamp by less than a fetch."""
+    m = monitor()
+    from spectax.engines import get_parser
+
+    after = page("spec_ngram_restart_2_mid.txt")
+    started = get_parser("vllm")(after).process_start_time_seconds
+    assert started is not None
+    m.observe_page(started + 0.4, page("spec_ngram_3_after.txt"), 0.5)  # slow fetch
+    m.observe_page(started + 3.0, after, 0.01)
+    assert m.snapshot.cold_starts_total == 1
+    assert m.snapshot.last_cold_start_seconds == pytest.approx(3.0)

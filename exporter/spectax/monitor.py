@@ -35,6 +35,7 @@ from spectax.windows import (
 log = logging.getLogger(__name__)
 NANO = Decimal("0.000000001")
 CALIBRATION_POINTS = 288  # a day of 5-minute windows
+FETCH_SLACK_SECONDS = 10.0  # the longest a fetch may take (the default scrape timeout)
 FULL_WINDOW_SHARE = 0.8  # a sliding window this full counts as full (scrapes jitter)
 
 
@@ -311,9 +312,14 @@ class EndpointMonitor:
         self, sample: EngineSample, now: float, previous: float
     ) -> float | None:
         """First successful scrape minus the new process's start, when the start fell between
-        the two scrapes; otherwise the configured duration (or None: unknown)."""
+        the two scrapes; otherwise the configured duration (or None: unknown).
+
+        A scrape is stamped when its answer has arrived, so the old process's last page
+        may carry a stamp up to one fetch later than the moment it was rendered: a restart
+        inside that fetch still counts as between the two scrapes.
+        """
         started = sample.process_start_time_seconds
-        if started is not None and previous <= started <= now:
+        if started is not None and previous - FETCH_SLACK_SECONDS <= started <= now:
             return now - started
         return self.config.cold_start_seconds
 
