@@ -174,7 +174,7 @@ class EndpointMonitor:
         return window_rows(
             self.config.name,
             window,
-            self.assess(window),
+            self.assess(window, money=money),
             money,
             self.snapshot.ridge_batch,
             self.snapshot.ridge_source,
@@ -182,9 +182,14 @@ class EndpointMonitor:
         )
 
     def assess(
-        self, window: Window, control: Window | None = None
+        self,
+        window: Window,
+        control: Window | None = None,
+        money: dict[str, tuple[Decimal, Decimal, Decimal, Decimal]] | None = None,
     ) -> dict[str, economics.Assessment]:
-        money = self.split_money(window) if self.usd_per_hour is not None else {}
+        """Per model; `money` is `split_money(window)` when the caller has it already."""
+        if money is None:
+            money = self.split_money(window) if self.usd_per_hour is not None else {}
         params = self.parameters
         result = {}
         for model, counts in window.models.items():
