@@ -47,6 +47,12 @@ GROWING = re.compile(
     re.M,
 )
 
+# What Prometheus 2.42 sends (it also asks for gzip, as aiohttp does by default).
+PROMETHEUS_ACCEPT = {
+    "Accept": "application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
+    "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+}
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -128,6 +134,12 @@ async def main() -> None:
     parser.add_argument("--seconds", type=float, default=120.0)
     parser.add_argument("--interval", type=float, default=15.0)
     parser.add_argument("--no-prometheus", action="store_true")
+    parser.add_argument(
+        "--metrics-every",
+        type=float,
+        default=5.0,
+        help="seconds between two reads of spectax's /metrics (Prometheus would use 15)",
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="spectax-scale-"))
     targets = Targets(args.endpoints)
@@ -218,11 +230,11 @@ async def main() -> None:
             deadline = t0 + args.seconds
             while time.monotonic() < deadline:
                 started = time.monotonic()
-                async with session.get(f"{url}/metrics") as r:
+                async with session.get(f"{url}/metrics", headers=PROMETHEUS_ACCEPT) as r:
                     body = await r.read()
                 latencies.append(time.monotonic() - started)
                 size = len(body)
-                await asyncio.sleep(1.0)
+                await asyncio.sleep(max(0.0, started + args.metrics_every - time.monotonic()))
             elapsed = time.monotonic() - t0
             spectax_cpu = cpu_seconds(spectax.pid) - spectax_cpu0
             prom_cpu = cpu_seconds(prometheus.pid) - prom_cpu0 if prometheus else None

@@ -12,20 +12,15 @@ import math
 import platform
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import cast
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
 
 from spectax import __version__
 from spectax.billing.service import BillingSnapshot
 from spectax.economics import Assessment
 from spectax.monitor import EndpointSnapshot
 from spectax.scrape import REASONS
-
-# Numbers formatted exactly as prometheus_client formats them (Go-style).
-_number = cast(Callable[[float], str], floatToGoString)
 
 PROVISIONED_NOTE = (
     " On provisioned (always-on) endpoints this is GPU capacity, not invoice money:"
@@ -59,6 +54,12 @@ class Family:
     def header(self) -> str:
         escaped = self.help.replace("\\", "\\\\").replace("\n", "\\n")
         return f"# HELP {self.name} {escaped}\n# TYPE {self.name} {self.kind}\n"
+
+    @property
+    def line_template(self) -> str:
+        """`%`-template of one sample line: the escaped label values, then the value."""
+        pairs = ",".join(f'{key}="%s"' for key in self.labels)
+        return f"{self.name}{{{pairs}}} %s\n" if pairs else f"{self.name} %s\n"
 
 
 def _f(name: str, kind: str, help_: str, *labels: str) -> Family:
@@ -289,6 +290,7 @@ FAMILIES: dict[str, Family] = {
         ),
     )
 }
+LINE_TEMPLATES = {name: family.line_template for name, family in FAMILIES.items()}
 
 
 class SnapshotCollector(Collector):
@@ -415,16 +417,19 @@ def _line_writer(lines: dict[str, list[str]]) -> Put:
     def put(name: str, labels: tuple[str, ...], value: float | None) -> None:
         if value is None or math.isnan(value):
             return
-        family = FAMILIES[name]
-        if labels:
-            pairs = ",".join(
-                f'{key}="{_escape(v)}"' for key, v in zip(family.labels, labels, strict=True)
-            )
-            lines.setdefault(name, []).append(f"{name}{{{pairs}}} {_number(value)}\n")
-        else:
-            lines.setdefault(name, []).append(f"{name} {_number(value)}\n")
+        line = LINE_TEMPLATES[name] % (*map(_escape, labels), _number(value))
+        lines.setdefault(name, []).append(line)
 
     return put
+
+
+def _number(value: float) -> str:
+    """A sample value as the text format writes it (shortest round-trip repr, Go's infinities)."""
+    if value == math.inf:
+        return "+Inf"
+    if value == -math.inf:
+        return "-Inf"
+    return repr(float(value))
 
 
 def _escape(value: str) -> str:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import gzip
 import html
 from collections.abc import Awaitable, Callable, Sequence
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, choose_encoder
+from prometheus_client.exposition import choose_encoder
 
 from spectax import __version__
 
@@ -19,6 +21,9 @@ ENDPOINTS_KEY: web.AppKey[EndpointStates] = web.AppKey("endpoints")
 Reload = Callable[[], Awaitable[None]]
 RELOAD_KEY: web.AppKey[Reload | None] = web.AppKey("reload")
 TEXT_KEY: web.AppKey[Callable[[], bytes] | None] = web.AppKey("render_text")
+GZIP_KEY: web.AppKey[dict[str, bytes]] = web.AppKey("gzip")
+TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+CLASSIC_TYPES = ("text/plain", "text/*", "*/*")
 
 
 def make_app(
@@ -39,6 +44,7 @@ def make_app(
     app[ENDPOINTS_KEY] = endpoints
     app[RELOAD_KEY] = reload
     app[TEXT_KEY] = render_text
+    app[GZIP_KEY] = {}
     app.router.add_post("/-/reload", reload_handler)
     app.router.add_get("/", landing)
     app.router.add_get("/metrics", metrics)
@@ -48,12 +54,40 @@ def make_app(
 
 
 async def metrics(request: web.Request) -> web.Response:
-    encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+    """The classic text format whenever the client takes it, as node_exporter does.
+
+    Prometheus asks for OpenMetrics first and the text format second; the text
+    format is pre-rendered per snapshot (`render_text`) while OpenMetrics goes
+    through prometheus_client's generic encoder, which is many times slower with
+    thousands of endpoints. OpenMetrics is served to clients that take nothing else.
+    Compressed when the client accepts gzip, once per distinct body.
+    """
+    accept = request.headers.get("Accept", "")
     render = request.app[TEXT_KEY]
-    if render is not None and content_type == CONTENT_TYPE_LATEST:
-        return web.Response(body=render(), headers={"Content-Type": content_type})
-    body = encoder(request.app[REGISTRY_KEY])  # OpenMetrics, or no fast path
+    if render is not None and _takes_classic_text(accept):
+        body = render()
+        if "gzip" not in request.headers.get("Accept-Encoding", ""):
+            return web.Response(body=body, headers={"Content-Type": TEXT_CONTENT_TYPE})
+        headers = {"Content-Type": TEXT_CONTENT_TYPE, "Content-Encoding": "gzip"}
+        return web.Response(body=await _gzipped(request.app[GZIP_KEY], body), headers=headers)
+    encoder, content_type = choose_encoder(accept)
+    body = encoder(request.app[REGISTRY_KEY])
     return web.Response(body=body, headers={"Content-Type": content_type})
+
+
+def _takes_classic_text(accept: str) -> bool:
+    """No Accept header, or one that admits text/plain (Prometheus' does, at q=0.5)."""
+    types = [part.split(";", 1)[0].strip() for part in accept.split(",") if part.strip()]
+    return not types or any(t in CLASSIC_TYPES for t in types)
+
+
+async def _gzipped(cache: dict[str, bytes], body: bytes) -> bytes:
+    """`body` compressed in a worker thread (zlib releases the GIL, scrapes go on);
+    the last result is kept, since every scraper between two snapshots gets the same body."""
+    if cache.get("body") is not body:
+        compressed = await asyncio.to_thread(gzip.compress, body, 1, mtime=0)
+        cache["body"], cache["gzip"] = body, compressed
+    return cache["gzip"]
 
 
 async def reload_handler(request: web.Request) -> web.Response:
