@@ -14,11 +14,12 @@ def write(n: int) -> PendingWrite:
     return PendingWrite(f"e{n}", [row], None)
 
 
-def drain(queue: WriteQueue) -> list[int]:
+def drain(queue: WriteQueue, batch_rows: int = 1) -> list[int]:
     seen = []
-    while (head := queue.peek()) is not None:
-        seen.append(head.rows[0]["n"])
-        queue.pop(head)
+    while batch := queue.peek(batch_rows):
+        assert sum(len(w.rows) for w in batch) <= batch_rows
+        seen.extend(w.rows[0]["n"] for w in batch)
+        queue.pop(batch)
     return seen
 
 
@@ -31,20 +32,28 @@ def test_spills_past_the_bound_and_drains_in_order(tmp_path: Path) -> None:
     assert not (tmp_path / "spool.jsonl").exists() and queue.pending_rows == 0
 
 
+def test_drains_in_batches_in_order_spool_first(tmp_path: Path) -> None:
+    queue = WriteQueue(tmp_path / "spool.jsonl", max_rows=4)
+    for n in range(11):
+        queue.append(write(n))
+    assert drain(queue, batch_rows=3) == list(range(11))
+    assert not (tmp_path / "spool.jsonl").exists() and queue.pending_rows == 0
+
+
 def test_a_write_spilled_while_being_written_drops_nothing_else(tmp_path: Path) -> None:
     """The writer peeks a write in memory; while the database call runs, new writes push it
     into the spool. Forgetting it afterwards must not drop the next write instead."""
     queue = WriteQueue(tmp_path / "spool.jsonl", max_rows=4)
     for n in range(3):
         queue.append(write(n))
-    in_flight = queue.peek()
-    assert in_flight is not None and in_flight.rows[0]["n"] == 0
+    in_flight = queue.peek(2)
+    assert [w.rows[0]["n"] for w in in_flight] == [0, 1]
     for n in range(3, 8):  # meanwhile: the bound is crossed, the oldest go to the spool
         queue.append(write(n))
-    queue.pop(in_flight)  # it reached the database
+    queue.pop(in_flight)  # they reached the database
     remaining = drain(queue)
-    assert set(remaining) >= set(range(1, 8))  # every other write is still there
-    assert remaining.count(0) <= 1  # the in-flight one may be replayed once: harmless
+    assert set(remaining) >= set(range(2, 8))  # every other write is still there
+    assert remaining.count(0) <= 1 and remaining.count(1) <= 1  # replayed at most once
 
 
 def test_a_spool_left_by_a_crash_is_drained_first(tmp_path: Path) -> None:

@@ -163,3 +163,45 @@ async def test_crash_after_a_window_closes_resumes_where_the_history_ends(store:
     rows = await store.window_rows("ngram")
     assert sum(r.output_tokens for r in rows) == 2186
     assert sum(r.spend_usd for r in rows) == Decimal("1.38")  # 690 s at 3.6 USD/h x 2 GPUs
+
+
+async def test_one_batch_stores_what_the_same_writes_store_one_by_one(
+    store: Store, tmp_path: Path
+) -> None:
+    """The daemon writes queued windows in batches (one transaction per batch). A batch
+    holding a partial window, its full version, an older replay of the partial one and
+    another endpoint's writes leaves exactly what writing them one by one leaves: the
+    larger window, the later cursor, the hour marked for rollup."""
+    s = settings()
+    monitor = new_monitor(s)
+    writes = [monitor.observe_page(0, page(PAGES[0]), 0.01)]  # the baseline cursor
+    monitor.observe_page(100, page(PAGES[1]), 0.01)
+    partial = monitor.flush()  # a graceful stop inside [0, 300)
+    monitor.observe_page(200, page(PAGES[2]), 0.01)
+    writes.append(monitor.observe_page(400, page(PAGES[3]), 0.01))  # closes [0, 300)
+    assert partial is not None and None not in writes
+    other = [
+        ("other", [{**row, "endpoint": "other"} for row in w.rows], w.cursor) for w in writes if w
+    ]
+    batch = [
+        (w.endpoint, w.rows, w.cursor) for w in (writes[0], partial, writes[1], partial) if w
+    ] + other
+    await store.save_many(batch)
+
+    one_by_one = await Store.open(f"sqlite+aiosqlite:///{tmp_path}/one-by-one.sqlite")
+    try:
+        for endpoint, rows, cursor in batch:
+            await one_by_one.save(endpoint, rows, cursor)
+        for endpoint in ("ngram", "other"):
+            got = [(r.start, r.seconds, r.output_tokens) for r in await store.window_rows(endpoint)]
+            want = [
+                (r.start, r.seconds, r.output_tokens)
+                for r in await one_by_one.window_rows(endpoint)
+            ]
+            assert got == want and len(got) == 1 and got[0][1] == 200  # not the partial 100
+            cursor = await store.cursor(endpoint)
+            assert cursor is not None and cursor[0] == 200.0
+            assert cursor == await one_by_one.cursor(endpoint)
+        assert await store.rollup() == await one_by_one.rollup() == 4  # 2 hours, 2 days
+    finally:
+        await one_by_one.close()

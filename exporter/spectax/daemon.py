@@ -40,6 +40,7 @@ from spectax.windows import Window
 log = logging.getLogger(__name__)
 SHUTDOWN_GRACE_SECONDS = 5.0
 RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)
+STORE_BATCH_ROWS = 1000  # window rows per transaction
 # Settings a reload cannot change (the socket, the store, the window grid): a restart can.
 RESTART_ONLY = ("listen", "state_directory", "database_url", "window", "store_queue_max_rows")
 
@@ -316,6 +317,8 @@ class Daemon:
             monitor = self.monitors.get(name)
             if monitor is not None:  # None: removed by a reload
                 await self._scrape(monitor)
+                if self.monitors.get(name) is monitor:
+                    self.collector.prerender(name, monitor.snapshot)
         finally:
             self._in_flight.discard(task)
 
@@ -452,11 +455,13 @@ class Daemon:
                     failures = 0
 
     async def _write_one(self) -> None:
+        """Store the oldest queued writes in one transaction (bench/store_ingest.py: at a
+        window boundary thousands of endpoints close their windows at once)."""
         assert self.store is not None
-        write = self._writes.peek()
-        if write is not None:
-            await self.store.save(write.endpoint, write.rows, write.cursor)
-            self._writes.pop(write)
+        writes = self._writes.peek(STORE_BATCH_ROWS)
+        if writes:
+            await self.store.save_many([(w.endpoint, w.rows, w.cursor) for w in writes])
+            self._writes.pop(writes)
 
     async def _drain(self, timeout: float | None) -> None:
         """Write what is queued (the spool first), retrying; give up after `timeout` seconds

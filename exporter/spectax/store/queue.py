@@ -65,7 +65,8 @@ class WriteQueue:
         self._memory_rows = 0
         self._spooled_rows = 0
         self._spool_offset = 0  # bytes of the spool already written to the store
-        self._head: tuple[PendingWrite, int] | None = None  # next spool write and its end offset
+        # the next spool writes and the offset where they end
+        self._head: tuple[list[PendingWrite], int] | None = None
         if spool_path.exists() and spool_path.stat().st_size > 0:
             self._spooled_rows = sum(len(w.rows) or 1 for w in self._read_spool())
 
@@ -82,35 +83,52 @@ class WriteQueue:
         if self._memory_rows > self.max_rows:
             self._spill()
 
-    def peek(self) -> PendingWrite | None:
-        """The oldest write: from the spool while it has any, then from memory."""
+    def peek(self, max_rows: int = 1) -> list[PendingWrite]:
+        """The oldest writes, up to `max_rows` rows (always at least one write when there is
+        one): from the spool while it has any, then from memory; never both at once."""
         if self._spool_has_more():
             if self._head is None:
+                batch, offset = [], self._spool_offset
                 with self.spool_path.open("rb") as spool:
-                    spool.seek(self._spool_offset)
-                    line = spool.readline()
-                self._head = (PendingWrite.from_json(line.decode()), self._spool_offset + len(line))
-            return self._head[0]
-        return self._memory[0] if self._memory else None
+                    spool.seek(offset)
+                    rows = 0
+                    while rows < max_rows and (line := spool.readline()):
+                        write = PendingWrite.from_json(line.decode())
+                        batch.append(write)
+                        rows += len(write.rows) or 1
+                        offset += len(line)
+                self._head = (batch, offset)
+            return list(self._head[0])
+        batch, rows = [], 0
+        for write in self._memory:
+            if batch and rows + (len(write.rows) or 1) > max_rows:
+                break
+            batch.append(write)
+            rows += len(write.rows) or 1
+        return batch
 
-    def pop(self, written: PendingWrite) -> None:
-        """Forget `written`, the write `peek` returned: it is in the store now.
+    def pop(self, written: list[PendingWrite]) -> None:
+        """Forget `written`, the writes `peek` returned: they are in the store now.
 
-        While it was being written, new writes may have pushed it from memory
-        into the spool; then there is nothing to forget here (it will be
-        written once more from the spool, which is harmless), and above all
-        no other write may be dropped in its place.
+        While they were being written, new writes may have pushed some of them
+        from memory into the spool (the oldest first); then nothing is
+        forgotten here (they will be written once more from the spool, which
+        is harmless), and above all no other write may be dropped in their place.
         """
-        if self._head is not None and self._head[0] is written:
+        if not written:
+            return
+        if self._head is not None and self._head[0] == written:
             self._spool_offset = self._head[1]
             self._head = None
-            self._spooled_rows -= len(written.rows) or 1
+            self._spooled_rows -= sum(len(w.rows) or 1 for w in written)
             if not self._spool_has_more():
                 self.spool_path.unlink(missing_ok=True)
                 self._spool_offset = self._spooled_rows = 0
-        elif self._memory and self._memory[0] is written:
-            self._memory.popleft()
-            self._memory_rows -= len(written.rows) or 1
+        elif self._memory and self._memory[0] is written[0]:
+            for write in written:
+                assert self._memory[0] is write, "the oldest writes in memory are the peeked ones"
+                self._memory.popleft()
+                self._memory_rows -= len(write.rows) or 1
 
     def spill_all(self) -> None:
         """Move everything still in memory to the spool (at shutdown, with the store away)."""

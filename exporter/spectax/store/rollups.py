@@ -57,7 +57,8 @@ def period_start(t: datetime, granularity: str) -> datetime:
 def rollup_rows(
     endpoint: str, start: datetime, granularity: str, rows: Sequence[Sums]
 ) -> list[dict[str, Any]]:
-    """One summed row per model for the period starting at `start`."""
+    """One summed row per model for the period starting at `start`. `rows` are the period's
+    source rows: ORM instances or result rows, anything with the `Sums` columns as attributes."""
     by_model: dict[str, list[Sums]] = {}
     for row in rows:
         by_model.setdefault(row.model, []).append(row)

@@ -1,0 +1,199 @@
+"""Store ingest: closed windows written per second, SQLite and PostgreSQL, one by one and batched.
+
+At a window boundary every endpoint closes its window at the same aligned
+instant: with 2,000 endpoints, 2,000 writes (window rows, the hour marked for
+rollup, the cursor) reach the store within one scrape interval. This writes
+such a boundary's worth, several times over, through `Store.save` (one
+transaction per write, as spectax did before) and through `Store.save_many` in
+the daemon's batch size (one transaction per batch), on SQLite and on
+PostgreSQL. The rows are real: one endpoint's windows from recorded vLLM
+pages fed through a monitor, repeated under other endpoint names.
+
+    python bench/store_ingest.py [--endpoints 2000] [--boundaries 3]
+        [--postgres postgresql+asyncpg://postgres@127.0.0.1:5432/postgres]
+
+PostgreSQL gets a throwaway database (created, then dropped); unreachable, it
+is left out with a note. It prints numbers, never fails on them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from spectax.config import validate
+from spectax.daemon import STORE_BATCH_ROWS
+from spectax.monitor import EndpointMonitor
+from spectax.store import Store
+from spectax.store.repository import WindowWrite
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = ROOT / "tests" / "fixtures" / "vllm-0.32.0"
+WINDOW = 300.0
+
+
+def one_endpoint_writes(boundaries: int) -> list[WindowWrite]:
+    """`boundaries` closed 5-minute windows of one endpoint, from recorded pages."""
+    settings = validate(
+        {
+            "window": "5m",
+            "endpoints": [
+                {
+                    "name": "x",
+                    "url": "http://127.0.0.1:1/metrics",
+                    "gpu": "H100 SXM",
+                    "price": {"usd_per_hour": 3.99},
+                    "speculation": {"method": "draft_model", "draft_cost_ratio": 0.1},
+                }
+            ],
+        }
+    )
+    endpoint = settings.config.endpoints[0]
+    monitor = EndpointMonitor(endpoint, settings.usd_per_hour["x"], WINDOW)
+    pages = [
+        (PAGES / name).read_text()
+        for name in ("spec_draft_0_before_traffic.txt", "spec_draft_2_mid.txt")
+    ]
+    writes: list[WindowWrite] = []
+    t = 1_798_761_600.0  # 2027-01-01, aligned
+    monitor.observe_page(t, pages[0], 0.01)
+    for step in range(1, boundaries * 20 + 2):  # 15 s scrapes, 20 per window
+        write = monitor.observe_page(t + step * 15.0, pages[step % 2], 0.01)
+        if write is not None and write.rows:
+            writes.append((write.endpoint, write.rows, write.cursor))
+    return writes[:boundaries]
+
+
+def fleet(writes: list[WindowWrite], endpoints: int) -> list[list[WindowWrite]]:
+    """Per boundary, every endpoint's write (the same rows under its own name)."""
+    return [
+        [
+            (
+                f"replica-{i:05d}",
+                [{**row, "endpoint": f"replica-{i:05d}"} for row in rows],
+                cursor,
+            )
+            for i in range(endpoints)
+        ]
+        for _, rows, cursor in writes
+    ]
+
+
+async def ingest(url: str, boundaries: list[list[WindowWrite]], batched: bool) -> dict[str, Any]:
+    store = await Store.open(url)
+    rows = 0
+    wall = cpu = 0.0
+    try:
+        for writes in boundaries:
+            started, cpu0 = time.perf_counter(), time.process_time()
+            if batched:
+                batch: list[WindowWrite] = []
+                for write in writes:
+                    batch.append(write)
+                    if sum(len(w[1]) for w in batch) >= STORE_BATCH_ROWS:
+                        await store.save_many(batch)
+                        batch = []
+                if batch:
+                    await store.save_many(batch)
+            else:
+                for endpoint, window_rows, cursor in writes:
+                    await store.save(endpoint, window_rows, cursor)
+            wall += time.perf_counter() - started
+            cpu += time.process_time() - cpu0
+            rows += sum(len(w[1]) for w in writes)
+        started = time.perf_counter()
+        rolled = await store.rollup()
+        rollup_wall = time.perf_counter() - started
+    finally:
+        await store.close()
+    return {"rows": rows, "wall": wall, "cpu": cpu, "rolled": rolled, "rollup_wall": rollup_wall}
+
+
+async def postgres_database(admin_url: str) -> tuple[str, str] | None:
+    """A new, empty database on the server at `admin_url`: (its URL, its name)."""
+    name = f"spectax_bench_{uuid.uuid4().hex[:8]}"
+    engine = create_async_engine(admin_url, isolation_level="AUTOCOMMIT")
+    try:
+        async with engine.connect() as conn:
+            await conn.execute(text(f"CREATE DATABASE {name}"))
+    except Exception as exc:  # any failure: leave PostgreSQL out
+        print(f"postgresql: left out ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})")
+        return None
+    finally:
+        await engine.dispose()
+    return admin_url.rsplit("/", 1)[0] + f"/{name}", name
+
+
+async def drop_database(admin_url: str, name: str) -> None:
+    engine = create_async_engine(admin_url, isolation_level="AUTOCOMMIT")
+    try:
+        async with engine.connect() as conn:
+            await conn.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+    finally:
+        await engine.dispose()
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--endpoints", type=int, default=2000)
+    parser.add_argument("--boundaries", type=int, default=3)
+    parser.add_argument(
+        "--postgres", default="postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
+    )
+    args = parser.parse_args()
+    boundaries = fleet(one_endpoint_writes(args.boundaries), args.endpoints)
+    print(
+        f"machine: {platform.platform()}; {os.cpu_count()} CPUs; Python {platform.python_version()}"
+    )
+    print(
+        f"{args.endpoints} endpoints x {args.boundaries} window boundaries, "
+        f"{sum(len(w[1]) for b in boundaries for w in b)} window rows; "
+        f"batches of {STORE_BATCH_ROWS} rows"
+    )
+    print(
+        f"{'backend':<11} {'mode':<12} {'rows':>7} {'wall s':>8} {'windows/s':>10} {'CPU s':>7}"
+        f" {'rollup s':>9} {'periods':>8}"
+    )
+    results: dict[tuple[str, bool], float] = {}
+    created: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="spectax-ingest-") as work:
+        try:
+            runs = []
+            for batched in (False, True):
+                runs.append(("sqlite", f"sqlite+aiosqlite:///{work}/{batched}.sqlite", batched))
+            for batched in (False, True):
+                database = await postgres_database(args.postgres)
+                if database is None:
+                    break
+                created.append(database[1])
+                runs.append(("postgresql", database[0], batched))
+            for backend, url, batched in runs:
+                r = await ingest(url, boundaries, batched)
+                rate = r["rows"] / r["wall"]
+                results[(backend, batched)] = rate
+                print(
+                    f"{backend:<11} {'batched' if batched else 'one by one':<12} {r['rows']:>7} "
+                    f"{r['wall']:>8.2f} {rate:>10.0f} {r['cpu']:>7.2f}"
+                    f" {r['rollup_wall']:>9.2f} {r['rolled']:>8}"
+                )
+        finally:
+            for name in created:
+                await drop_database(args.postgres, name)
+    for backend in ("sqlite", "postgresql"):
+        if (backend, True) in results:
+            ratio = results[(backend, True)] / results[(backend, False)]
+            print(f"{backend}: batched / one by one = {ratio:.1f}x")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
