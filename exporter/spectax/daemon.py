@@ -1,12 +1,13 @@
-"""Wiring and lifecycle: the scheduler's scrape jobs, the store writer, the web server, shutdown.
+"""Wiring and lifecycle: the scrape schedule, the store writer, the web server, shutdown.
 
 Start-up restores each endpoint's cursor, partial window and accrued spend
 from the store, so a restart neither loses nor double-counts. Each endpoint
-is scraped by its own job, started at its own offset within the interval so
-scrapes spread out instead of bursting. Closed windows go to the store
-through one writer task that retries, in order, until the database takes
-them. Shutdown: pause the jobs, let running scrapes finish (bounded), write
-the open windows, then stop.
+is scraped in its own task, started at its own offset within the interval
+(spectax.schedule) so scrapes spread out instead of bursting; APScheduler runs
+the rollup and billing jobs. Closed windows go to the store through one
+writer task that retries, in order, until the database takes them, in
+batches. Shutdown: start no more scrapes, let running ones finish (bounded),
+write the open windows, then stop.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import logging
 import signal
 import time
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 import aiohttp
@@ -30,6 +31,7 @@ from spectax.billing.service import BillingService
 from spectax.config import ConfigError, EndpointConfig, Settings, load_config
 from spectax.metrics import ReloadStatus, SnapshotCollector, StoreStatus
 from spectax.monitor import CALIBRATION_POINTS, EndpointMonitor, EndpointSnapshot
+from spectax.schedule import ScrapeSchedule
 from spectax.scrape import ScrapeError, fetch, metrics_url
 from spectax.store import Store, StoreError
 from spectax.store.queue import PendingWrite, WriteQueue
@@ -70,11 +72,11 @@ class Daemon:
         self._write_errors = 0
         self._store_up = False
         self._stop_requested = asyncio.Event()
-        self._scheduler = AsyncIOScheduler(timezone=UTC)
+        self._scheduler = AsyncIOScheduler(timezone=UTC)  # rollup and billing jobs
+        self._scrapes = ScrapeSchedule(self.scrape, self.config.scrape_interval)
         self._session: aiohttp.ClientSession | None = None
         self._runner: web.AppRunner | None = None
         self._writer: asyncio.Task[None] | None = None
-        self._in_flight: set[asyncio.Task[None]] = set()
         self._ready = False
         self.stopped = asyncio.Event()
         self.billing = BillingService(settings.billing)  # its jobs run beside the scrapes
@@ -140,7 +142,10 @@ class Daemon:
         await self._restore()
         timeout = aiohttp.ClientTimeout(total=None)
         connector = aiohttp.TCPConnector(limit=256, limit_per_host=2)
-        self._session = aiohttp.ClientSession(timeout=timeout, connector=connector)
+        # No cookie jar: scrapes carry no state from one target (or scrape) to the next.
+        self._session = aiohttp.ClientSession(
+            timeout=timeout, connector=connector, cookie_jar=aiohttp.DummyCookieJar()
+        )
         self._writer = asyncio.create_task(self._write_loop(), name="store-writer")
         self._schedule()
         await self.billing.start(self._scheduler, self.store)
@@ -174,8 +179,9 @@ class Daemon:
         self._ready = False
         if self._scheduler.running:
             self._scheduler.pause()
-        if self._in_flight:
-            _, pending = await asyncio.wait(self._in_flight, timeout=SHUTDOWN_GRACE_SECONDS)
+        await self._scrapes.stop()
+        if in_flight := self._scrapes.in_flight:
+            _, pending = await asyncio.wait(in_flight, timeout=SHUTDOWN_GRACE_SECONDS)
             for task in pending:
                 task.cancel()
         await self.billing.stop()  # reads in flight are cancelled: the next run reads again
@@ -278,9 +284,7 @@ class Daemon:
             and old[name].config == endpoint
             and old[name].usd_per_hour == settings.usd_per_hour.get(name)
         }
-        for name in old:
-            with contextlib.suppress(Exception):
-                self._scheduler.remove_job(f"scrape:{name}")
+        self._scrapes.replace([], settings.config.scrape_interval)  # none until rescheduled
         gone = [old[name] for name in old if name not in kept]
         for monitor in gone:  # their scrapes still in flight are discarded (see _scrape)
             self._enqueue(monitor.flush())
@@ -291,7 +295,7 @@ class Daemon:
         for name, endpoint in wanted.items():
             monitors[name] = old[name] if name in kept else await self._new_monitor(endpoint)
         self.monitors = monitors
-        self._add_scrape_jobs()
+        self._scrapes.replace(self.monitors, self.config.scrape_interval)
         await self.billing.apply(settings.billing)
         log.info(
             "configuration reloaded: %d endpoint(s) kept, %d started, %d stopped",
@@ -310,17 +314,11 @@ class Daemon:
     # ------------------------------------------------------------ scraping
 
     async def scrape(self, name: str) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._in_flight.add(task)
-        try:
-            monitor = self.monitors.get(name)
-            if monitor is not None:  # None: removed by a reload
-                await self._scrape(monitor)
-                if self.monitors.get(name) is monitor:
-                    self.collector.prerender(name, monitor.snapshot)
-        finally:
-            self._in_flight.discard(task)
+        monitor = self.monitors.get(name)
+        if monitor is not None:  # None: removed by a reload
+            await self._scrape(monitor)
+            if self.monitors.get(name) is monitor:
+                self.collector.prerender(name, monitor.snapshot)
 
     async def _scrape(self, monitor: EndpointMonitor) -> None:
         assert self._session is not None
@@ -344,7 +342,7 @@ class Daemon:
         self._enqueue(monitor.observe_page(time.time(), text, time.monotonic() - started))
 
     def _schedule(self) -> None:
-        self._add_scrape_jobs()
+        self._scrapes.start(self.monitors)
         self._scheduler.add_job(
             self.maintain_store,
             "interval",
@@ -354,24 +352,6 @@ class Daemon:
             coalesce=True,
         )
         self._scheduler.start()
-
-    def _add_scrape_jobs(self) -> None:
-        """One job per endpoint, each at its own offset within the interval."""
-        interval = self.config.scrape_interval
-        now = datetime.now(UTC)
-        count = max(len(self.monitors), 1)
-        for i, name in enumerate(self.monitors):
-            self._scheduler.add_job(
-                self.scrape,
-                "interval",
-                args=[name],
-                seconds=interval,
-                id=f"scrape:{name}",
-                next_run_time=now + timedelta(seconds=interval * i / count),
-                max_instances=1,
-                coalesce=True,
-                misfire_grace_time=max(1, int(interval / 2)),
-            )
 
     async def maintain_store(self) -> None:
         """Roll windows into hours and days, then apply retention."""

@@ -1,6 +1,6 @@
 """Fetching one `/metrics` page: a timeout, a body-size cap, and errors that say what went wrong.
 
-Each endpoint is fetched by its own job; a slow or broken target only ever
+Each endpoint is fetched in its own task; a slow or broken target only ever
 fails its own scrape. Errors carry a short `reason` from a fixed set, used as
 a metric label, and a message that never includes credentials.
 """
@@ -8,10 +8,12 @@ a metric label, and a message that never includes credentials.
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
+from yarl import URL
 
 if TYPE_CHECKING:
     from spectax.credentials import TargetAuth
@@ -34,17 +36,19 @@ class ScrapeError(Exception):
         super().__init__(message)
 
 
-def metrics_url(url: str) -> str:
-    """The URL as configured, with `/metrics` added when it names only a server."""
+@functools.lru_cache(maxsize=65536)
+def metrics_url(url: str) -> URL:
+    """The URL as configured, with `/metrics` added when it names only a server; parsed
+    once per configured URL rather than once per scrape."""
     parts = urlsplit(url)
     if parts.path in ("", "/"):
         parts = parts._replace(path="/metrics")
-    return urlunsplit(parts)
+    return URL(urlunsplit(parts))
 
 
-def redact(url: str) -> str:
+def redact(url: str | URL) -> str:
     """The URL without user info or query string, for logs and error messages."""
-    parts = urlsplit(url)
+    parts = urlsplit(str(url))
     host = parts.hostname or ""
     if parts.port:
         host = f"{host}:{parts.port}"
@@ -53,7 +57,7 @@ def redact(url: str) -> str:
 
 async def fetch(
     session: aiohttp.ClientSession,
-    url: str,
+    url: str | URL,
     timeout: float,
     max_bytes: int,
     auth: TargetAuth | None = None,
@@ -100,7 +104,7 @@ async def fetch(
         ) from None
 
 
-def _too_large(url: str, max_bytes: int) -> ScrapeError:
+def _too_large(url: str | URL, max_bytes: int) -> ScrapeError:
     return ScrapeError("too_large", f"{redact(url)}: body larger than {max_bytes} bytes")
 
 
