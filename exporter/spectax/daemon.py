@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
+import resource
 import signal
 import time
 from collections.abc import Callable, Mapping
@@ -135,6 +137,7 @@ class Daemon:
             ssl_context=self.guard.server_ssl,
         )
         await site.start()
+        _lift_open_files_limit(len(self.config.endpoints))
         self.store = await self._open_store()
         if self.store is None:
             return  # asked to stop while waiting
@@ -147,6 +150,10 @@ class Daemon:
             timeout=timeout, connector=connector, cookie_jar=aiohttp.DummyCookieJar()
         )
         self._writer = asyncio.create_task(self._write_loop(), name="store-writer")
+        # What start-up built (configuration, monitors, restored history) lives as long as
+        # the process: keep it out of the garbage collector's full passes (~100 ms each at
+        # 2,000 endpoints, a pause in scraping and serving).
+        gc.freeze()
         self._schedule()
         await self.billing.start(self._scheduler, self.store)
         self._ready = True
@@ -459,3 +466,22 @@ class Daemon:
                     log.error("store: %s; retrying", exc)
                 failures += 1
                 await asyncio.sleep(0.5)
+
+
+def _lift_open_files_limit(endpoints: int) -> None:
+    """Raise the soft limit on open files to the hard one, as Go's runtime does for Prometheus.
+
+    Every target being scraped can hold a socket (and the server's clients more): at fleet
+    scale the usual soft limit of 1,024 would fail scrapes with "Too many open files".
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+    if soft != resource.RLIM_INFINITY and soft < endpoints + 256:
+        log.warning(
+            "open files limited to %d for %d endpoints: raise LimitNOFILE (ulimit -n)",
+            soft,
+            endpoints,
+        )
