@@ -7,6 +7,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,8 @@ class Spectax:
         self.process: asyncio.subprocess.Process | None = None
         self.log = config.parent / "spectax.log"
 
-    async def start(self) -> None:
+    async def start(self, preexec_fn: Callable[[], None] | None = None) -> None:
+        """`preexec_fn` runs in the child before spectax starts (e.g. to lower a limit)."""
         self.process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -39,6 +41,7 @@ class Spectax:
             str(self.config),
             stdout=self.log.open("ab"),
             stderr=asyncio.subprocess.STDOUT,
+            preexec_fn=preexec_fn,
         )
 
     async def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

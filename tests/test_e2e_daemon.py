@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import re
 import resource
-import signal
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -216,24 +215,13 @@ async def test_spectax_lifts_its_open_files_limit(tmp_path: Path) -> None:
         pytest.skip(f"hard limit {hard}: nothing to lift")
     port = free_port()
     config = write_config(tmp_path, port, [{"name": "gone", "url": f"http://127.0.0.1:{port}/x"}])
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "spectax",
-        "run",
-        "--config",
-        str(config),
-        stdout=(tmp_path / "spectax.log").open("ab"),
-        stderr=asyncio.subprocess.STDOUT,
-        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard)),
-    )
+    spectax = Spectax(config, port)
+    await spectax.start(lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard)))
     try:
-        spectax = Spectax(config, port)
-        spectax.process = process
         await spectax.wait_for(lambda m: value(m, "spectax_endpoint_up", endpoint="gone") == 0)
-        limits = await asyncio.to_thread(Path(f"/proc/{process.pid}/limits").read_text)
+        assert spectax.process is not None
+        limits = await asyncio.to_thread(Path(f"/proc/{spectax.process.pid}/limits").read_text)
         line = next(x for x in limits.splitlines() if x.startswith("Max open files"))
         assert line.split()[3:5] == [str(hard), str(hard)], line
     finally:
-        process.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(process.wait(), 20) == 0
+        assert await spectax.stop() == 0
