@@ -1,17 +1,22 @@
-"""Fleet scale: N endpoints scraped every 15 s by one spectax process, beside Prometheus.
+"""Fleet scale: N endpoints scraped every 15 s by one spectax process, alone, then with Prometheus.
 
-A loopback server plays N vLLM replicas. Each serves a real recorded page
+A loopback server plays N vLLM replicas, each on its own port and, like vLLM's
+uvicorn, closing idle connections after 5 s (so every scrape opens a new
+connection, as in a real fleet). Each serves a real recorded page
 (tests/fixtures/vllm-0.32.0/spec_draft_3_after.txt) whose counters grow with
 time, so every scrape parses a fresh body. spectax runs as its own process
-(`spectax run`) on SQLite; Prometheus 2.42 (Debian package), when installed,
-scrapes the same N targets at the same time. Measured:
+(`spectax run`) on SQLite. Two measured phases of --seconds each, after one
+interval of warm-up:
 
-- spectax CPU seconds per minute (from /proc), and per scrape;
-- Prometheus CPU per scrape, and the ratio spectax / Prometheus;
-- the largest lag of any scrape behind its schedule, seen by the target server:
-  for each target, arrival k minus (arrival 0 + k x interval);
-- /metrics latency (p50, p99) with N endpoints' gauges, and its size;
-- peak RSS of the spectax process (VmHWM).
+1. spectax alone (benchmarks 2, 4 and 7 of the fleet-scale issue): its CPU
+   seconds per minute (user and system) and per scrape, the lag of every
+   scrape behind its target's schedule as the target server sees it (arrival
+   k minus arrival 0 + k x interval), /metrics latency and size (read every
+   --metrics-every seconds with Prometheus' Accept header, gzip), peak RSS;
+2. spectax and Prometheus 2.42 (Debian package) scraping the same N targets
+   at the same time (benchmark 3): CPU per scrape of each, and the ratio. On a
+   2-core machine the two (and the target server) share the cores, so each
+   one's CPU per scrape is higher than alone.
 
     python bench/scale.py [--endpoints 2000] [--seconds 120] [--no-prometheus]
 
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gzip
 import os
 import platform
 import re
@@ -34,6 +40,7 @@ import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import yaml
@@ -75,10 +82,11 @@ def machine() -> str:
     )
 
 
-def cpu_seconds(pid: int) -> float:
+def cpu_times(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of a process so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+    return int(fields[11]) / ticks, int(fields[12]) / ticks
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -103,6 +111,7 @@ class Targets:
             last = match.end(2)
         self.tail = template[last:]
         self.arrivals: dict[int, list[float]] = defaultdict(list)
+        self.prometheus_scrapes = 0
         self.started = time.time()
 
     def page(self, target: int) -> str:
@@ -117,6 +126,7 @@ class Targets:
     async def handle(self, request: web.Request) -> web.Response:
         target = int(request.match_info["target"])
         if request.headers.get("User-Agent", "").startswith("Prometheus"):
+            self.prometheus_scrapes += 1
             return web.Response(text=self.page(target), content_type="text/plain")
         self.arrivals[target].append(time.monotonic())
         return web.Response(text=self.page(target), content_type="text/plain")
@@ -199,32 +209,7 @@ async def main() -> None:
         stdout=(work / "spectax.log").open("w"),
         stderr=subprocess.STDOUT,
     )
-    prometheus = None
-    prometheus_binary = shutil.which("prometheus")
-    if prometheus_binary and not args.no_prometheus:
-        # one job per replica path, all on the same loopback server
-        prom_config = {
-            "global": {"scrape_interval": f"{int(args.interval)}s", "scrape_timeout": "10s"},
-            "scrape_configs": [
-                {
-                    "job_name": f"replica-{i:05d}",
-                    "metrics_path": f"/t/{i}/metrics",
-                    "static_configs": [{"targets": [hosts[i % len(hosts)]]}],
-                }
-                for i in range(args.endpoints)
-            ],
-        }
-        (work / "prometheus.yml").write_text(yaml.safe_dump(prom_config))
-        prometheus = subprocess.Popen(
-            [
-                prometheus_binary,
-                f"--config.file={work / 'prometheus.yml'}",
-                f"--storage.tsdb.path={work / 'prom'}",
-                f"--web.listen-address=127.0.0.1:{free_port()}",
-            ],
-            stdout=(work / "prometheus.log").open("w"),
-            stderr=subprocess.STDOUT,
-        )
+    prometheus: subprocess.Popen[bytes] | None = None
     try:
         url = f"http://127.0.0.1:{port}"
         async with aiohttp.ClientSession() as session:
@@ -236,27 +221,14 @@ async def main() -> None:
                 except aiohttp.ClientError:
                     pass
                 await asyncio.sleep(0.2)
-            # measure from the first full interval on: start-up (restore, scheduling) excluded
-            await asyncio.sleep(args.interval)
-            spectax_cpu0, t0 = cpu_seconds(spectax.pid), time.monotonic()
-            own_cpu0 = time.process_time()
-            prom_cpu0 = cpu_seconds(prometheus.pid) if prometheus else 0.0
-            scrapes0 = sum(len(v) for v in targets.arrivals.values())
-            latencies, size = [], 0
-            deadline = t0 + args.seconds
-            while time.monotonic() < deadline:
-                started = time.monotonic()
-                async with session.get(f"{url}/metrics", headers=PROMETHEUS_ACCEPT) as r:
-                    body = await r.read()
-                latencies.append(time.monotonic() - started)
-                size = len(body)
-                await asyncio.sleep(max(0.0, started + args.metrics_every - time.monotonic()))
-            elapsed = time.monotonic() - t0
-            t1 = time.monotonic()
-            own_cpu = time.process_time() - own_cpu0
-            spectax_cpu = cpu_seconds(spectax.pid) - spectax_cpu0
-            prom_cpu = cpu_seconds(prometheus.pid) - prom_cpu0 if prometheus else None
-            scrapes = sum(len(v) for v in targets.arrivals.values()) - scrapes0
+            await asyncio.sleep(args.interval)  # warm-up: start-up and first scrapes excluded
+            alone = await measure(session, url, spectax.pid, None, targets, args)
+            prometheus_binary = shutil.which("prometheus")
+            if prometheus_binary and not args.no_prometheus:
+                prometheus = start_prometheus(prometheus_binary, work, hosts, args)
+                # warm-up: its first rounds create 1.3 M series and cost twice the steady state
+                await asyncio.sleep(2 * args.interval)
+                beside = await measure(session, url, spectax.pid, prometheus.pid, targets, args)
         rss = peak_rss_mb(spectax.pid)
     finally:
         spectax.terminate()
@@ -265,41 +237,127 @@ async def main() -> None:
             prometheus.terminate()
             prometheus.wait(30)
         await runner.cleanup()
-    latencies.sort()
-    p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
-    per_minute = spectax_cpu / elapsed * 60
+
     print(f"machine: {machine()}")
-    print(f"endpoints {args.endpoints}, interval {args.interval:g} s, measured {elapsed:.0f} s")
+    print(f"endpoints {args.endpoints}, interval {args.interval:g} s, {args.seconds:g} s per phase")
+    print("\n1. spectax alone")
+    report_spectax(alone)
+    lags = alone["lags"]
     print(
-        f"spectax CPU: {per_minute:.2f} s per minute = {per_minute / 60:.1%} of one core "
-        f"(target < 30%)"
+        f"   scrape lag behind schedule: max {lags[-1]:.3f} s, p99 "
+        f"{lags[int(len(lags) * 0.99)]:.3f} s, p50 {lags[len(lags) // 2]:.3f} s "
+        f"(target: max < 1 s)"
+    )
+    latencies = alone["latencies"]
+    p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+    print(
+        f"   /metrics: {alone['size'] / 1e6:.2f} MB ({alone['gzip_size'] / 1e6:.2f} MB gzipped), "
+        f"p50 {statistics.median(latencies) * 1e3:.0f} ms, p99 {p99 * 1e3:.0f} ms, "
+        f"max {latencies[-1] * 1e3:.0f} ms over {len(latencies)} requests (target: p99 < 250 ms)"
+    )
+    print(f"   target server (this process) CPU: {alone['own_cpu']:.2f} s per minute")
+    print(f"   spectax peak RSS: {rss:.0f} MB (target < 200 MB)")
+    if prometheus is None:
+        print("\n2. prometheus: not installed (apt-get install prometheus) or disabled")
+        shutil.rmtree(work, ignore_errors=True)
+        return
+    print("\n2. spectax and Prometheus side by side")
+    report_spectax(beside)
+    prom_user, prom_system = beside["prometheus_cpu"]
+    prom_scrapes = beside["prometheus_scrapes"]
+    prom_per_scrape = (prom_user + prom_system) / max(prom_scrapes, 1)
+    spectax_per_scrape = sum(beside["cpu"]) / max(beside["scrapes"], 1)
+    print(
+        f"   prometheus CPU: {(prom_user + prom_system) / beside['elapsed'] * 60:.2f} s per "
+        f"minute (user {prom_user:.1f} s, system {prom_system:.1f} s), {prom_scrapes} scrapes, "
+        f"{prom_per_scrape * 1e3:.3f} ms per scrape"
     )
     print(
-        f"spectax scrapes: {scrapes} ({scrapes / elapsed:.1f}/s), "
-        f"{spectax_cpu / max(scrapes, 1) * 1e3:.3f} ms CPU per scrape"
+        f"   CPU per scrape, spectax / prometheus: {spectax_per_scrape / prom_per_scrape:.2f} "
+        f"(target <= 1.5)"
     )
-    lags = targets.lags(args.interval, t0, t1)
-    print(
-        f"scrape lag behind schedule: max {lags[-1]:.3f} s, p99 "
-        f"{lags[int(len(lags) * 0.99)]:.3f} s, p50 {lags[len(lags) // 2]:.3f} s (target max < 1 s)"
-    )
-    print(f"target server (this process) CPU: {own_cpu / elapsed * 60:.2f} s per minute")
-    print(
-        f"/metrics: {size / 1e6:.2f} MB, p50 {statistics.median(latencies) * 1e3:.0f} ms, "
-        f"p99 {p99 * 1e3:.0f} ms over {len(latencies)} requests (target p99 < 250 ms)"
-    )
-    print(f"spectax peak RSS: {rss:.0f} MB (target < 200 MB)")
-    if prom_cpu is not None:
-        prom_scrapes = args.endpoints * elapsed / args.interval
-        ratio = (spectax_cpu / max(scrapes, 1)) / (prom_cpu / prom_scrapes)
-        print(
-            f"prometheus CPU: {prom_cpu / elapsed * 60:.2f} s per minute, "
-            f"{prom_cpu / prom_scrapes * 1e3:.3f} ms per scrape (estimated {prom_scrapes:.0f})"
-        )
-        print(f"CPU per scrape, spectax / prometheus: {ratio:.2f} (target <= 1.5)")
-    else:
-        print("prometheus: not installed (apt-get install prometheus) or disabled")
     shutil.rmtree(work, ignore_errors=True)
+
+
+def start_prometheus(
+    binary: str, work: Path, hosts: list[str], args: argparse.Namespace
+) -> subprocess.Popen[bytes]:
+    """Prometheus scraping the same replicas: one job per replica path."""
+    config = {
+        "global": {"scrape_interval": f"{int(args.interval)}s", "scrape_timeout": "10s"},
+        "scrape_configs": [
+            {
+                "job_name": f"replica-{i:05d}",
+                "metrics_path": f"/t/{i}/metrics",
+                "static_configs": [{"targets": [hosts[i % len(hosts)]]}],
+            }
+            for i in range(args.endpoints)
+        ],
+    }
+    (work / "prometheus.yml").write_text(yaml.safe_dump(config))
+    return subprocess.Popen(
+        [
+            binary,
+            f"--config.file={work / 'prometheus.yml'}",
+            f"--storage.tsdb.path={work / 'prom'}",
+            f"--web.listen-address=127.0.0.1:{free_port()}",
+        ],
+        stdout=(work / "prometheus.log").open("w"),
+        stderr=subprocess.STDOUT,
+    )
+
+
+async def measure(
+    session: aiohttp.ClientSession,
+    url: str,
+    spectax_pid: int,
+    prometheus_pid: int | None,
+    targets: Targets,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    """One phase of --seconds: CPU of spectax (and Prometheus), scrapes, lags, /metrics."""
+    user0, system0 = cpu_times(spectax_pid)
+    prom0 = cpu_times(prometheus_pid) if prometheus_pid else (0.0, 0.0)
+    own0, t0 = time.process_time(), time.monotonic()
+    scrapes0 = sum(len(v) for v in targets.arrivals.values())
+    prom_scrapes0 = targets.prometheus_scrapes
+    latencies, size, gzip_size = [], 0, 0
+    headers = {**PROMETHEUS_ACCEPT, "Accept-Encoding": "gzip"}
+    while time.monotonic() < t0 + args.seconds:
+        started = time.monotonic()
+        async with session.get(f"{url}/metrics", headers=headers, auto_decompress=False) as r:
+            compressed = await r.read()
+        latencies.append(time.monotonic() - started)
+        gzip_size, size = len(compressed), len(gzip.decompress(compressed))
+        await asyncio.sleep(max(0.0, started + args.metrics_every - time.monotonic()))
+    t1 = time.monotonic()
+    user1, system1 = cpu_times(spectax_pid)
+    prom1 = cpu_times(prometheus_pid) if prometheus_pid else (0.0, 0.0)
+    return {
+        "elapsed": t1 - t0,
+        "cpu": (user1 - user0, system1 - system0),
+        "prometheus_cpu": (prom1[0] - prom0[0], prom1[1] - prom0[1]),
+        "prometheus_scrapes": targets.prometheus_scrapes - prom_scrapes0,
+        "scrapes": sum(len(v) for v in targets.arrivals.values()) - scrapes0,
+        "lags": targets.lags(args.interval, t0, t1),
+        "own_cpu": (time.process_time() - own0) / (t1 - t0) * 60,
+        "latencies": sorted(latencies),
+        "size": size,
+        "gzip_size": gzip_size,
+    }
+
+
+def report_spectax(phase: dict[str, Any]) -> None:
+    user, system = phase["cpu"]
+    per_minute = (user + system) / phase["elapsed"] * 60
+    print(
+        f"   spectax CPU: {per_minute:.2f} s per minute = {per_minute / 60:.1%} of one core "
+        f"(user {user:.1f} s, system {system:.1f} s; target < 30%)"
+    )
+    print(
+        f"   spectax scrapes: {phase['scrapes']} ({phase['scrapes'] / phase['elapsed']:.1f}/s), "
+        f"{(user + system) / max(phase['scrapes'], 1) * 1e3:.3f} ms CPU per scrape"
+    )
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from decimal import Decimal
 import pytest
 
 from conftest import page
+from spectax import monitor as monitor_module
 from spectax.calibration import StepPoint, fit_ridge_batch, step_point, theil_sen
 from spectax.config import validate
 from spectax.engines.base import Histogram
@@ -137,6 +138,65 @@ def test_calibration_survives_a_restart() -> None:
     )
     assert m.snapshot.ridge_source == "calibrated"
     assert m.parameters.ridge_batch == pytest.approx(32.0)
+
+
+def step_window(i: int, tokens_per_step: float, a: float, b: float) -> Window:
+    """A closed 5-minute window whose mean step time lies on step = a + b * tokens."""
+    counts = Counts(
+        generation_tokens=1000,
+        iteration_tokens=Histogram(sum=tokens_per_step * 100, count=100),
+        inter_token_latency=Histogram(sum=(a + b * tokens_per_step) * 100, count=100),
+    )
+    return Window(start=i * 300, end=(i + 1) * 300, seconds=300, models={"m": counts})
+
+
+def test_calibration_fits_once_there_are_enough_windows_then_hourly_and_keeps_a_day() -> None:
+    """Theil-Sen over a day of windows costs ~12 ms, and 2,000 endpoints close their windows
+    together: after the first fit a monitor refits every 12 windows (staggered by endpoint),
+    on the last 288 windows only."""
+    xs = [8.0, 12, 16, 24, 32, 48, 64, 96]
+    base = Restored(
+        recent_windows=tuple(step_window(i, x, 0.016, 0.0005) for i, x in enumerate(xs))
+    )
+    fresh = monitor()
+    m = EndpointMonitor(fresh.config, fresh.usd_per_hour, 300.0, base)
+    assert m.snapshot.ridge_batch == pytest.approx(32.0)  # 8 windows: the first fit at once
+    # the GPU changes: step = 0.032 + 0.0005 tokens (B* = 64), one window at a time
+    refits = []
+    for i in range(8, 8 + 2 * monitor_module.REFIT_EVERY + 1):
+        before = m.snapshot.ridge_fit
+        m._calibrate([step_window(i, xs[i % len(xs)], 0.032, 0.0005)])
+        if m.snapshot.ridge_fit is not before:
+            refits.append(i)
+    assert len(refits) == 2 and refits[1] - refits[0] == monitor_module.REFIT_EVERY
+    assert m.snapshot.ridge_batch > 32.0  # the new windows pull B* toward 64
+    for i in range(8, 8 + monitor_module.CALIBRATION_POINTS + 50):
+        m._calibrate([step_window(i, xs[i % len(xs)], 0.032, 0.0005)])
+    assert len(m._steps) == monitor_module.CALIBRATION_POINTS
+    assert m.snapshot.ridge_batch == pytest.approx(64.0)  # the old day has left the fit
+
+
+def test_refits_are_staggered_across_endpoints() -> None:
+    """Endpoints close their windows at the same instants; their hourly refits must not all
+    fall on the same one."""
+    xs = [8.0, 12, 16, 24, 32, 48, 64, 96]
+    names = [f"replica-{i}" for i in range(12)]
+    settings = validate(
+        {"window": "5m", "endpoints": [{"name": n, "url": "http://127.0.0.1:1"} for n in names]}
+    )
+    second_fit = set()
+    for config in settings.config.endpoints:
+        m = EndpointMonitor(config, None, 300.0)
+        fits = 0
+        for i in range(3 * monitor_module.REFIT_EVERY):
+            before = m.snapshot.ridge_fit
+            m._calibrate([step_window(i, xs[i % len(xs)], 0.016, 0.0005)])
+            if m.snapshot.ridge_fit is not before:
+                fits += 1
+                if fits == 2:
+                    second_fit.add(i)
+                    break
+    assert len(second_fit) >= 4, second_fit
 
 
 def test_measured_speedup_reads_the_control_window() -> None:

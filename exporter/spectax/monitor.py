@@ -9,14 +9,14 @@ snapshot the monitor last published.
 from __future__ import annotations
 
 import logging
-from collections import deque
+import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
 from spectax import economics
-from spectax.calibration import RidgeFit, StepPoint, fit_ridge_batch, step_point
+from spectax.calibration import RidgeFit, StepHistory, fit_ridge_batch, step_point
 from spectax.config import EndpointConfig
 from spectax.engines import get_parser
 from spectax.engines.base import EngineSample, ParseError
@@ -35,6 +35,7 @@ from spectax.windows import (
 log = logging.getLogger(__name__)
 NANO = Decimal("0.000000001")
 CALIBRATION_POINTS = 288  # a day of 5-minute windows
+REFIT_EVERY = 12  # new points (an hour of 5-minute windows) between two calibration fits
 FETCH_SLACK_SECONDS = 10.0  # the longest a fetch may take (the default scrape timeout)
 FULL_WINDOW_SHARE = 0.8  # a sliding window this full counts as full (scrapes jitter)
 
@@ -86,7 +87,11 @@ class EndpointMonitor:
         self._sliding = SlidingWindow(window_seconds)
         self._aligned = AlignedWindows(window_seconds, restored.open_window)
         self._control_window = control_window
-        self._points: deque[StepPoint] = deque(maxlen=CALIBRATION_POINTS)
+        self._steps = StepHistory(CALIBRATION_POINTS)
+        # Refits are staggered over the hour by endpoint: windows close at the same instant
+        # everywhere, and 2,000 fits at once would stall scraping for seconds.
+        self._points_since_fit = zlib.crc32(config.name.encode()) % REFIT_EVERY
+        self._fitted = False
         self._failing = False
         self.snapshot = EndpointSnapshot(
             config,
@@ -329,11 +334,17 @@ class EndpointMonitor:
         return self.config.cold_start_seconds
 
     def _calibrate(self, windows: Iterable[Window]) -> None:
+        """Add the windows' step points; fit as soon as there are enough, then hourly."""
         points = [p for p in map(step_point, windows) if p is not None]
         if not points:
             return
-        self._points.extend(points)
-        fit = fit_ridge_batch(list(self._points), self.config.calibration_min_windows)
+        self._steps.extend(points)
+        self._points_since_fit += len(points)
+        first = not self._fitted and len(self._steps) >= self.config.calibration_min_windows
+        if not first and self._points_since_fit < REFIT_EVERY:
+            return
+        self._fitted, self._points_since_fit = True, 0
+        fit = fit_ridge_batch(self._steps.points(), self.config.calibration_min_windows)
         ridge = fit.ridge_batch if fit is not None else self.config.ridge_batch
         if (fit is None) != (self.snapshot.ridge_fit is None):
             log.info(
