@@ -8,7 +8,15 @@ from hypothesis import strategies as st
 
 from conftest import page, reference_values
 from spectax.engines import get_parser
-from spectax.windows import AlignedWindows, Interval, SlidingWindow, interval_between, restarted
+from spectax.engines.base import Histogram
+from spectax.windows import (
+    AlignedWindows,
+    Counts,
+    Interval,
+    SlidingWindow,
+    interval_between,
+    restarted,
+)
 
 parse = get_parser("vllm")
 M = "tiny-llama"
@@ -168,3 +176,29 @@ def test_sliding_total_kept_up_to_date_equals_a_fresh_sum(steps) -> None:
             assert [round(x) for x in have.accepted_per_position][
                 : len(want.accepted_per_position)
             ] == list(want.accepted_per_position)
+
+
+finite = st.floats(min_value=0, max_value=1e12, allow_nan=False)
+optional = st.none() | finite
+histogram = st.none() | st.builds(Histogram, sum=finite, count=finite)
+
+
+@given(
+    st.builds(
+        Counts,
+        generation_tokens=finite,
+        prompt_tokens=finite,
+        requests_finished=finite,
+        drafts=optional,
+        draft_tokens=optional,
+        accepted_tokens=optional,
+        accepted_per_position=st.lists(finite, max_size=8).map(tuple),
+        iteration_tokens=histogram,
+        inter_token_latency=histogram,
+        time_per_output_token=histogram,
+        running_seconds=finite,
+    )
+)
+def test_packed_counts_come_back_unchanged(counts: Counts) -> None:
+    """The sliding window keeps its intervals packed; what leaves it must be what came in."""
+    assert Counts.unpack(counts.pack()) == counts
