@@ -49,9 +49,13 @@ from aiohttp import web
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "tests" / "fixtures" / "vllm-0.32.0" / "spec_draft_3_after.txt"
 VLLM_KEEPALIVE_SECONDS = 5.0  # uvicorn's --timeout-keep-alive as vLLM sets it
+# Counters (and the histogram sums and counts spectax reads) that grow with time, so every
+# scrape sees new traffic: tokens, drafts, finished requests, step and token timings.
 GROWING = re.compile(
     r"^(vllm:(?:generation_tokens|prompt_tokens|spec_decode_num_drafts|spec_decode_num_draft_tokens|"
-    r"spec_decode_num_accepted_tokens)_total\{[^}]*\}) (\S+)$",
+    r"spec_decode_num_accepted_tokens|request_success)_total\{[^}]*\}"
+    r"|vllm:(?:iteration_tokens_total|inter_token_latency_seconds|"
+    r"request_time_per_output_token_seconds)_(?:sum|count)\{[^}]*\}) (\S+)$",
     re.M,
 )
 
@@ -119,7 +123,8 @@ class Targets:
         out = []
         for part, base in zip(self.parts, self.bases, strict=True):
             out.append(part)
-            out.append(f"{round(base * growth)}.0")
+            value = base * growth
+            out.append(f"{round(value)}.0" if base.is_integer() else repr(round(value, 6)))
         out.append(self.tail)
         return "".join(out)
 

@@ -291,6 +291,7 @@ FAMILIES: dict[str, Family] = {
     )
 }
 LINE_TEMPLATES = {name: family.line_template for name, family in FAMILIES.items()}
+HEADERS = {name: family.header.encode() for name, family in FAMILIES.items()}
 
 
 class SnapshotCollector(Collector):
@@ -307,7 +308,7 @@ class SnapshotCollector(Collector):
         self._store_status = store_status
         self._reload_status = reload_status
         self._billing = billing
-        self._rendered: dict[str, tuple[EndpointSnapshot, dict[str, str]]] = {}
+        self._rendered: dict[str, tuple[EndpointSnapshot, dict[str, bytes]]] = {}
         self._last_body: tuple[tuple[str, list[EndpointSnapshot]] | None, bytes] = (None, b"")
 
     def describe(self) -> list[Metric]:
@@ -341,19 +342,21 @@ class SnapshotCollector(Collector):
         last_key, last_body = self._last_body
         if last_key is not None and last_key[0] == key[0] and _same(last_key[1], key[1]):
             return last_body
+        del last_key, last_body
         fragments = [self._fragments(name, snap) for name, snap in snapshots]
         self._rendered = {
             name: self._rendered[name] for name, _ in snapshots if name in self._rendered
         }
-        out: list[str] = []
+        out: list[bytes] = []
         for family in FAMILIES.values():
-            out.append(family.header)
-            out.extend(process.get(family.name, ()))
+            out.append(HEADERS[family.name])
+            out.extend(line.encode() for line in process.get(family.name, ()))
             for fragment in fragments:
                 lines = fragment.get(family.name)
                 if lines is not None:
                     out.append(lines)
-        body = "".join(out).encode()
+        self._last_body = (None, b"")  # the old body can go before the new one is joined
+        body = b"".join(out)
         self._last_body = (key, body)
         return body
 
@@ -363,13 +366,14 @@ class SnapshotCollector(Collector):
         formatting them all takes about 250 ms, joining them about 20 ms."""
         self._fragments(name, snap)
 
-    def _fragments(self, name: str, snap: EndpointSnapshot) -> dict[str, str]:
+    def _fragments(self, name: str, snap: EndpointSnapshot) -> dict[str, bytes]:
+        """The endpoint's lines per family, encoded: a request joins bytes, no 6 MB str."""
         cached = self._rendered.get(name)
         if cached is not None and cached[0] is snap:
             return cached[1]
         lines: dict[str, list[str]] = {}
         _endpoint_samples(_line_writer(lines), name, snap)
-        fragment = {family: "".join(text) for family, text in lines.items()}
+        fragment = {family: "".join(text).encode() for family, text in lines.items()}
         self._rendered[name] = (snap, fragment)
         return fragment
 
