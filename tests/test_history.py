@@ -18,7 +18,7 @@ from spectax.cli import main
 from spectax.config import validate
 from spectax.monitor import EndpointMonitor
 from spectax.store import Store
-from spectax.store.schema import SchemaMismatch, head_revision, upgrade
+from spectax.store.schema import HEAD_REVISION, SchemaMismatch, head_revision, upgrade
 
 PAGES = [
     "spec_ngram_0_before_traffic.txt",
@@ -188,6 +188,7 @@ async def test_a_newer_schema_is_refused(database_url) -> None:
     with pytest.raises(SchemaMismatch, match="written by a newer spectax"):
         await Store.open(database_url)
     assert head_revision() != "9999"
+    assert head_revision() == HEAD_REVISION  # the start-up check compares with this constant
 
 
 async def test_export_as_csv_and_json(database_url, capsys, tmp_path) -> None:
