@@ -153,6 +153,7 @@ async def main() -> None:
     parser.add_argument("--seconds", type=float, default=120.0)
     parser.add_argument("--interval", type=float, default=15.0)
     parser.add_argument("--no-prometheus", action="store_true")
+    parser.add_argument("--window", default="5m", help="spectax's window (and so its boundaries)")
     parser.add_argument(
         "--one-target-server",
         dest="distinct_targets",
@@ -186,7 +187,7 @@ async def main() -> None:
         "listen": f"127.0.0.1:{port}",
         "scrape_interval": f"{args.interval}s",
         "scrape_timeout": "10s",
-        "window": "5m",
+        "window": args.window,
         "state_directory": str(work / "state"),
         "endpoints": [
             {
@@ -260,6 +261,11 @@ async def main() -> None:
         f"p50 {statistics.median(latencies) * 1e3:.0f} ms, p99 {p99 * 1e3:.0f} ms, "
         f"max {latencies[-1] * 1e3:.0f} ms over {len(latencies)} requests (target: p99 < 250 ms)"
     )
+    took, ended = alone["slowest"]
+    print(
+        f"   slowest /metrics read ended {ended % 300:.1f} s after a 5-minute boundary "
+        f"({took * 1e3:.0f} ms)"
+    )
     print(f"   target server (this process) CPU: {alone['own_cpu']:.2f} s per minute")
     print(f"   spectax peak RSS: {rss:.0f} MB (target < 200 MB)")
     if prometheus is None:
@@ -327,12 +333,14 @@ async def measure(
     scrapes0 = sum(len(v) for v in targets.arrivals.values())
     prom_scrapes0 = targets.prometheus_scrapes
     latencies, size, gzip_size = [], 0, 0
+    slowest = (0.0, 0.0)  # (seconds, wall clock when it ended)
     headers = {**PROMETHEUS_ACCEPT, "Accept-Encoding": "gzip"}
     while time.monotonic() < t0 + args.seconds:
         started = time.monotonic()
         async with session.get(f"{url}/metrics", headers=headers, auto_decompress=False) as r:
             compressed = await r.read()
         latencies.append(time.monotonic() - started)
+        slowest = max(slowest, (latencies[-1], time.time()))
         gzip_size, size = len(compressed), len(gzip.decompress(compressed))
         await asyncio.sleep(max(0.0, started + args.metrics_every - time.monotonic()))
     t1 = time.monotonic()
@@ -349,6 +357,7 @@ async def measure(
         "latencies": sorted(latencies),
         "size": size,
         "gzip_size": gzip_size,
+        "slowest": slowest,
     }
 
 
