@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from decimal import Decimal
 
@@ -168,12 +169,24 @@ def test_calibration_fits_once_there_are_enough_windows_then_hourly_and_keeps_a_
         m._calibrate([step_window(i, xs[i % len(xs)], 0.032, 0.0005)])
         if m.snapshot.ridge_fit is not before:
             refits.append(i)
-    assert len(refits) == 2 and refits[1] - refits[0] == monitor_module.REFIT_EVERY
+    assert len(refits) >= 2
+    assert all(b - a == monitor_module.REFIT_EVERY for a, b in itertools.pairwise(refits))
     assert m.snapshot.ridge_batch > 32.0  # the new windows pull B* toward 64
     for i in range(8, 8 + monitor_module.CALIBRATION_POINTS + 50):
         m._calibrate([step_window(i, xs[i % len(xs)], 0.032, 0.0005)])
     assert len(m._steps) == monitor_module.CALIBRATION_POINTS
     assert m.snapshot.ridge_batch == pytest.approx(64.0)  # the old day has left the fit
+
+
+def test_an_uncalibrated_monitor_fits_as_soon_as_the_data_allows() -> None:
+    """The live-vLLM tier's case: windows at one concurrency first (no spread: no fit), then
+    at another. The fit must hold at the first window that gives it spread, not an hour on."""
+    m = monitor()
+    for i in range(9):
+        m._calibrate([step_window(i, 8.0, 0.016, 0.0005)])
+    assert m.snapshot.ridge_source == "configured"
+    m._calibrate([step_window(9, 64.0, 0.016, 0.0005)])
+    assert m.snapshot.ridge_source == "calibrated"
 
 
 def test_refits_are_staggered_across_endpoints() -> None:

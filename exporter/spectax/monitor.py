@@ -91,7 +91,6 @@ class EndpointMonitor:
         # Refits are staggered over the hour by endpoint: windows close at the same instant
         # everywhere, and 2,000 fits at once would stall scraping for seconds.
         self._points_since_fit = zlib.crc32(config.name.encode()) % REFIT_EVERY
-        self._fitted = False
         self._failing = False
         self.snapshot = EndpointSnapshot(
             config,
@@ -334,16 +333,17 @@ class EndpointMonitor:
         return self.config.cold_start_seconds
 
     def _calibrate(self, windows: Iterable[Window]) -> None:
-        """Add the windows' step points; fit as soon as there are enough, then hourly."""
+        """Add the windows' step points; fit at every window until a fit holds, then hourly."""
         points = [p for p in map(step_point, windows) if p is not None]
         if not points:
             return
         self._steps.extend(points)
         self._points_since_fit += len(points)
-        first = not self._fitted and len(self._steps) >= self.config.calibration_min_windows
-        if not first and self._points_since_fit < REFIT_EVERY:
-            return
-        self._fitted, self._points_since_fit = True, 0
+        if self.snapshot.ridge_fit is not None:  # calibrated: refit hourly
+            if self._points_since_fit < REFIT_EVERY:
+                return
+            self._points_since_fit = 0
+        # (uncalibrated: every window, so a fit is in force as soon as the data allows one)
         fit = fit_ridge_batch(self._steps.points(), self.config.calibration_min_windows)
         ridge = fit.ridge_batch if fit is not None else self.config.ridge_batch
         if (fit is None) != (self.snapshot.ridge_fit is None):
