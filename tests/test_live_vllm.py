@@ -147,10 +147,16 @@ class Spectax:
             "state_directory": str(self.state),
             "endpoints": endpoints,
         }
-        self.config.write_text(yaml.safe_dump(config, sort_keys=False))
+        self._config = config
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
+        # The port is picked now, not when the fixture was built: the vLLM servers started
+        # in between bind ephemeral ports too, and once took the one picked earlier.
+        self.port = live.free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._config["listen"] = f"127.0.0.1:{self.port}"
+        self.config.write_text(yaml.safe_dump(self._config, sort_keys=False))
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "spectax", "run", "--config", str(self.config)],
