@@ -115,7 +115,11 @@ class Store:
         """
         windows = [row for _, rows, _ in writes for row in rows]
         due = sorted(
-            {(w[0], rollups.period_start(row["start"], "hour")) for w in writes for row in w[1]}
+            {
+                (endpoint, rollups.period_start(row["start"], "hour"))
+                for endpoint, rows, _ in writes
+                for row in rows
+            }
         )
         cursors = [
             {"endpoint": endpoint, "observed_at": cursor[0], "sample": encode_sample(cursor[1])}
