@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gzip
+import json
 import os
 import platform
 import re
@@ -58,6 +59,24 @@ GROWING = re.compile(
     r"request_time_per_output_token_seconds)_(?:sum|count)\{[^}]*\}) (\S+)$",
     re.M,
 )
+
+# spectax run with every garbage-collector pass of 10 ms or more logged (wall clock,
+# generation, seconds, objects collected) to the file in argv[1], for --gc-log.
+GC_LOGGING_SPECTAX = """
+import gc, runpy, sys, time
+log = open(sys.argv.pop(1), "w", buffering=1)
+started = {}
+def timed(phase, info):
+    if phase == "start":
+        started["t"] = time.perf_counter()
+        return
+    took = time.perf_counter() - started["t"]
+    if took >= 0.01:
+        log.write(f"{time.time():.3f} {info['generation']} {took:.4f} {info['collected']}\\n")
+gc.callbacks.append(timed)
+sys.argv[0] = "spectax"
+runpy.run_module("spectax", run_name="__main__", alter_sys=True)
+"""
 
 # What Prometheus 2.42 sends (it also asks for gzip, as aiohttp does by default).
 PROMETHEUS_ACCEPT = {
@@ -166,7 +185,16 @@ async def main() -> None:
         default=5.0,
         help="seconds between two reads of spectax's /metrics (Prometheus would use 15)",
     )
+    parser.add_argument(
+        "--gc-log",
+        type=Path,
+        help="log spectax's garbage-collector passes of 10 ms or more to this file",
+    )
+    parser.add_argument("--reader", help=argparse.SUPPRESS)  # the /metrics reader's own process
     args = parser.parse_args()
+    if args.reader:
+        print(json.dumps(await read_metrics(args.reader, args.seconds, args.metrics_every)))
+        return
     work = Path(tempfile.mkdtemp(prefix="spectax-scale-"))
     targets = Targets(args.endpoints)
     app = web.Application()
@@ -201,11 +229,11 @@ async def main() -> None:
         ],
     }
     (work / "spectax.yml").write_text(yaml.safe_dump(config))
+    run = ["-m", "spectax"] if args.gc_log is None else ["-c", GC_LOGGING_SPECTAX, str(args.gc_log)]
     spectax = subprocess.Popen(
         [
             sys.executable,
-            "-m",
-            "spectax",
+            *run,
             "--log-level",
             "warning",
             "run",
@@ -228,13 +256,13 @@ async def main() -> None:
                     pass
                 await asyncio.sleep(0.2)
             await asyncio.sleep(args.interval)  # warm-up: start-up and first scrapes excluded
-            alone = await measure(session, url, spectax.pid, None, targets, args)
+            alone = await measure(url, spectax.pid, None, targets, args)
             prometheus_binary = shutil.which("prometheus")
             if prometheus_binary and not args.no_prometheus:
                 prometheus = start_prometheus(prometheus_binary, work, hosts, args)
                 # warm-up: its first rounds create 1.3 M series and cost twice the steady state
                 await asyncio.sleep(2 * args.interval)
-                beside = await measure(session, url, spectax.pid, prometheus.pid, targets, args)
+                beside = await measure(url, spectax.pid, prometheus.pid, targets, args)
         rss = peak_rss_mb(spectax.pid)
     finally:
         spectax.terminate()
@@ -266,6 +294,8 @@ async def main() -> None:
         f"   slowest /metrics read ended {ended % 300:.1f} s after a 5-minute boundary "
         f"({took * 1e3:.0f} ms)"
     )
+    if args.gc_log:
+        report_gc(args.gc_log, alone["reads"])
     print(f"   target server (this process) CPU: {alone['own_cpu']:.2f} s per minute")
     print(f"   spectax peak RSS: {rss:.0f} MB (target < 200 MB)")
     if prometheus is None:
@@ -319,30 +349,32 @@ def start_prometheus(
 
 
 async def measure(
-    session: aiohttp.ClientSession,
     url: str,
     spectax_pid: int,
     prometheus_pid: int | None,
     targets: Targets,
     args: argparse.Namespace,
 ) -> dict[str, Any]:
-    """One phase of --seconds: CPU of spectax (and Prometheus), scrapes, lags, /metrics."""
+    """One phase of --seconds: CPU of spectax (and Prometheus), scrapes, lags, /metrics.
+
+    /metrics is read from a process of its own, as Prometheus would: this one is busy
+    serving 2,000 targets, and its own delays would count as spectax's."""
     user0, system0 = cpu_times(spectax_pid)
     prom0 = cpu_times(prometheus_pid) if prometheus_pid else (0.0, 0.0)
     own0, t0 = time.process_time(), time.monotonic()
     scrapes0 = sum(len(v) for v in targets.arrivals.values())
     prom_scrapes0 = targets.prometheus_scrapes
-    latencies, size, gzip_size = [], 0, 0
-    slowest = (0.0, 0.0)  # (seconds, wall clock when it ended)
-    headers = {**PROMETHEUS_ACCEPT, "Accept-Encoding": "gzip"}
-    while time.monotonic() < t0 + args.seconds:
-        started = time.monotonic()
-        async with session.get(f"{url}/metrics", headers=headers, auto_decompress=False) as r:
-            compressed = await r.read()
-        latencies.append(time.monotonic() - started)
-        slowest = max(slowest, (latencies[-1], time.time()))
-        gzip_size, size = len(compressed), len(gzip.decompress(compressed))
-        await asyncio.sleep(max(0.0, started + args.metrics_every - time.monotonic()))
+    reader = await asyncio.create_subprocess_exec(
+        sys.executable,
+        __file__,
+        "--reader",
+        f"{url}/metrics",
+        f"--seconds={args.seconds}",
+        f"--metrics-every={args.metrics_every}",
+        stdout=subprocess.PIPE,
+    )
+    out, _ = await reader.communicate()
+    reads = json.loads(out)
     t1 = time.monotonic()
     user1, system1 = cpu_times(spectax_pid)
     prom1 = cpu_times(prometheus_pid) if prometheus_pid else (0.0, 0.0)
@@ -354,11 +386,49 @@ async def measure(
         "scrapes": sum(len(v) for v in targets.arrivals.values()) - scrapes0,
         "lags": targets.lags(args.interval, t0, t1),
         "own_cpu": (time.process_time() - own0) / (t1 - t0) * 60,
-        "latencies": sorted(latencies),
-        "size": size,
-        "gzip_size": gzip_size,
-        "slowest": slowest,
+        "latencies": sorted(took for took, _ in reads["reads"]),
+        "size": reads["size"],
+        "gzip_size": reads["gzip_size"],
+        "slowest": max(reads["reads"]),
+        "reads": reads["reads"],
     }
+
+
+async def read_metrics(url: str, seconds: float, every: float) -> dict[str, Any]:
+    """Read /metrics as Prometheus does every `every` seconds for `seconds`: each read's
+    (seconds taken, wall clock when it ended), and the last body's size."""
+    reads, size, gzip_size = [], 0, 0
+    headers = {**PROMETHEUS_ACCEPT, "Accept-Encoding": "gzip"}
+    t0 = time.monotonic()
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < t0 + seconds:
+            started = time.monotonic()
+            async with session.get(url, headers=headers, auto_decompress=False) as r:
+                compressed = await r.read()
+            reads.append((time.monotonic() - started, time.time()))
+            gzip_size, size = len(compressed), len(gzip.decompress(compressed))
+            await asyncio.sleep(max(0.0, started + every - time.monotonic()))
+    return {"reads": reads, "size": size, "gzip_size": gzip_size}
+
+
+def report_gc(log: Path, reads: list[tuple[float, float]]) -> None:
+    """The garbage-collector passes of 10 ms or more, and those that overlapped slow reads."""
+    passes = [tuple(map(float, line.split())) for line in log.read_text().splitlines()]
+    for generation in (0, 1, 2):
+        took = sorted(p[2] for p in passes if p[1] == generation)
+        if took:
+            print(
+                f"   gc generation {generation}: {len(took)} passes >= 10 ms, "
+                f"max {took[-1] * 1e3:.0f} ms, median {statistics.median(took) * 1e3:.0f} ms"
+            )
+    median = statistics.median(took for took, _ in reads)
+    for took, ended in sorted(reads, reverse=True)[:5]:
+        during = [p for p in passes if ended - took <= p[0] <= ended]
+        paused = sum(p[2] for p in during) * 1e3
+        print(
+            f"   read of {took * 1e3:.0f} ms (median {median * 1e3:.0f}): "
+            f"{len(during)} gc passes >= 10 ms during it, {paused:.0f} ms in all"
+        )
 
 
 def report_spectax(phase: dict[str, Any]) -> None:
