@@ -1,36 +1,20 @@
-"""Helpers for the operations tests: test certificates, scrape targets, a `spectax run` process."""
+"""Helpers for the operations tests: test certificates and scrape targets."""
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import ipaddress
-import os
-import signal
-import socket
 import ssl
-import sys
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import aiohttp
-import yaml
 from aiohttp import web
-from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import page
+from e2e import free_port
 
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 PAGES = ("spec_ngram_0_before_traffic.txt", "spec_ngram_2_mid.txt", "spec_ngram_3_after.txt")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # ------------------------------------------------------------------ certificates
@@ -212,141 +196,3 @@ class Targets:
         if self.runner is not None:
             await self.runner.shutdown()
             await self.runner.cleanup()
-
-
-# ------------------------------------------------------------------ the daemon
-
-
-def write_config(directory: Path, port: int, endpoints: list[dict[str, Any]], **extra: Any) -> Path:
-    config = {
-        "listen": f"127.0.0.1:{port}",
-        "scrape_interval": "1s",
-        "scrape_timeout": "1s",
-        "window": "4s",
-        "state_directory": str(directory / "state"),
-        "endpoints": endpoints,
-        **extra,
-    }
-    path = directory / "spectax.yml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return path
-
-
-class Spectax:
-    """A `spectax ... run` process: its /metrics, its log, SIGHUP and SIGTERM."""
-
-    def __init__(
-        self,
-        config: Path,
-        port: int,
-        *,
-        run_args: tuple[str, ...] = (),
-        global_args: tuple[str, ...] = (),
-        scheme: str = "http",
-        env: dict[str, str] | None = None,
-    ):
-        self.config, self.port = config, port
-        self.url = f"{scheme}://127.0.0.1:{port}"
-        self.run_args, self.global_args = run_args, global_args
-        self.env = env
-        self.process: asyncio.subprocess.Process | None = None
-        self.stdout = config.parent / "spectax.stdout"
-        self.stderr = config.parent / "spectax.stderr"
-        self.ssl: ssl.SSLContext | bool = True
-        self.auth: str | None = None  # an Authorization header value
-
-    async def start(self) -> None:
-        env = {**os.environ, **(self.env or {})}
-        self.process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "spectax",
-            *self.global_args,
-            "run",
-            "--config",
-            str(self.config),
-            *self.run_args,
-            stdout=self.stdout.open("ab"),
-            stderr=self.stderr.open("ab"),
-            env=env,
-        )
-
-    @property
-    def log(self) -> str:
-        return self.stderr.read_text(errors="replace")
-
-    async def get(self, path: str = "/metrics", **kwargs: Any) -> tuple[int, str]:
-        kwargs.setdefault("ssl", self.ssl)
-        if self.auth:
-            kwargs.setdefault("headers", {"Authorization": self.auth})
-        timeout = aiohttp.ClientTimeout(total=10)
-        async with (
-            aiohttp.ClientSession(timeout=timeout) as session,
-            session.get(f"{self.url}{path}", **kwargs) as r,
-        ):
-            return r.status, await r.text()
-
-    async def post(self, path: str) -> tuple[int, str]:
-        timeout = aiohttp.ClientTimeout(total=30)
-        async with (
-            aiohttp.ClientSession(timeout=timeout) as session,
-            session.post(
-                f"{self.url}{path}",
-                ssl=self.ssl,
-                headers={"Authorization": self.auth} if self.auth else None,
-            ) as r,
-        ):
-            return r.status, await r.text()
-
-    async def metrics(self) -> Samples:
-        status, text = await self.get()
-        assert status == 200, text
-        return {
-            (s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text)
-            for s in family.samples
-        }
-
-    async def wait_for(self, predicate: Callable[[Samples], Any], timeout: float = 30.0) -> Samples:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.process is not None and self.process.returncode is None, self.log[-3000:]
-            try:
-                m = await self.metrics()
-                if predicate(m):
-                    return m
-            except (aiohttp.ClientError, AssertionError, OSError):
-                pass
-            await asyncio.sleep(0.2)
-        raise AssertionError(f"timed out; log:\n{self.log[-3000:]}")
-
-    async def wait_log(self, text: str, timeout: float = 20.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if text in self.log:
-                return
-            assert self.process is not None and self.process.returncode is None, self.log[-3000:]
-            await asyncio.sleep(0.1)
-        raise AssertionError(f"{text!r} not logged; log:\n{self.log[-3000:]}")
-
-    def signal(self, signum: int) -> None:
-        assert self.process is not None
-        self.process.send_signal(signum)
-
-    async def stop(self, timeout: float = 20.0) -> int:
-        assert self.process is not None
-        if self.process.returncode is None:
-            self.process.send_signal(signal.SIGTERM)
-        return await asyncio.wait_for(self.process.wait(), timeout)
-
-    async def kill(self) -> None:
-        if self.process is not None and self.process.returncode is None:
-            self.process.kill()
-            await self.process.wait()
-
-
-def value(metrics: Samples, name: str, **labels: str) -> float | None:
-    for (sample, sample_labels), v in metrics.items():
-        if sample == name and all((k, val) in sample_labels for k, val in labels.items()):
-            return v
-    return None

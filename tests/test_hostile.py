@@ -25,7 +25,8 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ops_helpers import Spectax, Targets, free_port, value, write_config
+from e2e import Spectax, free_port, value, write_config
+from ops_helpers import Targets
 from spectax.engines.base import EngineSample, ParseError
 from spectax.engines.vllm import MAX_MODELS, parse
 from spectax.scrape import ScrapeError, fetch

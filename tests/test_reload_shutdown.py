@@ -19,7 +19,8 @@ import pytest
 import yaml
 from aiohttp import web
 
-from ops_helpers import Spectax, Targets, free_port, value, write_config
+from e2e import Spectax, free_port, value, write_config
+from ops_helpers import Targets
 from spectax import daemon as daemon_module
 from spectax.config import validate
 from spectax.daemon import Daemon

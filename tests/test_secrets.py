@@ -22,7 +22,8 @@ import pytest
 import yaml
 from aiohttp import web
 
-from ops_helpers import Certs, Spectax, Targets, free_port, make_certs, value, write_config
+from e2e import Spectax, free_port, value, write_config
+from ops_helpers import Certs, Targets, make_certs
 from spectax.cli import main
 from spectax.credentials import basic_auth_header
 

@@ -20,7 +20,8 @@ import yaml
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from ops_helpers import Certs, Spectax, Targets, client_context, free_port, make_certs, value
+from e2e import Spectax, free_port, value
+from ops_helpers import Certs, Targets, client_context, make_certs
 from spectax import webconfig
 from spectax.config import ConfigError, load_config
 from spectax.credentials import basic_auth_header
@@ -297,7 +298,7 @@ async def test_spectax_run_with_web_config_mtls_and_basic_auth(
             "basic_auth_users": {"prometheus": HASH},
         },
     )
-    from ops_helpers import write_config
+    from e2e import write_config
 
     config = write_config(tmp_path, port, [{"name": "vllm", "url": targets.url("vllm")}])
     spectax = Spectax(config, port, run_args=("--web.config.file", str(web)), scheme="https")
