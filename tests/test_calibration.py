@@ -189,6 +189,28 @@ def test_an_uncalibrated_monitor_fits_as_soon_as_the_data_allows() -> None:
     assert m.snapshot.ridge_source == "calibrated"
 
 
+def test_a_refused_fit_is_retried_hourly_not_every_window(monkeypatch) -> None:
+    """CPU vLLM's steps fit a line whose B* is implausible: the data is there, the fit is
+    refused. Such an endpoint must not pay a fit over a day of points at every window."""
+    fits = []
+
+    def counted(*args: object, **kwargs: object) -> object:
+        fits.append(1)
+        return fit_ridge_batch(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(monitor_module, "fit_ridge_batch", counted)
+    xs = [8.0, 12, 16, 24, 32, 48, 64, 96]
+    m = monitor()
+    windows = 3 * monitor_module.REFIT_EVERY
+    for i in range(windows):
+        # step = 1 s + 1 us per token: B* = 1,000,000 requests, beyond any GPU
+        m._calibrate([step_window(i, xs[i % len(xs)], 1.0, 0.000001)])
+    assert m.snapshot.ridge_source == "configured"
+    tried_early = sum(fits[:7])  # fewer than MIN_WINDOWS points: tried, nothing to fit
+    assert tried_early == 7
+    assert len(fits) - tried_early <= 4  # refused at the 8th window, then once an hour
+
+
 def test_refits_are_staggered_across_endpoints() -> None:
     """Endpoints close their windows at the same instants; their hourly refits must not all
     fall on the same one."""

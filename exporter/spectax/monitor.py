@@ -16,7 +16,7 @@ from decimal import Decimal
 from typing import Any
 
 from spectax import economics
-from spectax.calibration import RidgeFit, StepHistory, fit_ridge_batch, step_point
+from spectax.calibration import RidgeFit, StepHistory, can_fit, fit_ridge_batch, step_point
 from spectax.config import EndpointConfig
 from spectax.engines import get_parser
 from spectax.engines.base import EngineSample, ParseError
@@ -91,6 +91,7 @@ class EndpointMonitor:
         # Refits are staggered over the hour by endpoint: windows close at the same instant
         # everywhere, and 2,000 fits at once would stall scraping for seconds.
         self._points_since_fit = zlib.crc32(config.name.encode()) % REFIT_EVERY
+        self._fit_refused = False  # the last fit was computed and found unsound
         self._failing = False
         self.snapshot = EndpointSnapshot(
             config,
@@ -333,18 +334,23 @@ class EndpointMonitor:
         return self.config.cold_start_seconds
 
     def _calibrate(self, windows: Iterable[Window]) -> None:
-        """Add the windows' step points; fit at every window until a fit holds, then hourly."""
+        """Add the windows' step points; fit at every window until the data allows a fit,
+        then hourly (whether that fit held or was refused, as on CPU vLLM's implausible B*:
+        2,000 endpoints refitting a day of points at each window boundary would stall
+        the event loop ~24 s)."""
         points = [p for p in map(step_point, windows) if p is not None]
         if not points:
             return
         self._steps.extend(points)
         self._points_since_fit += len(points)
-        if self.snapshot.ridge_fit is not None:  # calibrated: refit hourly
+        if self.snapshot.ridge_fit is not None or self._fit_refused:
             if self._points_since_fit < REFIT_EVERY:
                 return
             self._points_since_fit = 0
-        # (uncalibrated: every window, so a fit is in force as soon as the data allows one)
-        fit = fit_ridge_batch(self._steps.points(), self.config.calibration_min_windows)
+        history = self._steps.points()
+        min_windows = self.config.calibration_min_windows
+        fit = fit_ridge_batch(history, min_windows)
+        self._fit_refused = fit is None and can_fit(history, min_windows)
         ridge = fit.ridge_batch if fit is not None else self.config.ridge_batch
         if (fit is None) != (self.snapshot.ridge_fit is None):
             log.info(
