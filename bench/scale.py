@@ -12,13 +12,15 @@ interval of warm-up:
    seconds per minute (user and system) and per scrape, the lag of every
    scrape behind its target's schedule as the target server sees it (arrival
    k minus arrival 0 + k x interval), /metrics latency and size (read every
-   --metrics-every seconds with Prometheus' Accept header, gzip), peak RSS;
+   --metrics-every seconds with Prometheus' Accept header, gzip, from a process of
+   its own), peak RSS; with --gc-log, spectax's collector passes of 10 ms or more
+   and those that overlapped the slowest reads;
 2. spectax and Prometheus 2.42 (Debian package) scraping the same N targets
    at the same time (benchmark 3): CPU per scrape of each, and the ratio. On a
    2-core machine the two (and the target server) share the cores, so each
    one's CPU per scrape is higher than alone.
 
-    python bench/scale.py [--endpoints 2000] [--seconds 120] [--no-prometheus]
+    python bench/scale.py [--endpoints 2000] [--seconds 120] [--no-prometheus] [--gc-log F]
 
 It prints numbers, never fails on them.
 """
