@@ -201,14 +201,15 @@ def test_a_refused_fit_is_retried_hourly_not_every_window(monkeypatch) -> None:
     monkeypatch.setattr(monitor_module, "fit_ridge_batch", counted)
     xs = [8.0, 12, 16, 24, 32, 48, 64, 96]
     m = monitor()
-    windows = 3 * monitor_module.REFIT_EVERY
-    for i in range(windows):
+    tried = []
+    for i in range(3 * monitor_module.REFIT_EVERY):
+        before = len(fits)
         # step = 1 s + 1 us per token: B* = 1,000,000 requests, beyond any GPU
         m._calibrate([step_window(i, xs[i % len(xs)], 1.0, 0.000001)])
+        tried.append(len(fits) - before)
     assert m.snapshot.ridge_source == "configured"
-    tried_early = sum(fits[:7])  # fewer than MIN_WINDOWS points: tried, nothing to fit
-    assert tried_early == 7
-    assert len(fits) - tried_early <= 4  # refused at the 8th window, then once an hour
+    assert tried[:8] == [1] * 8  # every window until 8 windows allow a fit, refused
+    assert sum(tried[8:]) <= 3  # then once an hour: 28 windows
 
 
 def test_refits_are_staggered_across_endpoints() -> None:
@@ -232,6 +233,28 @@ def test_refits_are_staggered_across_endpoints() -> None:
                     second_fit.add(i)
                     break
     assert len(second_fit) >= 4, second_fit
+
+
+def test_refits_stay_staggered_after_a_restart() -> None:
+    """A restart restores every endpoint's day of points at the same instant; their hourly
+    refits must still fall on different windows."""
+    xs = [8.0, 12, 16, 24, 32, 48, 64, 96]
+    day = tuple(step_window(i, xs[i % len(xs)], 0.016, 0.0005) for i in range(288))
+    names = [f"replica-{i}" for i in range(12)]
+    settings = validate(
+        {"window": "5m", "endpoints": [{"name": n, "url": "http://127.0.0.1:1"} for n in names]}
+    )
+    first_refit = set()
+    for config in settings.config.endpoints:
+        m = EndpointMonitor(config, None, 300.0, Restored(recent_windows=day))
+        assert m.snapshot.ridge_source == "calibrated"
+        for i in range(288, 288 + monitor_module.REFIT_EVERY):
+            before = m.snapshot.ridge_fit
+            m._calibrate([step_window(i, xs[i % len(xs)], 0.016, 0.0005)])
+            if m.snapshot.ridge_fit is not before:
+                first_refit.add(i)
+                break
+    assert len(first_refit) >= 4, first_refit
 
 
 def test_measured_speedup_reads_the_control_window() -> None:

@@ -206,12 +206,16 @@ def test_packed_counts_come_back_unchanged(counts: Counts) -> None:
 
 def test_the_sliding_window_holds_nothing_the_garbage_collector_must_scan() -> None:
     """At 2,000 endpoints the windows hold ~40,000 intervals; were they tracked, every full
-    collection (a pause in scraping and serving /metrics) would walk them all."""
+    collection (a pause in scraping and serving /metrics) would walk them all. What leaves
+    the window is what came in, money to the last digit."""
     import gc
+    from dataclasses import replace
+    from decimal import Decimal
 
+    spend = Decimal("0.0123456789012345678901")
     window = SlidingWindow(300)
-    for i in range(20):
-        window.add(_interval(i * 15, (i + 1) * 15, 10 + i))
+    for i in range(25):
+        window.add(replace(_interval(i * 15, (i + 1) * 15, 10 + i), spend_usd=spend))
     # A tuple is untracked once the collector finds only untracked values in it: nested
     # tuples (interval, models, model) can take one pass per level, and young objects are
     # seen by several passes on their way to the oldest generation.
@@ -220,6 +224,7 @@ def test_the_sliding_window_holds_nothing_the_garbage_collector_must_scan() -> N
     kept = list(window._intervals)
     assert len(kept) == 20
     assert not any(gc.is_tracked(interval) for interval in kept)
-    assert window.total() is not None and window.total().models[M].generation_tokens == sum(
-        range(10, 30)
-    )
+    total = window.total()
+    assert total is not None
+    assert total.models[M].generation_tokens == sum(range(15, 35))
+    assert total.spend_usd == 20 * spend

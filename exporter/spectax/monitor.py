@@ -90,7 +90,8 @@ class EndpointMonitor:
         self._steps = StepHistory(CALIBRATION_POINTS)
         # Refits are staggered over the hour by endpoint: windows close at the same instant
         # everywhere, and 2,000 fits at once would stall scraping for seconds.
-        self._points_since_fit = zlib.crc32(config.name.encode()) % REFIT_EVERY
+        self._refit_phase = zlib.crc32(config.name.encode()) % REFIT_EVERY
+        self._points_since_fit = self._refit_phase
         self._fit_refused = False  # the last fit was computed and found unsound
         self._failing = False
         self.snapshot = EndpointSnapshot(
@@ -347,6 +348,11 @@ class EndpointMonitor:
             if self._points_since_fit < REFIT_EVERY:
                 return
             self._points_since_fit = 0
+        else:
+            # Until a fit is computed, at every window; the hourly cadence then starts at
+            # this endpoint's phase (a restart restores every endpoint's day of points at
+            # once: counted from there, all of them would refit at the same window).
+            self._points_since_fit = self._refit_phase
         history = self._steps.points()
         min_windows = self.config.calibration_min_windows
         fit = fit_ridge_batch(history, min_windows)
