@@ -69,20 +69,22 @@ class Spectax:
     async def start(self, preexec_fn: Callable[[], None] | None = None) -> None:
         """`preexec_fn` runs in the child before spectax starts (e.g. to lower a limit)."""
         env = {**os.environ, **(self.env or {})}
-        self.process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "spectax",
-            *self.global_args,
-            "run",
-            "--config",
-            str(self.config),
-            *self.run_args,
-            stdout=self.stdout.open("ab"),
-            stderr=self.stderr.open("ab"),
-            env=env,
-            preexec_fn=preexec_fn,
-        )
+        # The child keeps its own copies of the log files; the parent's close here.
+        with self.stdout.open("ab") as stdout, self.stderr.open("ab") as stderr:
+            self.process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "spectax",
+                *self.global_args,
+                "run",
+                "--config",
+                str(self.config),
+                *self.run_args,
+                stdout=stdout,
+                stderr=stderr,
+                env=env,
+                preexec_fn=preexec_fn,
+            )
 
     @property
     def log(self) -> str:

@@ -183,17 +183,18 @@ async def test_the_readme_demo_command_shows_the_tax(tmp_path) -> None:
     """`spectax demo`, as a newcomer runs it (only the port moved): figures within seconds."""
     port = free_port()
     log = tmp_path / "demo.log"
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "spectax",
-        "demo",
-        "--listen",
-        f"127.0.0.1:{port}",
-        cwd=tmp_path,
-        stdout=log.open("wb"),
-        stderr=asyncio.subprocess.STDOUT,
-    )
+    with log.open("wb") as output:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "spectax",
+            "demo",
+            "--listen",
+            f"127.0.0.1:{port}",
+            cwd=tmp_path,
+            stdout=output,
+            stderr=asyncio.subprocess.STDOUT,
+        )
     demo = Spectax(tmp_path / "unused.yml", port)
     demo.process, demo.stderr = process, log
     try:
