@@ -36,6 +36,9 @@ log = logging.getLogger(__name__)
 NANO = Decimal("0.000000001")
 CALIBRATION_POINTS = 288  # a day of 5-minute windows
 REFIT_EVERY = 12  # new points (an hour of 5-minute windows) between two calibration fits
+# Below this many points a fit costs under ~0.1 ms (Theil-Sen is quadratic): a refused fit
+# is retried at every window, so warm-up windows cannot hold a sound fit back an hour.
+CHEAP_FIT_POINTS = 48
 FETCH_SLACK_SECONDS = 10.0  # the longest a fetch may take (the default scrape timeout)
 FULL_WINDOW_SHARE = 0.8  # a sliding window this full counts as full (scrapes jitter)
 
@@ -335,16 +338,17 @@ class EndpointMonitor:
         return self.config.cold_start_seconds
 
     def _calibrate(self, windows: Iterable[Window]) -> None:
-        """Add the windows' step points; fit at every window until the data allows a fit,
-        then hourly (whether that fit held or was refused, as on CPU vLLM's implausible B*:
-        2,000 endpoints refitting a day of points at each window boundary would stall
-        the event loop ~24 s)."""
+        """Add the windows' step points; fit at every window until a fit holds, then hourly.
+        A refused fit (as on CPU vLLM's implausible B*) is retried hourly too once the
+        history is large: 2,000 endpoints refitting a day of points at each window
+        boundary would stall the event loop ~24 s."""
         points = [p for p in map(step_point, windows) if p is not None]
         if not points:
             return
         self._steps.extend(points)
         self._points_since_fit += len(points)
-        if self.snapshot.ridge_fit is not None or self._fit_refused:
+        refused = self._fit_refused and len(self._steps) >= CHEAP_FIT_POINTS
+        if self.snapshot.ridge_fit is not None or refused:
             if self._points_since_fit < REFIT_EVERY:
                 return
             self._points_since_fit = 0
