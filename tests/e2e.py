@@ -88,7 +88,13 @@ class Spectax:
 
     @property
     def log(self) -> str:
-        return self.stderr.read_text(errors="replace")
+        """What spectax logged (its stderr); empty before it has started."""
+        return self.stderr.read_text(errors="replace") if self.stderr.exists() else ""
+
+    def check_alive(self) -> None:
+        assert self.process is not None and self.process.returncode is None, (
+            f"spectax exited; log:\n{self.log[-3000:]}"
+        )
 
     async def get(self, path: str = "/metrics", **kwargs: Any) -> tuple[int, str]:
         kwargs.setdefault("ssl", self.ssl)
@@ -125,7 +131,7 @@ class Spectax:
     async def wait_for(self, predicate: Callable[[Samples], Any], timeout: float = 40.0) -> Samples:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            assert self.process is not None and self.process.returncode is None, self.log[-3000:]
+            self.check_alive()
             try:
                 m = await self.metrics()
                 if predicate(m):
@@ -140,7 +146,7 @@ class Spectax:
         while time.monotonic() < deadline:
             if text in self.log:
                 return
-            assert self.process is not None and self.process.returncode is None, self.log[-3000:]
+            self.check_alive()
             await asyncio.sleep(0.1)
         raise AssertionError(f"{text!r} not logged; log:\n{self.log[-3000:]}")
 
@@ -148,11 +154,18 @@ class Spectax:
         assert self.process is not None
         self.process.send_signal(signum)
 
-    async def stop(self, timeout: float = 20.0) -> int:
-        assert self.process is not None
+    async def stop(self, timeout: float = 20.0) -> int | None:
+        """SIGTERM, and the exit code (killed, and its negative code, if it does not stop
+        within `timeout`); None if it never started."""
+        if self.process is None:
+            return None
         if self.process.returncode is None:
             self.process.send_signal(signal.SIGTERM)
-        return await asyncio.wait_for(self.process.wait(), timeout)
+        try:
+            return await asyncio.wait_for(self.process.wait(), timeout)
+        except TimeoutError:
+            self.process.kill()
+            return await self.process.wait()
 
     async def kill(self) -> None:
         if self.process is not None and self.process.returncode is None:

@@ -14,7 +14,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -26,6 +25,8 @@ import aiohttp
 import pytest
 import yaml
 from aiohttp import web
+
+from e2e import free_port
 
 INSTALL_HINT = (
     "install the Debian packages prometheus and prometheus-alertmanager (.ci/install-monitoring.sh)"
@@ -65,12 +66,6 @@ def run_tool(name: str, *args: str, stdin: str | None = None) -> subprocess.Comp
         timeout=120,
         check=False,
     )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Server:

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import signal
-import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
@@ -29,6 +27,7 @@ import pytest
 import pytest_asyncio
 import yaml
 
+from e2e import Spectax, write_config
 from promstack import (
     ALERTS,
     RULE_FILES,
@@ -66,63 +65,6 @@ TAX, PAYS, CONTROL = "chat-creative", "code-assistant", "chat-control"
 # the panel test restarts it (a cold start for the cold-start panels to show).
 PROFILES = {**DEMO_PROFILES, CONTROL: replace(DEMO_PROFILES[CONTROL], cold_start_s=2.0)}
 TIMEOUT = 45.0
-
-
-class Spectax:
-    """A `spectax run` process."""
-
-    def __init__(self, workdir: Path, urls: dict[str, str]):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = workdir / "spectax.log"
-        self.config = workdir / "spectax.yml"
-        config = {
-            "listen": f"127.0.0.1:{self.port}",
-            "scrape_interval": "1s",
-            "scrape_timeout": "1s",
-            "window": "6s",
-            "state_directory": str(workdir / "state"),
-            "endpoints": demo_endpoints(urls, PROFILES),
-            "billing": [write_focus_export(workdir / "focus", CONTROL, Decimal("2.5"))],
-        }
-        self.config.write_text(yaml.safe_dump(config))
-        self.process: asyncio.subprocess.Process | None = None
-
-    async def start(self) -> None:
-        with self.log.open("ab") as log:
-            self.process = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "spectax",
-                "run",
-                "--config",
-                str(self.config),
-                stdout=log,
-                stderr=asyncio.subprocess.STDOUT,
-            )
-
-    def check_alive(self) -> None:
-        assert self.process is not None
-        if self.process.returncode is not None:
-            raise AssertionError(f"spectax exited; log:\n{self.log.read_text()[-4000:]}")
-
-    async def metrics_text(self) -> str:
-        async with (
-            aiohttp.ClientSession() as session,
-            session.get(f"{self.url}/metrics") as response,
-        ):
-            assert response.status == 200
-            return await response.text()
-
-    async def stop(self) -> int | None:
-        if self.process is None or self.process.returncode is not None:
-            return None if self.process is None else self.process.returncode
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            return await asyncio.wait_for(self.process.wait(), 20)
-        except TimeoutError:
-            self.process.kill()
-            return await self.process.wait()
 
 
 def e2e_rule_files(workdir: Path) -> list[Path]:
@@ -194,7 +136,11 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
     fleet = await start_simulated_servers(PROFILES)
     receiver = WebhookReceiver()
     (workdir / "spectax").mkdir()
-    spectax = Spectax(workdir / "spectax", dict(fleet.urls))
+    port = free_port()
+    bill = write_focus_export(workdir / "spectax" / "focus", CONTROL, Decimal("2.5"))
+    endpoints = demo_endpoints(dict(fleet.urls), PROFILES)
+    config = write_config(workdir / "spectax", port, endpoints, window="6s", billing=[bill])
+    spectax = Spectax(config, port)
     alertmanager: Alertmanager | None = None
     prometheus: Prometheus | None = None
     try:
@@ -225,8 +171,8 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
                 await server.stop()
         await receiver.stop()
         await fleet.close()
-    assert code in (0, None), f"spectax exited with {code}:\n{spectax.log.read_text()[-3000:]}"
-    assert not spectax.log.exists() or "Traceback" not in spectax.log.read_text()
+    assert code in (0, None), f"spectax exited with {code}:\n{spectax.log[-3000:]}"
+    assert "Traceback" not in spectax.log
 
 
 def firing(alerts: list[dict[str, Any]], name: str) -> dict[str, dict[str, Any]]:
@@ -411,9 +357,10 @@ async def test_promtool_check_metrics_passes_on_spectax(stack: Stack) -> None:
     async def page() -> str | None:
         stack.spectax.check_alive()
         try:
-            text = await stack.spectax.metrics_text()
+            status, text = await stack.spectax.get()
         except aiohttp.ClientError:
             return None
+        assert status == 200
         return text if "spectax_speedup_ratio{" in text else None
 
     text = await wait_until(page, TIMEOUT, "spectax to serve its assessments")
