@@ -8,10 +8,10 @@ rounds in which the three take turns (background load then hits all three alike)
 
 - measured speedup = control TPOT / endpoint TPOT, from the deltas of
   `vllm:request_time_per_output_token_seconds` sum/count over the run;
-- modelled speedup = `spectax.economics.modelled_speedup(G, A, Dt, B, B*, c)` from the
+- modelled speedup = `spectax.economics.formulas.modelled_speedup(G, A, Dt, B, B*, c)` from the
   same run's deltas, with B the time-average of `vllm:num_requests_running` (sampled
   every second) and B* calibrated per endpoint the way spectax does it: Theil-Sen
-  `spectax.calibration.fit_ridge_batch` over sub-windows of every run of that endpoint
+  `spectax.economics.calibration.fit_ridge_batch` over sub-windows of every run of that endpoint
   (mean tokens/step from `vllm:iteration_tokens_total`, mean step time from
   `vllm:inter_token_latency_seconds`);
 - c: 0 for n-gram (spectax's default), and for the draft model its parameter count
@@ -43,8 +43,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 from live_vllm import servers as live  # noqa: E402
 from live_vllm import traffic  # noqa: E402
 from live_vllm.servers import Raw, VllmServer  # noqa: E402
-from spectax.calibration import StepPoint, fit_ridge_batch  # noqa: E402
-from spectax.economics import modelled_speedup  # noqa: E402
+from spectax.economics.calibration import StepPoint, fit_ridge_batch  # noqa: E402
+from spectax.economics.formulas import modelled_speedup  # noqa: E402
 
 WORKLOADS = {
     # name: (prompt kinds, temperatures)

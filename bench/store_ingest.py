@@ -33,7 +33,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from spectax.config import validate
 from spectax.daemon import STORE_BATCH_ROWS
-from spectax.monitor import EndpointMonitor
+from spectax.endpoint import EndpointMonitor
 from spectax.store import Store
 from spectax.store.repository import WindowWrite
 

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from conftest import FIXTURES, page, reference_values
-from spectax.assess import JSON_KEYS
-from spectax.cli import main
+from spectax.cli.assess import JSON_KEYS
+from spectax.cli.main import main
 
 MODEL = "tiny-llama"
 TOL = 1e-6

@@ -22,10 +22,10 @@ import yaml
 from aiohttp import web
 
 from e2e import free_port
-from spectax.billing.aws_cost_explorer import AwsCostExplorerConfig, AwsCostExplorerSource
-from spectax.billing.base import BillingError, MapRule
 from spectax.billing.retry import RetryPolicy
-from spectax.cli import main
+from spectax.billing.sources.aws_cost_explorer import AwsCostExplorerConfig, AwsCostExplorerSource
+from spectax.billing.types import BillingError, MapRule
+from spectax.cli.main import main
 from spectax.store import Store
 
 moto_server = pytest.importorskip("moto.server")

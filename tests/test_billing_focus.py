@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from spectax.billing.base import BillingError, MapRule
-from spectax.billing.focus import FocusConfig, FocusSource
-from spectax.billing.simulate import focus_row, write_focus_csv
+from spectax.billing.sources.focus import FocusConfig, FocusSource
+from spectax.billing.types import BillingError, MapRule
+from spectax.simulate.billing import focus_row, write_focus_csv
 from spectax.store import Store
 
 FOCUS = Path(__file__).parent / "fixtures" / "billing" / "focus"

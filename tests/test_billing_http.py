@@ -22,10 +22,10 @@ import pytest
 from aiohttp import web
 
 from e2e import free_port
-from spectax.billing.base import BillingError, MapRule, floor_time
-from spectax.billing.opencost import OpenCostConfig, OpenCostSource
 from spectax.billing.retry import RetryPolicy
-from spectax.billing.runpod import RunpodConfig, RunpodSource
+from spectax.billing.sources.opencost import OpenCostConfig, OpenCostSource
+from spectax.billing.sources.runpod import RunpodConfig, RunpodSource
+from spectax.billing.types import BillingError, MapRule, floor_time
 from spectax.store import Store
 
 FIXTURES = Path(__file__).parent / "fixtures" / "billing"

@@ -24,15 +24,15 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from conftest import page
-from spectax.billing.aws_cost_explorer import AwsCostExplorerConfig
-from spectax.billing.base import BillingLine, Period
+from spectax.billing.coordinator import BillingService
 from spectax.billing.registry import SourceSpec
-from spectax.billing.runpod import RunpodConfig
-from spectax.billing.service import BillingService
-from spectax.cli import main
+from spectax.billing.sources.aws_cost_explorer import AwsCostExplorerConfig
+from spectax.billing.sources.runpod import RunpodConfig
+from spectax.billing.types import BillingLine, Period
+from spectax.cli.main import main
 from spectax.config import validate
-from spectax.metrics import SnapshotCollector, StoreStatus
-from spectax.monitor import EndpointMonitor
+from spectax.endpoint import EndpointMonitor
+from spectax.exposition.collector import SnapshotCollector, StoreStatus
 from spectax.store import Store
 from spectax.store.schema import SchemaMismatch, upgrade
 
@@ -280,7 +280,7 @@ async def test_upgrade_from_0002_keeps_the_history(database_url: str) -> None:
 
 
 def test_billing_lines_are_json_and_csv_friendly() -> None:
-    from spectax.billing.cli import as_record
+    from spectax.cli.billing import as_record
 
     [line] = bill("1.000000001", True, T0)
     record = as_record(line)
@@ -322,7 +322,7 @@ async def test_a_paid_source_is_not_read_again_before_its_interval(database_url:
 
 
 async def test_a_reload_keeps_unchanged_sources(database_url: str, tmp_path: Path) -> None:
-    from spectax.billing.focus import FocusConfig
+    from spectax.billing.sources.focus import FocusConfig
 
     def spec(name: str) -> SourceSpec:
         return SourceSpec(FocusConfig(type="focus", name=name, path=str(tmp_path)))

@@ -9,13 +9,13 @@ from decimal import Decimal
 import pytest
 
 from conftest import page
-from spectax import monitor as monitor_module
-from spectax.calibration import StepPoint, fit_ridge_batch, step_point, theil_sen
+from spectax import endpoint as monitor_module
 from spectax.config import validate
+from spectax.economics.calibration import StepPoint, fit_ridge_batch, step_point, theil_sen
+from spectax.endpoint import EndpointMonitor
 from spectax.engines.base import Histogram
-from spectax.monitor import EndpointMonitor
+from spectax.pipeline.windows import Counts, Window
 from spectax.store.repository import Restored
-from spectax.windows import Counts, Window
 
 
 def points_on_line(a: float, b: float, xs: list[float], noise: float = 0.0) -> list[StepPoint]:

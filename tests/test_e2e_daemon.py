@@ -17,10 +17,10 @@ import pytest
 from aiohttp import web
 
 from e2e import Spectax, free_port, value, write_config
-from spectax.billing.simulate import write_focus_export
-from spectax.demo import demo_endpoints
-from spectax.metrics import FAMILIES
+from spectax.cli.demo import demo_endpoints
+from spectax.exposition.collector import FAMILIES
 from spectax.simulate import DEMO_PROFILES, start_simulated_servers
+from spectax.simulate.billing import write_focus_export
 
 pytestmark = pytest.mark.e2e
 README = Path(__file__).parent.parent / "README.md"
@@ -104,7 +104,7 @@ async def test_daemon_finds_the_tax_and_the_payoff(tmp_path, fleet, bad_targets)
             lambda m: value(m, "spectax_speedup_ratio", endpoint="chat-creative", method="measured")
         )
         await asyncio.sleep(7)
-        m = await spectax.metrics()
+        m = await spectax.exposition.collector()
         assert value(m, "spectax_speedup_ratio", endpoint="chat-creative", method="measured") < 1
         assert (
             value(m, "spectax_speedup_ratio", endpoint="code-assistant", method="measured") is None

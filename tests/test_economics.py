@@ -8,8 +8,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from spectax import economics as E
-from spectax.economics import Money, Parameters, Traffic
+from spectax.economics import formulas as E
+from spectax.economics.formulas import Money, Parameters, Traffic
 
 C, B_STAR, G, TOL = 0.05, 32.0, 1000.0, 1e-6
 # ECONOMICS.md §6: (A, Dt, B, alpha, alpha*, S) with c = 0.05, B* = 32, G = 1000.

@@ -14,9 +14,9 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from conftest import page
-from spectax.cli import main
+from spectax.cli.main import main
 from spectax.config import validate
-from spectax.monitor import EndpointMonitor
+from spectax.endpoint import EndpointMonitor
 from spectax.store import Store
 from spectax.store.schema import HEAD_REVISION, SchemaMismatch, head_revision, upgrade
 

@@ -15,8 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import page
 from spectax.config import validate
-from spectax.metrics import FAMILIES, SnapshotCollector, StoreStatus
-from spectax.monitor import EndpointMonitor
+from spectax.endpoint import EndpointMonitor
+from spectax.exposition.collector import FAMILIES, SnapshotCollector, StoreStatus
 from spectax.web import make_app
 
 

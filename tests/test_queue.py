@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
-from spectax.store.queue import PendingWrite, WriteQueue
+from spectax.store.writer import PendingWrite, WriteQueue
 
 
 def write(n: int) -> PendingWrite:

@@ -32,20 +32,20 @@ from typing import Any
 import aiohttp
 import pytest
 
-from spectax import economics
-from spectax.cli import main
+from spectax.cli.demo import DEMO_DEFAULTS, DRAFT_WEIGHT_BYTES, H100_MEMORY_BYTES
+from spectax.cli.main import main
 from spectax.config import Settings, validate
-from spectax.demo import DEMO_DEFAULTS, DRAFT_WEIGHT_BYTES, H100_MEMORY_BYTES
+from spectax.economics import formulas as economics
 from spectax.report.build import Report, build_report
 from spectax.report.command import endpoint_infos, render
 from spectax.report.csvout import COLUMNS
-from spectax.report.demo_history import parse_span, write_demo_history
 from spectax.report.figures import EndpointInfo, Figures, HourPoint
 from spectax.report.period import Month
 from spectax.report.progress import Progress
 from spectax.report.read import ProjectionReader, store_reader
 from spectax.report.recommend import speedup_with_k
 from spectax.report.spend import DayKey, Spend
+from spectax.simulate.history import parse_span, write_demo_history
 from spectax.store import Store
 from spectax.store.models import WindowRow
 

@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from conftest import page
-from spectax.billing.base import BillingLine, Period
+from spectax.billing.types import BillingLine, Period
 from spectax.config import validate
-from spectax.monitor import EndpointMonitor
+from spectax.endpoint import EndpointMonitor
 from spectax.report.spend import BilledSpend, Spend
 from spectax.store import Store
 

@@ -24,7 +24,7 @@ from aiohttp import web
 
 from e2e import Spectax, free_port, value, write_config
 from ops_helpers import Certs, Targets, make_certs
-from spectax.cli import main
+from spectax.cli.main import main
 from spectax.credentials import basic_auth_header
 
 pytestmark = pytest.mark.e2e

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import page
 from spectax.config import validate
-from spectax.monitor import EndpointMonitor
+from spectax.endpoint import EndpointMonitor
 from spectax.store import Store
 
 PAGES = [

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from spectax.cli import _parser
+from spectax.cli.main import _parser
 
 SYSTEMD = Path(__file__).parent.parent / "systemd"
 UNIT = SYSTEMD / "spectax.service"

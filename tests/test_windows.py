@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from conftest import page, reference_values
 from spectax.engines import get_parser
 from spectax.engines.base import Histogram
-from spectax.windows import (
+from spectax.pipeline.windows import (
     AlignedWindows,
     Counts,
     Interval,
@@ -84,7 +84,7 @@ def test_concurrency_is_the_time_average_of_running_requests() -> None:
 
 
 def _interval(start: float, end: float, tokens: float) -> Interval:
-    from spectax.windows import Counts
+    from spectax.pipeline.windows import Counts
 
     return Interval(
         start,
@@ -144,7 +144,7 @@ def test_due_closes_a_window_when_no_scrape_arrives() -> None:
 def test_sliding_total_kept_up_to_date_equals_a_fresh_sum(steps) -> None:
     """The incremental sum (add one, take out the expired) is the sum of what is in the window."""
     from spectax.engines.base import Histogram
-    from spectax.windows import Counts, sum_intervals
+    from spectax.pipeline.windows import Counts, sum_intervals
 
     window = SlidingWindow(60)
     window.REBUILD_EVERY = 1000  # exercise the incremental path only

@@ -2,6 +2,6 @@
 
 import sys
 
-from spectax.cli import main
+from spectax.cli.main import main
 
 sys.exit(main())

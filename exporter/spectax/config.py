@@ -29,9 +29,8 @@ from pydantic import (
 )
 
 from spectax import logs
-from spectax.billing.price_table import PriceTable, PriceTableError
+from spectax.billing.prices import PriceTable, PriceTableError
 from spectax.billing.registry import BillingConfig, SourceSpec, resolve_billing
-from spectax.calibration import MIN_WINDOWS
 from spectax.credentials import (
     BasicAuthConfig,
     CredentialError,
@@ -40,7 +39,8 @@ from spectax.credentials import (
     build_target_auth,
     resolve,
 )
-from spectax.economics import (
+from spectax.economics.calibration import MIN_WINDOWS
+from spectax.economics.formulas import (
     DEFAULT_RIDGE_BATCH,
     SPECULATIVE_METHODS,
     draft_cost_ratio_for,

@@ -29,17 +29,17 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from prometheus_client import CollectorRegistry
 
 from spectax import logs
-from spectax.billing.service import BillingService
+from spectax.billing.coordinator import BillingService
 from spectax.config import ConfigError, EndpointConfig, Settings, load_config
-from spectax.metrics import ReloadStatus, SnapshotCollector, StoreStatus
-from spectax.monitor import CALIBRATION_POINTS, EndpointMonitor, EndpointSnapshot
+from spectax.endpoint import CALIBRATION_POINTS, EndpointMonitor, EndpointSnapshot
+from spectax.exposition.collector import ReloadStatus, SnapshotCollector, StoreStatus
+from spectax.pipeline.windows import Window
 from spectax.schedule import ScrapeSchedule
 from spectax.scrape import ScrapeError, fetch, metrics_url
 from spectax.store import Store, StoreError
-from spectax.store.queue import PendingWrite, WriteQueue
+from spectax.store.writer import PendingWrite, WriteQueue
 from spectax.web import make_app
 from spectax.webconfig import WebConfigError, WebGuard, load_web_config
-from spectax.windows import Window
 
 log = logging.getLogger(__name__)
 SHUTDOWN_GRACE_SECONDS = 5.0

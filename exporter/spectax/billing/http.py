@@ -16,8 +16,8 @@ from typing import Any
 
 import aiohttp
 
-from spectax.billing.base import BillingError
 from spectax.billing.retry import parse_retry_after
+from spectax.billing.types import BillingError
 from spectax.scrape import redact
 
 MAX_BODY_BYTES = 64 * 1024 * 1024

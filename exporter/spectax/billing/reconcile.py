@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Literal, Protocol
 
-from spectax.billing.base import NANO
+from spectax.billing.types import NANO
 
 Basis = Literal["billed", "estimated"]
 MIN_COVERAGE = 0.95

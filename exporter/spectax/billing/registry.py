@@ -15,16 +15,16 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from spectax.billing.aws_cost_explorer import AwsCostExplorerConfig, AwsCostExplorerSource
-from spectax.billing.base import BillingError, Source, SourceConfig
-from spectax.billing.focus import FocusConfig, FocusSource
-from spectax.billing.opencost import OpenCostConfig, OpenCostSource
-from spectax.billing.price_table import (
+from spectax.billing.prices import (
     EstimateReader,
     PriceTableSource,
     PriceTableSourceConfig,
 )
-from spectax.billing.runpod import RunpodConfig, RunpodSource
+from spectax.billing.sources.aws_cost_explorer import AwsCostExplorerConfig, AwsCostExplorerSource
+from spectax.billing.sources.focus import FocusConfig, FocusSource
+from spectax.billing.sources.opencost import OpenCostConfig, OpenCostSource
+from spectax.billing.sources.runpod import RunpodConfig, RunpodSource
+from spectax.billing.types import BillingError, Source, SourceConfig
 from spectax.credentials import CredentialError, build_target_auth, resolve
 
 SOURCES: dict[str, tuple[type[SourceConfig], type[Source]]] = {

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TypeVar
 
-from spectax.billing.base import BillingError
+from spectax.billing.types import BillingError
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)

@@ -58,8 +58,8 @@ def endpoint_infos(settings: Settings) -> dict[str, EndpointInfo]:
     """
     endpoints = settings.config.endpoints
     if not endpoints:
+        from spectax.cli.demo import demo_endpoints
         from spectax.config import EndpointConfig
-        from spectax.demo import demo_endpoints
         from spectax.simulate import DEMO_PROFILES
 
         endpoints = [

@@ -174,7 +174,7 @@ class Cursor(Base):
 
 
 class BillingLineRow(Base):
-    """One line of a bill (see spectax.billing.base.BillingLine), of a configured endpoint.
+    """One line of a bill (see spectax.billing.types.BillingLine), of a configured endpoint.
 
     Keyed by (source, resource, start, end): a revised line replaces its earlier value,
     so it is never counted twice. `amount` is exact (nano-units of `currency`, signed:

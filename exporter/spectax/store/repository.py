@@ -22,9 +22,10 @@ from sqlalchemy.ext.asyncio import (
 )
 
 from spectax.billing import reconcile as recon
-from spectax.billing.base import BillingLine, Period
-from spectax.economics import Assessment
+from spectax.billing.types import BillingLine, Period
+from spectax.economics.formulas import Assessment
 from spectax.engines.base import EngineSample, Histogram, ModelSample
+from spectax.pipeline.windows import Counts, Window
 from spectax.store import rollups, schema
 from spectax.store.models import (
     BillingLineRow,
@@ -36,7 +37,6 @@ from spectax.store.models import (
     Sums,
     WindowRow,
 )
-from spectax.windows import Counts, Window
 
 
 @dataclass(frozen=True, slots=True)

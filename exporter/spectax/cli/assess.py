@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spectax import economics
+from spectax.economics import formulas as economics
 from spectax.engines import get_parser
 from spectax.engines.base import EngineSample
-from spectax.windows import interval_between, speedup_against_control, sum_intervals
+from spectax.pipeline.windows import interval_between, speedup_against_control, sum_intervals
 
 PROVISIONED_NOTE = (
     "savings: on provisioned (always-on) GPUs this is capacity freed, money only if replicas"

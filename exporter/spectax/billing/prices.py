@@ -16,7 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from spectax.billing.base import (
+from spectax.billing.types import (
     BillingError,
     BillingLine,
     Duration,

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import aiohttp
 
-from spectax import __version__, history, logs
-from spectax.assess import AssessError, AssessOptions, assess_pages, to_json, to_text
-from spectax.billing.price_table import PriceTable, PriceTableError
+from spectax import __version__, logs
+from spectax.billing.prices import PriceTable, PriceTableError
+from spectax.cli import db as history
+from spectax.cli.assess import AssessError, AssessOptions, assess_pages, to_json, to_text
+from spectax.cli.db import parse_time
 from spectax.config import ConfigError, Settings, load_config, validate
 from spectax.engines.base import ParseError
-from spectax.history import parse_time
 from spectax.scrape import ScrapeError, fetch, metrics_url
 from spectax.store import StoreError
 from spectax.store.schema import SchemaMismatch
@@ -103,11 +104,11 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--endpoint", action="append", help="only this endpoint (repeatable)")
     export.set_defaults(func=_export)
 
-    from spectax.report.cli import add_report_parser
+    from spectax.cli.report import add_report_parser
 
     add_report_parser(commands)
 
-    from spectax.billing.cli import add_parser as add_billing_parser
+    from spectax.cli.billing import add_parser as add_billing_parser
 
     add_billing_parser(commands, parse_time)  # spectax billing fetch
 
@@ -213,10 +214,10 @@ def _run(args: argparse.Namespace) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     if getattr(args, "history", None):
-        from spectax.report.cli import demo_history_main
+        from spectax.cli.report import demo_history_main
 
         return demo_history_main(args)
-    from spectax.demo import DEMO_DEFAULTS, run_demo
+    from spectax.cli.demo import DEMO_DEFAULTS, run_demo
 
     raw = load_config(args.config).config.model_dump(exclude_none=True) if args.config else {}
     raw = {**DEMO_DEFAULTS, **raw} if not args.config else raw

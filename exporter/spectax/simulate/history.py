@@ -21,14 +21,14 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from spectax.cli.demo import demo_settings
 from spectax.config import Settings
-from spectax.demo import demo_settings
-from spectax.monitor import EndpointMonitor
+from spectax.endpoint import EndpointMonitor
 from spectax.report.command import DEMO_URLS
 from spectax.report.period import Month
 from spectax.simulate import DEMO_PROFILES, SimProfile, SimulatedVllm
 from spectax.store import Store
-from spectax.store.queue import PendingWrite
+from spectax.store.writer import PendingWrite
 
 WINDOW_SECONDS = 3600.0
 DAY = 86400.0

@@ -29,8 +29,8 @@ from decimal import Decimal
 from typing import Any
 
 from spectax import logs
-from spectax.billing.base import BillingError, Source
 from spectax.billing.registry import SourceSpec, default_specs
+from spectax.billing.types import BillingError, Source
 from spectax.store import Store, StoreError
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""The command line of `spectax report` and `spectax demo --history` (wired in spectax.cli)."""
+"""The command line of `spectax report` and `spectax demo --history` (wired in spectax.cli.main)."""
 
 from __future__ import annotations
 
@@ -75,8 +75,8 @@ def report_main(args: argparse.Namespace) -> int:
 
 def demo_history_main(args: argparse.Namespace) -> int:
     """`spectax demo --history SPAN`: write simulated history, then say which report to run."""
-    from spectax.demo import DEMO_DEFAULTS
-    from spectax.report.demo_history import parse_span, write_demo_history
+    from spectax.cli.demo import DEMO_DEFAULTS
+    from spectax.simulate.history import parse_span, write_demo_history
 
     try:
         span = parse_span(args.history)

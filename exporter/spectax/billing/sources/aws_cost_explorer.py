@@ -27,7 +27,8 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, SecretStr
 
 from spectax import logs
-from spectax.billing.base import (
+from spectax.billing.retry import RetryPolicy, parse_retry_after, with_retries
+from spectax.billing.types import (
     BillingError,
     BillingLine,
     Duration,
@@ -41,7 +42,6 @@ from spectax.billing.base import (
     now_utc,
     parse_time,
 )
-from spectax.billing.retry import RetryPolicy, parse_retry_after, with_retries
 from spectax.credentials import resolve
 
 THROTTLED = {

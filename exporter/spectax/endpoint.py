@@ -15,15 +15,18 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
-from spectax import economics
-from spectax.calibration import RidgeFit, StepHistory, can_fit, fit_ridge_batch, step_point
 from spectax.config import EndpointConfig
+from spectax.economics import formulas as economics
+from spectax.economics.calibration import (
+    RidgeFit,
+    StepHistory,
+    can_fit,
+    fit_ridge_batch,
+    step_point,
+)
 from spectax.engines import get_parser
 from spectax.engines.base import EngineSample, ParseError
-from spectax.scrape import ScrapeError
-from spectax.store.queue import PendingWrite
-from spectax.store.repository import Restored, window_rows
-from spectax.windows import (
+from spectax.pipeline.windows import (
     AlignedWindows,
     Interval,
     SlidingWindow,
@@ -31,6 +34,9 @@ from spectax.windows import (
     interval_between,
     speedup_against_control,
 )
+from spectax.scrape import ScrapeError
+from spectax.store.repository import Restored, window_rows
+from spectax.store.writer import PendingWrite
 
 log = logging.getLogger(__name__)
 NANO = Decimal("0.000000001")

@@ -19,8 +19,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from spectax import logs
-from spectax.billing.base import BillingError, BillingLine
 from spectax.billing.registry import SourceSpec
+from spectax.billing.types import BillingError, BillingLine
 from spectax.config import Settings, load_config
 
 COLUMNS = (

@@ -24,7 +24,7 @@ from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from spectax.windows import Window
+from spectax.pipeline.windows import Window
 
 MIN_WINDOWS = 8
 MIN_SPREAD = 1.5  # largest mean tokens/step at least 1.5x the smallest

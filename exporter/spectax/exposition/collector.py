@@ -17,9 +17,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from spectax import __version__
-from spectax.billing.service import BillingSnapshot
-from spectax.economics import Assessment
-from spectax.monitor import EndpointSnapshot
+from spectax.billing.coordinator import BillingSnapshot
+from spectax.economics.formulas import Assessment
+from spectax.endpoint import EndpointSnapshot
 from spectax.scrape import REASONS
 
 PROVISIONED_NOTE = (

@@ -23,7 +23,9 @@ from typing import Any, ClassVar, Literal
 import aiohttp
 from pydantic import SecretStr, field_validator
 
-from spectax.billing.base import (
+from spectax.billing.http import get_json
+from spectax.billing.retry import RetryPolicy, with_retries
+from spectax.billing.types import (
     BillingError,
     BillingLine,
     Duration,
@@ -37,8 +39,6 @@ from spectax.billing.base import (
     now_utc,
     parse_time,
 )
-from spectax.billing.http import get_json
-from spectax.billing.retry import RetryPolicy, with_retries
 from spectax.credentials import BasicAuthConfig, TLSClientConfig, build_target_auth
 
 SPECIAL = ("__idle__", "__unallocated__", "__unmounted__")

@@ -29,7 +29,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from spectax.billing.base import (
+from spectax.billing.types import (
     BillingError,
     BillingLine,
     Duration,
