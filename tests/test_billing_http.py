@@ -25,8 +25,9 @@ from e2e import free_port
 from spectax.billing.retry import RetryPolicy
 from spectax.billing.sources.opencost import OpenCostConfig, OpenCostSource
 from spectax.billing.sources.runpod import RunpodConfig, RunpodSource
-from spectax.billing.types import BillingError, MapRule, floor_time
+from spectax.billing.types import BillingError, MapRule
 from spectax.store import Store
+from spectax.units import floor_time
 
 FIXTURES = Path(__file__).parent / "fixtures" / "billing"
 FAST = RetryPolicy(attempts=3, base=0.01, cap=0.02)

@@ -12,14 +12,11 @@ import os
 import re
 from decimal import Decimal
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
     Field,
     PrivateAttr,
     SecretStr,
@@ -45,14 +42,12 @@ from spectax.economics.formulas import (
     SPECULATIVE_METHODS,
     draft_cost_ratio_for,
 )
+from spectax.units import NAME, Duration, StrictModel, parse_duration
 
 DEFAULT_LISTEN = "127.0.0.1:9837"
 DEFAULT_STATE_DIRECTORY = "./spectax-state"
 # Loading weights from local NVMe into GPU memory; network volumes are slower (configurable).
 DEFAULT_WEIGHT_LOAD_BYTES_PER_SECOND = 1e9
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,62}$")
 
 
 class ConfigError(ValueError):
@@ -64,24 +59,7 @@ class ConfigError(ValueError):
         super().__init__(f"{source}: {len(problems)} problem(s):\n  " + "\n  ".join(problems))
 
 
-def _parse_duration(value: Any) -> Any:
-    """Seconds as a number, or a string such as `15s`, `500ms`, `5m`, `1h`."""
-    if isinstance(value, str):
-        match = _DURATION.match(value)
-        if not match:
-            raise ValueError(f"{value!r} is not a duration (examples: 15, 15s, 500ms, 5m, 1h)")
-        return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-    return value
-
-
-Duration = Annotated[float, BeforeValidator(_parse_duration), Field(gt=0)]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class PriceConfig(_Strict):
+class PriceConfig(StrictModel):
     """Either a rate per GPU-hour, or a row of the price table."""
 
     usd_per_hour: Decimal | None = Field(default=None, ge=0)
@@ -90,7 +68,7 @@ class PriceConfig(_Strict):
     gpu: str | None = None
 
 
-class SpeculationConfig(_Strict):
+class SpeculationConfig(StrictModel):
     method: Literal["ngram", "eagle", "eagle3", "mtp", "medusa", "draft_model"]
     draft_cost_ratio: float | None = Field(default=None, ge=0, le=10)
     draft_weight_bytes: int | None = Field(default=None, ge=0)
@@ -107,7 +85,7 @@ class SpeculationConfig(_Strict):
         return default
 
 
-class EndpointConfig(_Strict):
+class EndpointConfig(StrictModel):
     name: str
     url: str
     engine: Literal["vllm"] = "vllm"
@@ -132,7 +110,7 @@ class EndpointConfig(_Strict):
     @field_validator("name")
     @classmethod
     def _label_safe(cls, value: str) -> str:
-        if not _NAME.match(value):
+        if not NAME.match(value):
             raise ValueError("must be 1-63 letters, digits, '_', '.' or '-', starting alphanumeric")
         return value
 
@@ -144,7 +122,7 @@ class EndpointConfig(_Strict):
         return value
 
 
-class RetentionConfig(_Strict):
+class RetentionConfig(StrictModel):
     """How long each granularity of history is kept; null keeps it forever."""
 
     windows: Duration | None = 14 * 86400.0
@@ -152,7 +130,7 @@ class RetentionConfig(_Strict):
     daily: Duration | None = None
 
 
-class Config(_Strict):
+class Config(StrictModel):
     listen: str = DEFAULT_LISTEN
     scrape_interval: Duration = 15.0
     scrape_timeout: Duration = 10.0  # default: 10 s, or the interval when that is shorter
@@ -178,7 +156,7 @@ class Config(_Strict):
         """Like Prometheus: the default timeout is 10 s, but never longer than the interval."""
         if isinstance(data, dict) and "scrape_timeout" not in data and "scrape_interval" in data:
             try:
-                interval = float(_parse_duration(data["scrape_interval"]))
+                interval = float(parse_duration(data["scrape_interval"]))
             except (TypeError, ValueError):
                 return data  # the field's own validation reports it
             return {**data, "scrape_timeout": min(10.0, interval)}

@@ -35,11 +35,13 @@ from spectax.pipeline.windows import (
     speedup_against_control,
 )
 from spectax.scrape import ScrapeError
-from spectax.store.repository import Restored, window_rows
+from spectax.store.repository import Restored
+from spectax.store.rows import window_rows
 from spectax.store.writer import PendingWrite
+from spectax.units import NANO
 
 log = logging.getLogger(__name__)
-NANO = Decimal("0.000000001")
+
 CALIBRATION_POINTS = 288  # a day of 5-minute windows
 REFIT_EVERY = 12  # new points (an hour of 5-minute windows) between two calibration fits
 # Below this many points a fit costs under ~0.1 ms (Theil-Sen is quadratic): a refused fit

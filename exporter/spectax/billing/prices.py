@@ -16,15 +16,8 @@ from importlib import resources
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from spectax.billing.types import (
-    BillingError,
-    BillingLine,
-    Duration,
-    Fetched,
-    Source,
-    SourceConfig,
-    now_utc,
-)
+from spectax.billing.types import BillingError, BillingLine, Fetched, Source, SourceConfig
+from spectax.units import Duration, now_utc
 
 COLUMNS = (
     "provider",

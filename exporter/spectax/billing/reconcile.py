@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Literal, Protocol
 
-from spectax.billing.types import NANO
+from spectax.units import NANO
 
 Basis = Literal["billed", "estimated"]
 MIN_COVERAGE = 0.95

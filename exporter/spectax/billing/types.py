@@ -13,33 +13,16 @@ Money is `Decimal`, time is timezone-aware UTC, and a line's key is
 
 from __future__ import annotations
 
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from decimal import Decimal, InvalidOperation
-from typing import Annotated, Any, ClassVar
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,62}$")
-NANO = Decimal("0.000000001")
-
-
-def _parse_duration(value: Any) -> Any:
-    """Seconds as a number, or a string such as `15s`, `5m`, `1h`, `3d` (as in config.py)."""
-    if isinstance(value, str):
-        match = _DURATION.match(value)
-        if not match:
-            raise ValueError(f"{value!r} is not a duration (examples: 15, 15s, 5m, 1h, 3d)")
-        return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-    return value
-
-
-Duration = Annotated[float, BeforeValidator(_parse_duration), Field(gt=0)]
+from spectax.units import NAME, Duration, StrictModel, utc
 
 
 class BillingError(Exception):
@@ -94,11 +77,7 @@ class Fetched:
     periods: list[Period]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class MapRule(_Strict):
+class MapRule(StrictModel):
     """Lines of `resource`, or carrying every tag in `tags`, belong to `endpoint`."""
 
     endpoint: str
@@ -117,7 +96,7 @@ class MapRule(_Strict):
         return all(tags.get(key) == value for key, value in self.tags.items())
 
 
-class SourceConfig(_Strict):
+class SourceConfig(StrictModel):
     """Settings every source has. Each source module subclasses it with its own keys.
 
     `interval`: how often the source is read; `lookback`: how far back each read goes
@@ -138,7 +117,7 @@ class SourceConfig(_Strict):
     @field_validator("name")
     @classmethod
     def _label_safe(cls, value: str | None) -> str | None:
-        if value is not None and not _NAME.match(value):
+        if value is not None and not NAME.match(value):
             raise ValueError("must be 1-63 letters, digits, '_', '.' or '-', starting alphanumeric")
         return value
 
@@ -215,11 +194,6 @@ class Source(ABC):
 # ---------------------------------------------------------------- helpers
 
 
-def utc(value: datetime) -> datetime:
-    """A timezone-aware UTC datetime (naive input is taken as UTC)."""
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
 def parse_time(text: str) -> datetime:
     """RFC 3339 / ISO 8601 date or date-time (`Z` allowed); without a zone it is UTC."""
     value = text.strip()
@@ -229,18 +203,6 @@ def parse_time(text: str) -> datetime:
         return utc(datetime.fromisoformat(value))
     except ValueError:
         raise BillingError(f"not a date or time: {text[:40]!r}") from None
-
-
-def floor_time(value: datetime, step: timedelta) -> datetime:
-    """`value` rounded down to a multiple of `step` since the Unix epoch (hours, days)."""
-    epoch = datetime(1970, 1, 1, tzinfo=UTC)
-    steps = (utc(value) - epoch) // step
-    return epoch + steps * step
-
-
-def ceil_time(value: datetime, step: timedelta) -> datetime:
-    floored = floor_time(value, step)
-    return floored if floored == utc(value) else floored + step
 
 
 def decimal(value: Any, what: str) -> Decimal:
@@ -254,7 +216,3 @@ def decimal(value: Any, what: str) -> Decimal:
     if not result.is_finite():
         raise BillingError(f"{what}: not a finite number")
     return result
-
-
-def now_utc() -> datetime:
-    return datetime.now(UTC)

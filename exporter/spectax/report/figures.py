@@ -30,8 +30,8 @@ from sqlalchemy.orm.attributes import instance_dict
 from spectax.economics import formulas as economics
 from spectax.report.spend import Spend, combined_basis
 from spectax.store.models import Sums
+from spectax.units import NANO
 
-NANO = Decimal("0.000000001")
 SEMANTICS = {"provisioned": "capacity", "serverless": "invoice"}
 
 

@@ -21,7 +21,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.schema import UniqueConstraint
 
-NANO = Decimal("0.000000001")
+from spectax.units import NANO
 
 
 class Money(TypeDecorator[Decimal]):

@@ -31,18 +31,15 @@ from spectax.billing.retry import RetryPolicy, parse_retry_after, with_retries
 from spectax.billing.types import (
     BillingError,
     BillingLine,
-    Duration,
     Fetched,
     Period,
     Source,
     SourceConfig,
-    ceil_time,
     decimal,
-    floor_time,
-    now_utc,
     parse_time,
 )
 from spectax.credentials import resolve
+from spectax.units import Duration, ceil_time, floor_time, now_utc
 
 THROTTLED = {
     "LimitExceededException",

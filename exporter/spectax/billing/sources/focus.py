@@ -32,17 +32,15 @@ from typing import Any, ClassVar, Literal
 from spectax.billing.types import (
     BillingError,
     BillingLine,
-    Duration,
     Fetched,
     Period,
     Source,
     SourceConfig,
     decimal,
-    now_utc,
     parse_time,
-    utc,
 )
 from spectax.credentials import CredentialError, expand_path
+from spectax.units import Duration, now_utc, utc
 
 REQUIRED = ("ChargePeriodStart", "ChargePeriodEnd", "BillingCurrency")
 OPTIONAL = ("ResourceId", "Tags", "BillingPeriodEnd", "InvoiceId")

@@ -28,18 +28,15 @@ from spectax.billing.retry import RetryPolicy, with_retries
 from spectax.billing.types import (
     BillingError,
     BillingLine,
-    Duration,
     Fetched,
     Period,
     Source,
     SourceConfig,
-    ceil_time,
     decimal,
-    floor_time,
-    now_utc,
     parse_time,
 )
 from spectax.credentials import resolve
+from spectax.units import Duration, ceil_time, floor_time, now_utc
 
 HOUR = timedelta(hours=1)
 KINDS: dict[str, tuple[str, str]] = {  # include key -> (path, id field)
