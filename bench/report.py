@@ -44,7 +44,7 @@ from spectax.report.period import Month
 from spectax.report.read import ProjectionReader
 from spectax.store import Store
 from spectax.store.models import DailyRow, HourlyRow
-from spectax.store.rollups import rollup_rows
+from spectax.store.rollup import rollup_rows
 
 NANO = Decimal("0.000000001")
 END = datetime(2026, 1, 1, tzinfo=UTC)  # the year of history ends here; the report is 2025-12

@@ -32,10 +32,9 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from spectax.config import validate
-from spectax.daemon import STORE_BATCH_ROWS
 from spectax.endpoint import EndpointMonitor
-from spectax.store import Store
-from spectax.store.repository import WindowWrite
+from spectax.store import Store, WindowWrite
+from spectax.store.writer import STORE_BATCH_ROWS
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = ROOT / "tests" / "fixtures" / "vllm-0.32.0"

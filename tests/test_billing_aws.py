@@ -22,6 +22,7 @@ import yaml
 from aiohttp import web
 
 from e2e import free_port
+from spectax.billing import ledger
 from spectax.billing.retry import RetryPolicy
 from spectax.billing.sources.aws_cost_explorer import AwsCostExplorerConfig, AwsCostExplorerSource
 from spectax.billing.types import BillingError, MapRule
@@ -263,7 +264,7 @@ async def test_a_revised_bill_replaces_the_estimate(
         aws = source(proxy.url)
         fetched = await aws.fetch(D1, D2)
         await store.save_billing("aws", fetched.lines, fetched.periods, aws.mapper.endpoints)
-        assert await store.spend_by_basis("chat", D1, D2) == (Decimal(0), "estimated")
+        assert await ledger.spend_by_basis(store, "chat", D1, D2) == (Decimal(0), "estimated")
 
         async with aiohttp.ClientSession() as session:  # AWS revises the day and closes it
             await (await session.post(f"{moto_url}/moto-api/reset")).release()
@@ -273,8 +274,8 @@ async def test_a_revised_bill_replaces_the_estimate(
         await store.save_billing("aws", fetched.lines, fetched.periods, aws.mapper.endpoints)
         [line] = await store.billing_lines("chat")
         assert (line.amount, line.final) == (Decimal("12.5"), True)
-        assert await store.spend_by_basis("chat", D1, D2) == (Decimal("12.5"), "billed")
-        assert (await store.billed_totals())["chat"] == ("aws", Decimal("12.5"))
+        assert await ledger.spend_by_basis(store, "chat", D1, D2) == (Decimal("12.5"), "billed")
+        assert (await ledger.billed_totals(store))["chat"] == ("aws", Decimal("12.5"))
     finally:
         await store.close()
 

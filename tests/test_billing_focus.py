@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from spectax.billing import ledger
 from spectax.billing.sources.focus import FocusConfig, FocusSource
 from spectax.billing.types import BillingError, MapRule
 from spectax.simulate.billing import focus_row, write_focus_csv
@@ -147,7 +148,7 @@ async def test_a_restated_export_replaces_its_lines(tmp_path: Path, database_url
     try:
         fetched = await source.fetch(T0, T0 + HOUR)
         await store.save_billing("focus", fetched.lines, fetched.periods, ["chat", "code"])
-        assert await store.spend_by_basis("chat", T0, T0 + HOUR) == (Decimal(13), "billed")
+        assert await ledger.spend_by_basis(store, "chat", T0, T0 + HOUR) == (Decimal(13), "billed")
         # The provider restates the hour: one resource revised, the other gone.
         write_focus_csv(
             tmp_path / "export.csv",
@@ -158,8 +159,11 @@ async def test_a_restated_export_replaces_its_lines(tmp_path: Path, database_url
         assert [(line.resource, line.amount) for line in await store.billing_lines("chat")] == [
             (CHAT, Decimal("9.5"))
         ]
-        assert await store.spend_by_basis("chat", T0, T0 + HOUR) == (Decimal("9.5"), "billed")
+        assert await ledger.spend_by_basis(store, "chat", T0, T0 + HOUR) == (
+            Decimal("9.5"),
+            "billed",
+        )
         # `code` is billed by this source too, and had nothing in the hour: billed zero.
-        assert await store.spend_by_basis("code", T0, T0 + HOUR) == (Decimal(0), "billed")
+        assert await ledger.spend_by_basis(store, "code", T0, T0 + HOUR) == (Decimal(0), "billed")
     finally:
         await store.close()

@@ -22,6 +22,7 @@ import pytest
 from aiohttp import web
 
 from e2e import free_port
+from spectax.billing import ledger
 from spectax.billing.retry import RetryPolicy
 from spectax.billing.sources.opencost import OpenCostConfig, OpenCostSource
 from spectax.billing.sources.runpod import RunpodConfig, RunpodSource
@@ -161,7 +162,7 @@ async def test_runpod_pods_and_endpoints_by_the_hour(server: Scripted, database_
         )
         assert stored == len([line for line in fetched.lines if line.endpoint])
         # The serverless endpoint was idle in the third hour: billed nothing, and it is final.
-        spend = await store.spend_by_basis("chat", T0, T0 + 3 * HOUR)
+        spend = await ledger.spend_by_basis(store, "chat", T0, T0 + 3 * HOUR)
         assert spend == (Decimal("0.2750") + Decimal("0.4125"), "billed")
     finally:
         await store.close()
@@ -297,11 +298,11 @@ async def test_opencost_allocations_by_label_and_step(server: Scripted, database
         await store.save_billing(
             "opencost", fetched.lines, fetched.periods, source.mapper.endpoints
         )
-        assert await store.spend_by_basis("chat", T0, T0 + 2 * HOUR) == (
+        assert await ledger.spend_by_basis(store, "chat", T0, T0 + 2 * HOUR) == (
             Decimal("8.32"),
             "billed",
         )
-        assert (await store.spend_by_basis("chat", T0, T0 + 3 * HOUR))[1] == "estimated"
+        assert (await ledger.spend_by_basis(store, "chat", T0, T0 + 3 * HOUR))[1] == "estimated"
     finally:
         await store.close()
 

@@ -24,6 +24,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from conftest import page
+from spectax.billing import ledger
 from spectax.billing.coordinator import BillingService
 from spectax.billing.registry import SourceSpec
 from spectax.billing.sources.aws_cost_explorer import AwsCostExplorerConfig
@@ -96,7 +97,7 @@ async def test_the_estimate_meets_a_revised_bill(database_url: str, tmp_path: Pa
     store = await Store.open(database_url)
     try:
         await fill(store, database_url)
-        estimate, basis = await store.spend_by_basis("chat", T0, T0 + HOUR)
+        estimate, basis = await ledger.spend_by_basis(store, "chat", T0, T0 + HOUR)
         assert basis == "estimated" and estimate == USD_PER_HOUR  # 1 GPU, one hour
         now = T0 + 3 * HOUR
 
@@ -104,35 +105,41 @@ async def test_the_estimate_meets_a_revised_bill(database_url: str, tmp_path: Pa
         await store.save_billing(
             "runpod", bill("4.0", False, now), [Period(T0, T0 + HOUR, False)], ["chat"]
         )
-        assert await store.spend_by_basis("chat", T0, T0 + HOUR) == (USD_PER_HOUR, "estimated")
-        assert await store.last_drift("chat", now) is None
+        assert await ledger.spend_by_basis(store, "chat", T0, T0 + HOUR) == (
+            USD_PER_HOUR,
+            "estimated",
+        )
+        assert await ledger.last_drift(store, "chat", now) is None
 
         # Revised and closed at 4.50: billed from now on, and the estimate drifted by -20%.
         later = now + HOUR
         await store.save_billing(
             "runpod", bill("4.5", True, later), [Period(T0, T0 + HOUR, True)], ["chat"]
         )
-        assert await store.spend_by_basis("chat", T0, T0 + HOUR) == (Decimal("4.5"), "billed")
-        drift = await store.last_drift("chat", later)
+        assert await ledger.spend_by_basis(store, "chat", T0, T0 + HOUR) == (
+            Decimal("4.5"),
+            "billed",
+        )
+        drift = await ledger.last_drift(store, "chat", later)
         assert drift is not None and drift.coverage >= 0.99
         assert drift.drift_ratio == pytest.approx((3.6 - 4.5) / 4.5)
         # Nothing counted twice: one line, and the billed total is the revised amount.
         assert len(await store.billing_lines("chat")) == 1
-        assert await store.billed_totals() == {"chat": ("runpod", Decimal("4.5"))}
+        assert await ledger.billed_totals(store) == {"chat": ("runpod", Decimal("4.5"))}
         # A span the final bill does not cover whole stays on the estimate.
-        assert await store.spend_by_basis("chat", T0, T0 + 2 * HOUR) == (
+        assert await ledger.spend_by_basis(store, "chat", T0, T0 + 2 * HOUR) == (
             2 * USD_PER_HOUR,
             "estimated",
         )
         # Half an hour of the billed hour: billed, pro rata.
-        assert await store.spend_by_basis("chat", T0, T0 + HOUR / 2) == (
+        assert await ledger.spend_by_basis(store, "chat", T0, T0 + HOUR / 2) == (
             Decimal("2.25"),
             "billed",
         )
 
         # The history: the first hour's rows say billed and add up to the bill exactly.
         for granularity in ("window", "hour"):
-            rows = await store.rows_with_basis(granularity, T0, T0 + 2 * HOUR)
+            rows = await ledger.rows_with_basis(store, granularity, T0, T0 + 2 * HOUR)
             first = [(spend, basis) for row, spend, basis in rows if row.start < T0 + HOUR]
             second = [(spend, basis) for row, spend, basis in rows if row.start >= T0 + HOUR]
             assert {basis for _, basis in first} == {"billed"}
@@ -140,7 +147,7 @@ async def test_the_estimate_meets_a_revised_bill(database_url: str, tmp_path: Pa
             assert {basis for _, basis in second} == {"estimated"}
             assert sum(spend for spend, _ in second) == USD_PER_HOUR
         # Cost per million output tokens of the first hour now uses billed money.
-        rows = await store.rows_with_basis("hour", T0, T0 + HOUR)
+        rows = await ledger.rows_with_basis(store, "hour", T0, T0 + HOUR)
         tokens = sum(row.output_tokens for row, _, _ in rows)
         billed = sum(spend for _, spend, _ in rows)
         assert billed / tokens * 1_000_000 > USD_PER_HOUR / tokens * 1_000_000
@@ -151,7 +158,7 @@ async def test_the_estimate_meets_a_revised_bill(database_url: str, tmp_path: Pa
         snapshot = await service.refresh(later)
         assert snapshot.billed_usd_total == {"chat": Decimal("4.5")}
         assert snapshot.drift == {"runpod": pytest.approx(-0.2)}
-        last = await store.last_source_drift("runpod", later)
+        last = await ledger.last_source_drift(store, "runpod", later)
         assert last is not None and last[:2] == (T0, T0 + HOUR)
         registry = CollectorRegistry()
         registry.register(
@@ -205,9 +212,9 @@ async def test_one_source_per_endpoint_the_latest_read_wins(database_url: str) -
         await store.save_billing("runpod", lines, [Period(T0, T0 + HOUR, True)], ["chat"])
         moved = [BillingLine("focus", "i-1", "chat", T0, T0 + HOUR, Decimal("6"), "USD", True, new)]
         await store.save_billing("focus", moved, [Period(T0, T0 + HOUR, True)], ["chat"])
-        assert await store.billing_source_of("chat") == "focus"
-        assert await store.spend_by_basis("chat", T0, T0 + HOUR) == (Decimal(6), "billed")
-        assert await store.billed_totals() == {"chat": ("focus", Decimal(6))}
+        assert await ledger.billing_source_of(store, "chat") == "focus"
+        assert await ledger.spend_by_basis(store, "chat", T0, T0 + HOUR) == (Decimal(6), "billed")
+        assert await ledger.billed_totals(store) == {"chat": ("focus", Decimal(6))}
     finally:
         await store.close()
 
@@ -228,8 +235,11 @@ async def test_foreign_currency_is_kept_apart(database_url: str) -> None:
     try:
         euro = [BillingLine("ovh", "gpu-1", "chat", T0, T0 + HOUR, Decimal("3"), "EUR", True, T0)]
         await store.save_billing("ovh", euro, [Period(T0, T0 + HOUR, True)], ["chat"])
-        assert await store.spend_by_basis("chat", T0, T0 + HOUR) == (Decimal(0), "estimated")
-        assert await store.billed_totals() == {"chat": ("ovh", Decimal(0))}
+        assert await ledger.spend_by_basis(store, "chat", T0, T0 + HOUR) == (
+            Decimal(0),
+            "estimated",
+        )
+        assert await ledger.billed_totals(store) == {"chat": ("ovh", Decimal(0))}
     finally:
         await store.close()
 
@@ -271,7 +281,7 @@ async def test_upgrade_from_0002_keeps_the_history(database_url: str) -> None:
         await store.save_billing(
             "runpod", bill("0.3", True, start, start), [Period(start, start + HOUR, True)], ["chat"]
         )
-        assert await store.spend_by_basis("chat", start, start + HOUR) == (
+        assert await ledger.spend_by_basis(store, "chat", start, start + HOUR) == (
             Decimal("0.3"),
             "billed",
         )

@@ -15,7 +15,7 @@ from spectax.economics.calibration import StepPoint, fit_ridge_batch, step_point
 from spectax.endpoint import EndpointMonitor
 from spectax.engines.base import Histogram
 from spectax.pipeline.windows import Counts, Window
-from spectax.store.repository import Restored
+from spectax.store import Restored
 
 
 def points_on_line(a: float, b: float, xs: list[float], noise: float = 0.0) -> list[StepPoint]:

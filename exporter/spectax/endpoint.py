@@ -35,8 +35,8 @@ from spectax.pipeline.windows import (
     speedup_against_control,
 )
 from spectax.scrape import ScrapeError
-from spectax.store.repository import Restored
 from spectax.store.rows import window_rows
+from spectax.store.windows import Restored
 from spectax.store.writer import PendingWrite
 from spectax.units import NANO
 

@@ -4,9 +4,10 @@ names, and the strict base of every configuration model. Defined once, here."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
@@ -64,3 +65,30 @@ def floor_time(value: datetime, step: timedelta) -> datetime:
 def ceil_time(value: datetime, step: timedelta) -> datetime:
     floored = floor_time(value, step)
     return floored if floored == utc(value) else floored + step
+
+
+class Span(Protocol):
+    """Anything that lasts from `start` to `end`: a billing line or period, a history row."""
+
+    @property
+    def start(self) -> datetime: ...
+
+    @property
+    def end(self) -> datetime: ...
+
+
+def overlap(span: Span, start: datetime, end: datetime) -> timedelta:
+    """How much of [start, end) `span` covers."""
+    return max(timedelta(0), min(span.end, end) - max(span.start, start))
+
+
+def covers(spans: Iterable[Span], start: datetime, end: datetime) -> bool:
+    """Whether the union of `spans` covers [start, end) (an empty span is covered)."""
+    reach = start
+    for span in sorted(spans, key=lambda s: s.start):
+        if span.start > reach:
+            break
+        reach = max(reach, span.end)
+        if reach >= end:
+            return True
+    return reach >= end

@@ -29,6 +29,7 @@ from decimal import Decimal
 from typing import Any
 
 from spectax import logs
+from spectax.billing import ledger
 from spectax.billing.registry import SourceSpec, default_specs
 from spectax.billing.types import BillingError, Source
 from spectax.store import Store, StoreError
@@ -245,11 +246,11 @@ class BillingService:
             billed: dict[str, Decimal] = dict(self.snapshot.billed_usd_total)
             drift: dict[str, float] = dict(self.snapshot.drift)
             try:
-                totals = await self.store.billed_totals()
+                totals = await ledger.billed_totals(self.store)
                 billed = {endpoint: amount for endpoint, (_, amount) in totals.items()}
                 drift = {}
                 for source in dict.fromkeys(source for source, _ in totals.values()):
-                    last = await self.store.last_source_drift(source, moment)
+                    last = await ledger.last_source_drift(self.store, source, moment)
                     if last is not None:
                         drift[source] = last[2]
             except (StoreError, Exception) as exc:

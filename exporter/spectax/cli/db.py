@@ -16,9 +16,10 @@ from typing import Any
 
 from sqlalchemy import inspect as sa_inspect
 
+from spectax.billing import ledger
 from spectax.config import Settings
 from spectax.store import Store
-from spectax.store.rollups import TABLES
+from spectax.store.models import TABLES
 
 
 async def upgrade(settings: Settings) -> str:
@@ -42,7 +43,7 @@ async def export(
     try:
         if granularity != "window":
             await store.rollup()  # so the rollups include the latest windows
-        based = await store.rows_with_basis(granularity, since, until, endpoints)
+        based = await ledger.rows_with_basis(store, granularity, since, until, endpoints)
     finally:
         await store.close()
     columns = [c.key for c in sa_inspect(TABLES[granularity]).columns if c.key != "id"]

@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from spectax.report.figures import Rec, record
 from spectax.store import Store
-from spectax.store.rollups import TABLES
+from spectax.store.models import TABLES
 
 Reader = Callable[[str, datetime, datetime, Sequence[str] | None], Awaitable[list[Rec]]]
 

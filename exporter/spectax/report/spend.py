@@ -22,6 +22,8 @@ from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Literal, Protocol
 
+from spectax.billing import ledger
+
 if TYPE_CHECKING:
     from spectax.config import Settings
     from spectax.store import Store
@@ -67,8 +69,8 @@ class EstimatedSpend:
 class BilledSpend:
     """Billed money for the days the billing source's final periods cover whole.
 
-    The store shares each final bill among the history rows it covers
-    (`Store.rows_with_basis`); a day is billed when all its rows are, and
+    Each final bill is shared among the history rows it covers
+    (`ledger.rows_with_basis`); a day is billed when all its rows are, and
     keeps its estimate otherwise.
     """
 
@@ -83,7 +85,8 @@ class BilledSpend:
         endpoints = sorted({endpoint for endpoint, _ in estimated})
         totals: dict[DayKey, Decimal] = {}
         estimated_days: set[DayKey] = set()
-        for row, spend, basis in await store.rows_with_basis("day", since, until, endpoints):
+        based = await ledger.rows_with_basis(store, "day", since, until, endpoints)
+        for row, spend, basis in based:
             key = (row.endpoint, row.start.astimezone(UTC).date())
             if basis != "billed" or spend is None:
                 estimated_days.add(key)

@@ -1,6 +1,21 @@
-"""History: closed windows and scrape cursors, in SQLite (default) or PostgreSQL."""
+"""History: closed windows and scrape cursors, their rollups, and billing lines, in SQLite
+(default) or PostgreSQL.
 
+Each concern has its room: `db` (the connection, dialects, upserts), `windows` (window
+and cursor writes, restore at start-up), `rollup` (rollups, retention, reading rows back),
+`billing` (billing lines, periods and reads), `writer` (the daemon's queue, spool and
+retries). `Store` is all of them in one object, the one callers use.
+"""
+
+from spectax.store.billing import BillingHistory
+from spectax.store.db import StoreError
 from spectax.store.models import Cursor, WindowRow
-from spectax.store.repository import Restored, Store, StoreError
+from spectax.store.rollup import Rollups
+from spectax.store.windows import Restored, WindowHistory, WindowWrite
 
-__all__ = ["Cursor", "Restored", "Store", "StoreError", "WindowRow"]
+
+class Store(WindowHistory, Rollups, BillingHistory):
+    """Reading and writing history: `await Store.open(url)`, then any room's methods."""
+
+
+__all__ = ["Cursor", "Restored", "Store", "StoreError", "WindowRow", "WindowWrite"]

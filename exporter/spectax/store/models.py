@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import (
     BigInteger,
@@ -144,6 +144,11 @@ class DailyRow(Sums, Base):
     __table_args__ = (UniqueConstraint("endpoint", "model", "start", name="uq_rollup_daily"),)
 
     windows: Mapped[int] = mapped_column(Integer)
+
+
+Granularity = Literal["window", "hour", "day"]
+#: The table that holds each granularity of history.
+TABLES: dict[str, type[Sums]] = {"window": WindowRow, "hour": HourlyRow, "day": DailyRow}
 
 
 class RollupDue(Base):

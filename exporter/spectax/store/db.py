@@ -1,0 +1,113 @@
+"""The connection to the database: opening it, the dialects, the upsert statements, and the
+one error the store raises. The storage URL picks the backend; the statements are the same."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Self
+
+from sqlalchemy import ColumnElement, literal_column
+from sqlalchemy import inspect as sa_inspect
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+
+from spectax.store import schema
+from spectax.store.models import RollupDue, Sums
+
+#: What a failing database operation raises besides StoreError (the network, the disk).
+DATABASE_ERRORS = (SQLAlchemyError, OSError)
+
+
+class StoreError(RuntimeError):
+    """The database could not be reached or refused a write. The message never holds the URL."""
+
+
+class Database:
+    """An engine and its sessions; each room of the store (windows, rollups, billing) adds
+    its reads and writes to this base, and `spectax.store.Store` is all of them at once."""
+
+    def __init__(self, engine: AsyncEngine):
+        self._engine = engine
+        self._sessions = async_sessionmaker(engine, expire_on_commit=False)
+
+    @classmethod
+    async def open(cls, url: str, migrate: bool = False) -> Self:
+        """Connect and check the schema: an empty database gets the current one.
+
+        With `migrate`, an older schema is upgraded (`spectax db upgrade`);
+        otherwise it raises SchemaMismatch saying what to run.
+        """
+        if url.startswith("sqlite") and ":///" in url:
+            path = url.split(":///", 1)[1]
+            if path and path != ":memory:":
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_async_engine(url, pool_pre_ping=True)
+        try:
+            async with engine.begin() as conn:
+                await conn.run_sync(schema.upgrade if migrate else schema.ensure_current)
+        except DATABASE_ERRORS as exc:
+            await engine.dispose()
+            raise StoreError(f"cannot open the store ({_backend(url)}): {reason(exc)}") from None
+        except schema.SchemaMismatch:
+            await engine.dispose()
+            raise
+        return cls(engine)
+
+    @property
+    def backend(self) -> str:
+        return self._engine.dialect.name
+
+    async def close(self) -> None:
+        await self._engine.dispose()
+
+    @property
+    def _insert(self) -> Any:
+        """The dialect's INSERT, the one that has ON CONFLICT."""
+        dialect = self._engine.dialect.name
+        if dialect == "postgresql":
+            return postgresql.insert
+        if dialect == "sqlite":
+            return sqlite.insert
+        raise StoreError(
+            f"unsupported database {dialect!r}: use sqlite+aiosqlite or postgresql+asyncpg"
+        )
+
+
+def upsert_statement(
+    insert: Any, table: type[Sums], only_if: ColumnElement[bool] | None = None
+) -> Any:
+    """INSERT ... ON CONFLICT (endpoint, model, start) DO UPDATE every other column,
+    executed with a list of rows (executemany: no bound-parameter limit)."""
+    statement = insert(table)
+    key = ("id", "endpoint", "model", "start")
+    updatable = [c.name for c in sa_inspect(table).columns if c.name not in key]
+    return statement.on_conflict_do_update(
+        index_elements=["endpoint", "model", "start"],
+        set_={name: statement.excluded[name] for name in updatable},
+        where=only_if,
+    )
+
+
+def mark_due_statement(insert: Any) -> Any:
+    """Mark a period due for rollup; marking it again raises its version."""
+    return insert(RollupDue).on_conflict_do_update(
+        index_elements=["granularity", "endpoint", "start"],
+        set_={"version": RollupDue.version + 1},
+    )
+
+
+def excluded(column: str) -> ColumnElement[Any]:
+    """The value an upsert tried to insert (`excluded.column`, same on SQLite and PostgreSQL)."""
+    return literal_column(f"excluded.{column}")
+
+
+def reason(exc: BaseException) -> str:
+    """The database's reason, without the SQL or the URL (which may hold a password)."""
+    original = getattr(exc, "orig", None) or exc
+    text = str(original).splitlines()[0] if str(original) else type(original).__name__
+    return f"{type(original).__name__}: {text}"[:300]
+
+
+def _backend(url: str) -> str:
+    return url.split(":", 1)[0]

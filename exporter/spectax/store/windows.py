@@ -1,0 +1,184 @@
+"""Closed windows and scrape cursors: writing them, and reading back at start-up where the
+last run stopped, so that a restart neither loses nor double-counts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import func, select
+
+from spectax.engines.base import EngineSample
+from spectax.pipeline.windows import Window
+from spectax.store.db import (
+    DATABASE_ERRORS,
+    Database,
+    StoreError,
+    excluded,
+    mark_due_statement,
+    reason,
+    upsert_statement,
+)
+from spectax.store.models import Cursor, WindowRow
+from spectax.store.rollup import period_start
+from spectax.store.rows import decode_sample, encode_sample, window_from_rows
+from spectax.units import from_timestamp
+
+# One write of closed windows: the endpoint, its window rows, and the cursor that goes with them.
+WindowWrite = tuple[str, Sequence[dict[str, Any]], tuple[float, EngineSample] | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Restored:
+    """What the store hands back to a monitor at start-up."""
+
+    spend_usd_total: Decimal = Decimal(0)
+    cold_start_usd_total: Decimal = Decimal(0)
+    cursor: tuple[float, EngineSample] | None = None
+    open_window: Window | None = None
+    recent_windows: tuple[Window, ...] = ()
+
+
+class WindowHistory(Database):
+    async def save(
+        self,
+        endpoint: str,
+        rows: Sequence[dict[str, Any]],
+        cursor: tuple[float, EngineSample] | None,
+    ) -> None:
+        """Upsert window rows, mark their hours for rollup, move the cursor: one transaction."""
+        await self.save_many([(endpoint, rows, cursor)])
+
+    async def save_many(self, writes: Sequence[WindowWrite]) -> None:
+        """`save` for many writes (endpoint, rows, cursor) in one transaction.
+
+        At fleet scale every endpoint closes its window at the same aligned
+        instant; one transaction for all of them costs a fraction of one each
+        (bench/store_ingest.py). The rows are executed one statement each
+        (executemany), in order, so writes that repeat a window (a replay from
+        the spool) or an endpoint end as they would one write at a time: the
+        larger window and the later cursor win.
+        """
+        windows = [row for _, rows, _ in writes for row in rows]
+        due = sorted(
+            {
+                (endpoint, period_start(row["start"], "hour"))
+                for endpoint, rows, _ in writes
+                for row in rows
+            }
+        )
+        cursors = [
+            {"endpoint": endpoint, "observed_at": cursor[0], "sample": encode_sample(cursor[1])}
+            for endpoint, _, cursor in writes
+            if cursor is not None
+        ]
+        insert = self._insert
+        try:
+            async with self._sessions.begin() as session:
+                connection = await session.connection()
+                if windows:
+                    # A window only grows (a partial one resumed after a restart): never let
+                    # a replayed, older version replace a newer one.
+                    await connection.execute(
+                        upsert_statement(
+                            insert, WindowRow, only_if=WindowRow.seconds <= excluded("seconds")
+                        ),
+                        windows,
+                    )
+                if due:
+                    await connection.execute(
+                        mark_due_statement(insert),
+                        [
+                            {"granularity": "hour", "endpoint": e, "start": start, "version": 1}
+                            for e, start in due
+                        ],
+                    )
+                if cursors:
+                    # The cursor only moves forward, so replaying an old write is harmless.
+                    statement = insert(Cursor)
+                    await connection.execute(
+                        statement.on_conflict_do_update(
+                            index_elements=["endpoint"],
+                            set_={
+                                "observed_at": statement.excluded.observed_at,
+                                "sample": statement.excluded.sample,
+                            },
+                            where=Cursor.observed_at < statement.excluded.observed_at,
+                        ),
+                        cursors,
+                    )
+        except DATABASE_ERRORS as exc:
+            names = sorted({endpoint for endpoint, _, _ in writes})
+            more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+            raise StoreError(
+                f"cannot write windows of {', '.join(names[:3])}{more}: {reason(exc)}"
+            ) from None
+
+    async def cursor(self, endpoint: str) -> tuple[float, EngineSample] | None:
+        async with self._sessions() as session:
+            row = await session.get(Cursor, endpoint)
+        return (row.observed_at, decode_sample(row.sample)) if row else None
+
+    async def window_rows(
+        self,
+        endpoint: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> list[WindowRow]:
+        query = select(WindowRow).order_by(WindowRow.start, WindowRow.endpoint, WindowRow.model)
+        if endpoint is not None:
+            query = query.where(WindowRow.endpoint == endpoint)
+        if since is not None:
+            query = query.where(WindowRow.start >= since)
+        if until is not None:
+            query = query.where(WindowRow.start < until)
+        async with self._sessions() as session:
+            return list((await session.scalars(query)).all())
+
+    async def money_totals(self, endpoint: str) -> tuple[Decimal, Decimal]:
+        """Accrued (spend, cold-start spend) of an endpoint over all stored windows."""
+        query = select(func.sum(WindowRow.spend_usd), func.sum(WindowRow.cold_start_usd)).where(
+            WindowRow.endpoint == endpoint
+        )
+        async with self._sessions() as session:
+            spend, cold = (await session.execute(query)).one()
+        # the sums keep the column's type, so they arrive as Decimals already
+        return spend or Decimal(0), cold or Decimal(0)
+
+    async def recent_windows(self, endpoint: str, count: int) -> list[Window]:
+        """The endpoint's last `count` stored windows, oldest first."""
+        starts = (
+            select(WindowRow.start)
+            .where(WindowRow.endpoint == endpoint)
+            .group_by(WindowRow.start)
+            .order_by(WindowRow.start.desc())
+            .limit(count)
+        )
+        query = select(WindowRow).where(
+            WindowRow.endpoint == endpoint, WindowRow.start.in_(starts.scalar_subquery())
+        )
+        async with self._sessions() as session:
+            rows = list((await session.scalars(query.order_by(WindowRow.start))).all())
+        by_start: dict[datetime, list[WindowRow]] = {}
+        for row in rows:
+            by_start.setdefault(row.start, []).append(row)
+        return [window_from_rows(group) for group in by_start.values()]
+
+    async def restore(self, endpoint: str, window_seconds: float, history: int) -> Restored:
+        """Everything a monitor needs to carry on where the last run stopped."""
+        spend, cold = await self.money_totals(endpoint)
+        cursor = await self.cursor(endpoint)
+        open_window = None
+        if cursor is not None:
+            start = (cursor[0] // window_seconds) * window_seconds
+            rows = await self.window_rows(
+                endpoint, since=from_timestamp(start), until=from_timestamp(start + 1e-3)
+            )
+            open_window = window_from_rows(rows) if rows else None
+        recent = await self.recent_windows(endpoint, history)
+        if open_window is not None:
+            recent = [w for w in recent if w.start != open_window.start]
+        return Restored(spend, cold, cursor, open_window, tuple(recent))
