@@ -4,10 +4,10 @@ Start-up restores each endpoint's cursor, partial window and accrued spend
 from the store, so a restart neither loses nor double-counts. Each endpoint
 is scraped in its own task, started at its own offset within the interval
 (spectax.schedule) so scrapes spread out instead of bursting; APScheduler runs
-the rollup and billing jobs. Closed windows go to the store through one
-writer task that retries, in order, until the database takes them, in
-batches. Shutdown: start no more scrapes, let running ones finish (bounded),
-write the open windows, then stop.
+the rollup and billing jobs. Closed windows go to the store through the
+store writer (spectax.store.writer), which retries, in order, until the
+database takes them, in batches. Shutdown: start no more scrapes, let
+running ones finish (bounded), write the open windows, then stop.
 """
 
 from __future__ import annotations
@@ -36,15 +36,13 @@ from spectax.exposition.collector import ReloadStatus, SnapshotCollector, StoreS
 from spectax.pipeline.windows import Window
 from spectax.schedule import ScrapeSchedule
 from spectax.scrape import ScrapeError, fetch, metrics_url
-from spectax.store import Store, StoreError
-from spectax.store.writer import PendingWrite, WriteQueue
+from spectax.store import Store
+from spectax.store.writer import PendingWrite, StoreWriter
 from spectax.web import make_app
 from spectax.webconfig import WebConfigError, WebGuard, load_web_config
 
 log = logging.getLogger(__name__)
 SHUTDOWN_GRACE_SECONDS = 5.0
-RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)
-STORE_BATCH_ROWS = 200  # window rows per transaction (~40 ms on the event loop)
 # Settings a reload cannot change (the socket, the store, the window grid): a restart can.
 RESTART_ONLY = ("listen", "state_directory", "database_url", "window", "store_queue_max_rows")
 
@@ -68,17 +66,18 @@ class Daemon:
         self._reload_tasks: set[asyncio.Task[None]] = set()
         self.monitors: dict[str, EndpointMonitor] = {}
         self.store: Store | None = None
-        state = Path(self.config.state_directory)
-        self._writes = WriteQueue(state / "spool.jsonl", self.config.store_queue_max_rows)
-        self._write_wakeup = asyncio.Event()
-        self._write_errors = 0
-        self._store_up = False
         self._stop_requested = asyncio.Event()
+        self.writer = StoreWriter(
+            self.config.database_url,
+            Path(self.config.state_directory) / "spool.jsonl",
+            self.config.store_queue_max_rows,
+            self._stop_requested,
+            log,
+        )
         self._scheduler = AsyncIOScheduler(timezone=UTC)  # rollup and billing jobs
         self._scrapes = ScrapeSchedule(self.scrape, self.config.scrape_interval)
         self._session: aiohttp.ClientSession | None = None
         self._runner: web.AppRunner | None = None
-        self._writer: asyncio.Task[None] | None = None
         self._ready = False
         self.stopped = asyncio.Event()
         self.billing = BillingService(settings.billing)  # its jobs run beside the scrapes
@@ -98,9 +97,9 @@ class Daemon:
 
     def store_status(self) -> StoreStatus:
         return StoreStatus(
-            pending_windows=self._writes.pending_rows,
-            write_errors=self._write_errors,
-            up=self._store_up,
+            pending_windows=self.writer.queue.pending_rows,
+            write_errors=self.writer.write_errors,
+            up=self.writer.up,
         )
 
     @property
@@ -138,10 +137,10 @@ class Daemon:
         )
         await site.start()
         _lift_open_files_limit(len(self.config.endpoints))
-        self.store = await self._open_store()
+        self.store = await self.writer.connect()
         if self.store is None:
             return  # asked to stop while waiting
-        await self._drain(timeout=None)
+        await self.writer.drain(timeout=None)
         await self._restore()
         timeout = aiohttp.ClientTimeout(total=None)
         connector = aiohttp.TCPConnector(limit=256, limit_per_host=2)
@@ -149,7 +148,7 @@ class Daemon:
         self._session = aiohttp.ClientSession(
             timeout=timeout, connector=connector, cookie_jar=aiohttp.DummyCookieJar()
         )
-        self._writer = asyncio.create_task(self._write_loop(), name="store-writer")
+        self.writer.start()
         # What start-up built (configuration, monitors, restored history) lives as long as
         # the process: keep it out of the garbage collector's full passes (~100 ms each at
         # 2,000 endpoints, a pause in scraping and serving).
@@ -160,26 +159,6 @@ class Daemon:
         log.info(
             "spectax listening on %s, watching %d endpoint(s)", self.listen_url, len(self.monitors)
         )
-
-    async def _open_store(self) -> Store | None:
-        """Connect, retrying while the database is unreachable; a schema mismatch is fatal."""
-        attempt = 0
-        while not self._stop_requested.is_set():
-            try:
-                store = await Store.open(self.config.database_url)
-            except StoreError as exc:
-                if attempt == 0:
-                    log.error("store: %s; retrying until it answers", exc)
-                attempt += 1
-                delay = RETRY_SECONDS[min(attempt, len(RETRY_SECONDS)) - 1]
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop_requested.wait(), delay)
-                continue
-            if attempt:
-                log.info("store: connected after %d failed attempt(s)", attempt)
-            self._store_up = True
-            return store
-        return None
 
     async def stop(self) -> None:
         """Graceful stop: no new scrapes, running ones finish or are cancelled, windows flushed."""
@@ -194,29 +173,13 @@ class Daemon:
         await self.billing.stop()  # reads in flight are cancelled: the next run reads again
         if self._scheduler.running:
             self._scheduler.shutdown(wait=False)
-        if self._writer is not None:
-            self._writer.cancel()  # a write it had begun stays queued; writes are idempotent
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._writer
-        for monitor in self.monitors.values():
-            write = monitor.flush()
-            if write is not None:
-                self._writes.append(write)
-        if self.store is not None:
-            await self._drain(SHUTDOWN_GRACE_SECONDS)
-        self._writes.spill_all()  # what the database did not take waits on disk
+        open_windows = (monitor.flush() for monitor in self.monitors.values())
+        await self.writer.stop(open_windows, SHUTDOWN_GRACE_SECONDS)
         if self._runner is not None:
             await self._runner.cleanup()
         if self._session is not None:
             await self._session.close()
-        if self.store is not None:
-            await self.store.close()
-        if self._writes:
-            log.error(
-                "spectax stopped with %d window row(s) not yet stored; they wait in %s",
-                self._writes.pending_rows,
-                self._writes.spool_path,
-            )
+        await self.writer.close()
         self.stopped.set()
 
     async def run_until_signalled(self) -> None:
@@ -313,10 +276,7 @@ class Daemon:
 
     async def _settle(self, timeout: float) -> None:
         """Wait (bounded) until the writer has stored what is queued."""
-        self._write_wakeup.set()
-        deadline = time.monotonic() + timeout
-        while self._writes and time.monotonic() < deadline:  # noqa: ASYNC110 (no event for it)
-            await asyncio.sleep(0.02)
+        await self.writer.settle(timeout)
 
     # ------------------------------------------------------------ scraping
 
@@ -362,16 +322,11 @@ class Daemon:
 
     async def maintain_store(self) -> None:
         """Roll windows into hours and days, then apply retention."""
-        assert self.store is not None
         retention = self.config.retention
-        try:
-            await self.store.rollup()
-            await self.store.apply_retention(
-                datetime.now(UTC),
-                {"window": retention.windows, "hour": retention.hourly, "day": retention.daily},
-            )
-        except StoreError as exc:
-            log.warning("store: rollup postponed: %s", exc)
+        await self.writer.maintain(
+            datetime.now(UTC),
+            {"window": retention.windows, "hour": retention.hourly, "day": retention.daily},
+        )
 
     def _endpoint_states(self) -> list[tuple[str, bool, str]]:
         """For the landing page; a target that echoes a credential into its page is blanked."""
@@ -412,60 +367,7 @@ class Daemon:
         return lambda: self.monitors[name].snapshot.window if name in self.monitors else None
 
     def _enqueue(self, write: PendingWrite | None) -> None:
-        if write is not None:
-            self._writes.append(write)
-            self._write_wakeup.set()
-
-    async def _write_loop(self) -> None:
-        failures = 0
-        while True:
-            await self._write_wakeup.wait()
-            self._write_wakeup.clear()
-            while self._writes:
-                try:
-                    await self._write_one()
-                    self._store_up = True
-                except StoreError as exc:
-                    self._write_errors += 1
-                    self._store_up = False
-                    if failures == 0:
-                        log.error(
-                            "store: %s; %d write(s) held in memory, retrying",
-                            exc,
-                            self._writes.pending_rows,
-                        )
-                    failures += 1
-                    await asyncio.sleep(RETRY_SECONDS[min(failures, len(RETRY_SECONDS)) - 1])
-                    continue
-                if failures:
-                    log.info("store: writing again after %d failed attempt(s)", failures)
-                    failures = 0
-
-    async def _write_one(self) -> None:
-        """Store the oldest queued writes in one transaction (bench/store_ingest.py: at a
-        window boundary thousands of endpoints close their windows at once)."""
-        assert self.store is not None
-        writes = self._writes.peek(STORE_BATCH_ROWS)
-        if writes:
-            await self.store.save_many([(w.endpoint, w.rows, w.cursor) for w in writes])
-            self._writes.pop(writes)
-
-    async def _drain(self, timeout: float | None) -> None:
-        """Write what is queued (the spool first), retrying; give up after `timeout` seconds
-        (what is left is then spooled to disk by `stop`), or never when it is None."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        failures = 0
-        while self._writes and (deadline is None or time.monotonic() < deadline):
-            if self._stop_requested.is_set() and deadline is None:
-                return
-            try:
-                await self._write_one()
-            except StoreError as exc:
-                self._write_errors += 1
-                if failures == 0:
-                    log.error("store: %s; retrying", exc)
-                failures += 1
-                await asyncio.sleep(0.5)
+        self.writer.enqueue(write)
 
 
 def _lift_open_files_limit(endpoints: int) -> None:

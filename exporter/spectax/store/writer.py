@@ -1,4 +1,5 @@
-"""Closed windows on their way to the store: in memory up to a bound, then in a spool file.
+"""Closed windows on their way to the store: in memory up to a bound, then in a spool file,
+written by one task that retries until the database takes them.
 
 While the database is unreachable, writes wait here in order. Past
 `max_rows` rows in memory, the oldest writes move to a JSON-lines spool
@@ -9,20 +10,35 @@ is always older than what is in memory; it is drained first.
 Replaying a write twice is harmless: window rows only ever grow (an upsert
 never replaces a window with one covering fewer seconds) and the cursor
 only moves forward. So a crash while draining the spool just replays it.
+
+`StoreWriter` is what the daemon starts and stops: it connects (waiting while
+the database is away), writes the queue in batches, rolls up and applies
+retention, and at shutdown stores what it can and spools the rest.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import logging
 import os
+import time
 from collections import deque
+from collections.abc import Iterable
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 from spectax.engines.base import EngineSample
+from spectax.health import LogOnce
+from spectax.store import Store, StoreError
 from spectax.store.rows import decode_sample, encode_sample
+
+STORE_BATCH_ROWS = 200  # window rows per transaction (~40 ms on the event loop)
+RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)  # waits after the 1st, 2nd, ... failure in a row
+DRAIN_RETRY_SECONDS = 0.5  # while draining with a deadline (start-up, shutdown): retry soon
 
 
 class PendingWrite:
@@ -160,6 +176,158 @@ class WriteQueue:
     def _read_spool(self) -> list[PendingWrite]:
         with self.spool_path.open(encoding="utf-8") as spool:
             return [PendingWrite.from_json(line) for line in spool if line.strip()]
+
+
+class StoreWriter:
+    """The one way closed windows reach the database, in order, in batches, retried.
+
+    A failure is logged once and the recovery once (spectax.health.LogOnce), through
+    `log`, the daemon's logger, so that these lines read as they always have.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        spool_path: Path,
+        max_rows: int,
+        stopping: asyncio.Event,
+        log: logging.Logger,
+    ):
+        """`stopping` set: stop waiting for the database (connect, drain without deadline)."""
+        self.queue = WriteQueue(spool_path, max_rows)
+        self.store: Store | None = None
+        self.write_errors = 0
+        self.up = False
+        self._url = url
+        self._stopping = stopping
+        self._log = log
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def connect(self) -> Store | None:
+        """Connect, retrying while the database is unreachable; a schema mismatch is fatal.
+        None: asked to stop while waiting."""
+        health = LogOnce(self._log, "store")
+        attempt = 0
+        while not self._stopping.is_set():
+            try:
+                store = await Store.open(self._url)
+            except StoreError as exc:
+                health.failed("%s; retrying until it answers", exc, level=logging.ERROR)
+                attempt += 1
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), _retry_delay(attempt))
+                continue
+            health.recovered("connected after %d failed attempt(s)", attempt)
+            self.store, self.up = store, True
+            return store
+        return None
+
+    def start(self) -> None:
+        """Write in the background from now on, whenever something is queued."""
+        self._task = asyncio.create_task(self._write_loop(), name="store-writer")
+
+    def enqueue(self, write: PendingWrite | None) -> None:
+        if write is not None:
+            self.queue.append(write)
+            self._wakeup.set()
+
+    async def settle(self, timeout: float) -> None:
+        """Wait (bounded) until the background writer has stored what is queued."""
+        self._wakeup.set()
+        deadline = time.monotonic() + timeout
+        while self.queue and time.monotonic() < deadline:  # noqa: ASYNC110 (no event for it)
+            await asyncio.sleep(0.02)
+
+    async def drain(self, timeout: float | None) -> None:
+        """Write what is queued (the spool first), retrying; give up after `timeout` seconds
+        (what is left is then spooled to disk by `stop`), or never when it is None."""
+        health = LogOnce(self._log, "store")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.queue and (deadline is None or time.monotonic() < deadline):
+            if self._stopping.is_set() and deadline is None:
+                return
+            try:
+                await self._write_batch()
+            except StoreError as exc:
+                self.write_errors += 1
+                health.failed("%s; retrying", exc, level=logging.ERROR)
+                await asyncio.sleep(DRAIN_RETRY_SECONDS)
+
+    async def stop(self, last: Iterable[PendingWrite | None], timeout: float) -> None:
+        """Stop the background writer, queue `last` (the open windows; taken only now),
+        store what is queued within `timeout`, and spool to disk what the database did
+        not take."""
+        if self._task is not None:
+            self._task.cancel()  # a write it had begun stays queued; writes are idempotent
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for write in last:
+            if write is not None:
+                self.queue.append(write)
+        if self.store is not None:
+            await self.drain(timeout)
+        self.queue.spill_all()  # what the database did not take waits on disk
+
+    async def close(self) -> None:
+        """Disconnect; say what waits in the spool for the next run."""
+        if self.store is not None:
+            await self.store.close()
+        if self.queue:
+            self._log.error(
+                "spectax stopped with %d window row(s) not yet stored; they wait in %s",
+                self.queue.pending_rows,
+                self.queue.spool_path,
+            )
+
+    async def maintain(self, now: datetime, keep: dict[str, float | None]) -> None:
+        """Roll windows into hours and days, then apply retention (`keep`: seconds per
+        granularity). A failure waits for the next run: rollups resume where they stopped."""
+        assert self.store is not None
+        try:
+            await self.store.rollup()
+            await self.store.apply_retention(now, keep)
+        except StoreError as exc:
+            self._log.warning("store: rollup postponed: %s", exc)
+
+    async def _write_loop(self) -> None:
+        health = LogOnce(self._log, "store")
+        failures = 0
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            while self.queue:
+                try:
+                    await self._write_batch()
+                    self.up = True
+                except StoreError as exc:
+                    self.write_errors += 1
+                    self.up = False
+                    health.failed(
+                        "%s; %d write(s) held in memory, retrying",
+                        exc,
+                        self.queue.pending_rows,
+                        level=logging.ERROR,
+                    )
+                    failures += 1
+                    await asyncio.sleep(_retry_delay(failures))
+                    continue
+                health.recovered("writing again after %d failed attempt(s)", failures)
+                failures = 0
+
+    async def _write_batch(self) -> None:
+        """Store the oldest queued writes in one transaction (bench/store_ingest.py: at a
+        window boundary thousands of endpoints close their windows at once)."""
+        assert self.store is not None
+        writes = self.queue.peek(STORE_BATCH_ROWS)
+        if writes:
+            await self.store.save_many([(w.endpoint, w.rows, w.cursor) for w in writes])
+            self.queue.pop(writes)
+
+
+def _retry_delay(failures: int) -> float:
+    """The wait after the `failures`-th failure in a row: growing, then 30 s."""
+    return RETRY_SECONDS[min(failures, len(RETRY_SECONDS)) - 1]
 
 
 def _encode(value: Any) -> Any:
