@@ -7,12 +7,12 @@ and how a bill is shared over history rows are rules of spectax.billing.reconcil
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, TypeVar
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import ColumnElement, Select, delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from spectax.store.db import DATABASE_ERRORS, Database, StoreError, excluded, reason
@@ -24,12 +24,20 @@ from spectax.store.models import (
     WindowRow,
 )
 from spectax.store.rollup import period_start
-from spectax.units import covers, now_utc, utc
+from spectax.units import Span, covers, now_utc, utc
 
+Q = TypeVar("Q")
 CHUNK_ROWS = 500  # rows per INSERT ... VALUES statement (its bound parameters stay few)
 
 
-class LineData(Protocol):
+class PeriodData(Span, Protocol):
+    """A span a billing source answered for completely (spectax.billing.types.Period)."""
+
+    @property
+    def final(self) -> bool: ...
+
+
+class LineData(PeriodData, Protocol):
     """What the store keeps of a billing line (spectax.billing.types.BillingLine is one)."""
 
     @property
@@ -39,28 +47,11 @@ class LineData(Protocol):
     @property
     def endpoint(self) -> str | None: ...
     @property
-    def start(self) -> datetime: ...
-    @property
-    def end(self) -> datetime: ...
-    @property
     def amount(self) -> Decimal: ...
     @property
     def currency(self) -> str: ...
     @property
-    def final(self) -> bool: ...
-    @property
     def fetched_at(self) -> datetime: ...
-
-
-class PeriodData(Protocol):
-    """A span a billing source answered for completely (spectax.billing.types.Period)."""
-
-    @property
-    def start(self) -> datetime: ...
-    @property
-    def end(self) -> datetime: ...
-    @property
-    def final(self) -> bool: ...
 
 
 class SpendRow(NamedTuple):
@@ -120,19 +111,17 @@ class BillingHistory(Database):
             }
             for line in unique.values()
         ]
-        insert = self._insert
-        for i in range(0, len(rows), CHUNK_ROWS):
-            statement = insert(BillingLineRow).values(rows[i : i + CHUNK_ROWS])
-            await session.execute(
-                statement.on_conflict_do_update(
-                    index_elements=["source", "resource", "start", "end"],
-                    set_={
-                        name: statement.excluded[name]
-                        for name in ("endpoint", "amount", "currency", "final", "fetched_at")
-                    },
-                    where=BillingLineRow.fetched_at <= excluded("fetched_at"),
-                )
-            )
+        await self._upsert_chunks(
+            session,
+            BillingLineRow,
+            rows,
+            ["source", "resource", "start", "end"],
+            lambda statement: {
+                name: statement.excluded[name]
+                for name in ("endpoint", "amount", "currency", "final", "fetched_at")
+            },
+            where=BillingLineRow.fetched_at <= excluded("fetched_at"),
+        )
 
     async def _upsert_billing_periods(
         self,
@@ -154,13 +143,31 @@ class BillingHistory(Database):
             for endpoint in dict.fromkeys(endpoints)
             for period in {(p.start, p.end): p for p in periods}.values()
         ]
+        await self._upsert_chunks(
+            session,
+            BillingPeriodRow,
+            rows,
+            ["source", "endpoint", "start", "end"],
+            lambda statement: {"final": statement.excluded.final, "fetched_at": fetched_at},
+        )
+
+    async def _upsert_chunks(
+        self,
+        session: AsyncSession,
+        table: type[BillingLineRow | BillingPeriodRow],
+        rows: Sequence[dict[str, Any]],
+        key: list[str],
+        updates: Callable[[Any], dict[str, Any]],
+        where: ColumnElement[bool] | None = None,
+    ) -> None:
+        """INSERT ... VALUES, CHUNK_ROWS rows a statement, ON CONFLICT (`key`) DO UPDATE
+        `updates(statement)` (the statement's `excluded` names the values it brought)."""
         insert = self._insert
         for i in range(0, len(rows), CHUNK_ROWS):
-            statement = insert(BillingPeriodRow).values(rows[i : i + CHUNK_ROWS])
+            statement = insert(table).values(rows[i : i + CHUNK_ROWS])
             await session.execute(
                 statement.on_conflict_do_update(
-                    index_elements=["source", "endpoint", "start", "end"],
-                    set_={"final": statement.excluded.final, "fetched_at": fetched_at},
+                    index_elements=key, set_=updates(statement), where=where
                 )
             )
 
@@ -207,10 +214,7 @@ class BillingHistory(Database):
             query = query.where(BillingLineRow.endpoint == endpoint)
         if source is not None:
             query = query.where(BillingLineRow.source == source)
-        if since is not None:
-            query = query.where(BillingLineRow.end > since)
-        if until is not None:
-            query = query.where(BillingLineRow.start < until)
+        query = _overlapping(query, BillingLineRow, since, until)
         async with self._sessions() as session:
             return list((await session.scalars(query)).all())
 
@@ -224,10 +228,7 @@ class BillingHistory(Database):
         query = select(BillingPeriodRow).where(BillingPeriodRow.endpoint == endpoint)
         if source is not None:
             query = query.where(BillingPeriodRow.source == source)
-        if since is not None:
-            query = query.where(BillingPeriodRow.end > since)
-        if until is not None:
-            query = query.where(BillingPeriodRow.start < until)
+        query = _overlapping(query, BillingPeriodRow, since, until)
         async with self._sessions() as session:
             return list((await session.scalars(query.order_by(BillingPeriodRow.start))).all())
 
@@ -327,3 +328,17 @@ class BillingHistory(Database):
                 )
         except DATABASE_ERRORS as exc:
             raise StoreError(f"cannot record a read of {source}: {reason(exc)}") from None
+
+
+def _overlapping(
+    query: Select[Q],
+    table: type[BillingLineRow | BillingPeriodRow],
+    since: datetime | None,
+    until: datetime | None,
+) -> Select[Q]:
+    """`query` narrowed to the rows of `table` overlapping [since, until) (open when None)."""
+    if since is not None:
+        query = query.where(table.end > since)
+    if until is not None:
+        query = query.where(table.start < until)
+    return query

@@ -21,7 +21,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.schema import UniqueConstraint
 
-from spectax.units import NANO
+from spectax.units import NANO, utc
 
 
 class Money(TypeDecorator[Decimal]):
@@ -61,7 +61,7 @@ class UtcDateTime(TypeDecorator[datetime]):
     def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is None:
             return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        return utc(value)
 
 
 class Base(DeclarativeBase):
