@@ -303,11 +303,17 @@ class SnapshotCollector(Collector):
         store_status: Callable[[], StoreStatus],
         reload_status: Callable[[], ReloadStatus] | None = None,
         billing: Callable[[], BillingSnapshot] | None = None,
+        *,
+        version: str = __version__,
+        python_version: str = platform.python_version(),
     ):
+        """`version` and `python_version` label `spectax_build_info`; a test that compares
+        whole pages passes fixed ones, so that a release or a new Python changes no line."""
         self._snapshots = snapshots
         self._store_status = store_status
         self._reload_status = reload_status
         self._billing = billing
+        self._build = (version, python_version)
         self._rendered: dict[str, tuple[EndpointSnapshot, dict[str, bytes]]] = {}
         self._last_body: tuple[tuple[str, list[EndpointSnapshot]] | None, bytes] = (None, b"")
 
@@ -379,7 +385,7 @@ class SnapshotCollector(Collector):
 
     def _process(self, put: Put) -> None:
         """Samples about spectax itself rather than an endpoint."""
-        put("spectax_build_info", (__version__, platform.python_version()), 1)
+        put("spectax_build_info", self._build, 1)
         store = self._store_status()
         put("spectax_store_pending_windows", (), float(store.pending_windows))
         put("spectax_store_write_errors_total", (), float(store.write_errors))
