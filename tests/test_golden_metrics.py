@@ -37,7 +37,7 @@ from spectax.billing.coordinator import BillingSnapshot, SourceStatus
 from spectax.cli.demo import DEMO_DEFAULTS, demo_settings
 from spectax.config import validate
 from spectax.endpoint import EndpointMonitor
-from spectax.exposition.collector import ReloadStatus, SnapshotCollector, StoreStatus
+from spectax.exposition import ReloadStatus, SnapshotCollector, StoreStatus
 from spectax.scrape import ScrapeError
 from spectax.simulate import DEMO_PROFILES, SimulatedVllm
 
