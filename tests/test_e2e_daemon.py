@@ -18,7 +18,7 @@ from aiohttp import web
 
 from e2e import Spectax, free_port, value, write_config
 from spectax.cli.demo import demo_endpoints
-from spectax.exposition.collector import FAMILIES
+from spectax.exposition import FAMILIES
 from spectax.simulate import DEMO_PROFILES, start_simulated_servers
 from spectax.simulate.billing import write_focus_export
 
