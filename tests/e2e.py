@@ -6,10 +6,12 @@ import asyncio
 import os
 import signal
 import socket
+import sqlite3
 import ssl
 import sys
 import time
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -142,13 +144,20 @@ class Spectax:
         raise AssertionError(f"timed out; log:\n{self.log[-3000:]}")
 
     async def wait_log(self, text: str, timeout: float = 20.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if text in self.log:
-                return
+        await self.until(lambda: text in self.log, f"{text!r} in the log", timeout)
+
+    async def until(
+        self, condition: Callable[[], object], what: str, timeout: float = 20.0
+    ) -> None:
+        """`until`, failing at once (with the log) if spectax exits before `condition` holds."""
+
+        def holds() -> bool:
+            if condition():
+                return True
             self.check_alive()
-            await asyncio.sleep(0.1)
-        raise AssertionError(f"{text!r} not logged; log:\n{self.log[-3000:]}")
+            return False
+
+        await until(holds, what, timeout, log=lambda: self.log[-3000:])
 
     def signal(self, signum: int) -> None:
         assert self.process is not None
@@ -173,8 +182,36 @@ class Spectax:
             await self.process.wait()
 
 
+async def until(
+    condition: Callable[[], object],
+    what: str,
+    timeout: float = 20.0,
+    *,
+    log: Callable[[], str] = lambda: "",
+) -> None:
+    """Poll `condition` until it holds, instead of sleeping for a guess; after `timeout`
+    seconds fail, naming `what` (and the spectax log, when `log` gives it)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out waiting for {what}; log:\n{log()}")
+        await asyncio.sleep(0.1)
+
+
 def value(metrics: Samples, name: str, **labels: str) -> float | None:
     for (sample, sample_labels), v in metrics.items():
         if sample == name and all((k, val) in sample_labels for k, val in labels.items()):
             return v
     return None
+
+
+def stored_windows(state: Path, endpoint: str) -> tuple[int, float]:
+    """(rows, output tokens) of `endpoint` in the windows table of the SQLite store under
+    `state`; read only, so that it never creates the file before spectax does."""
+    uri = f"file:{state / 'spectax.sqlite'}?mode=ro"
+    with closing(sqlite3.connect(uri, uri=True)) as db:
+        rows, tokens = db.execute(
+            "SELECT COUNT(*), COALESCE(SUM(output_tokens), 0) FROM windows WHERE endpoint = ?",
+            (endpoint,),
+        ).fetchone()
+    return int(rows), float(tokens)
