@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import inspect
 import os
 import signal
 import socket
@@ -10,10 +12,9 @@ import sqlite3
 import ssl
 import sys
 import time
-from collections.abc import Callable
-from contextlib import closing
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import yaml
@@ -47,6 +48,8 @@ def write_config(directory: Path, port: int, endpoints: list[dict[str, Any]], **
 
 class Spectax:
     """A `spectax ... run` process: its /metrics, its log, SIGHUP and SIGTERM."""
+
+    name = "spectax"
 
     def __init__(
         self,
@@ -93,9 +96,12 @@ class Spectax:
         """What spectax logged (its stderr); empty before it has started."""
         return self.stderr.read_text(errors="replace") if self.stderr.exists() else ""
 
+    def log_tail(self, chars: int = 3000) -> str:
+        return self.log[-chars:]
+
     def check_alive(self) -> None:
         assert self.process is not None and self.process.returncode is None, (
-            f"spectax exited; log:\n{self.log[-3000:]}"
+            f"spectax exited; log:\n{self.log_tail()}"
         )
 
     async def get(self, path: str = "/metrics", **kwargs: Any) -> tuple[int, str]:
@@ -131,33 +137,20 @@ class Spectax:
         }
 
     async def wait_for(self, predicate: Callable[[Samples], Any], timeout: float = 40.0) -> Samples:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            self.check_alive()
-            try:
+        """The first /metrics page that `predicate` accepts."""
+
+        async def accepted() -> Samples | None:
+            with contextlib.suppress(aiohttp.ClientError, AssertionError, OSError):
                 m = await self.metrics()
                 if predicate(m):
                     return m
-            except (aiohttp.ClientError, AssertionError, OSError):
-                pass
-            await asyncio.sleep(0.2)
-        raise AssertionError(f"timed out; log:\n{self.log[-3000:]}")
+            return None
+
+        page: Samples = await wait_until(accepted, timeout, "a /metrics page to match", [self])
+        return page
 
     async def wait_log(self, text: str, timeout: float = 20.0) -> None:
-        await self.until(lambda: text in self.log, f"{text!r} in the log", timeout)
-
-    async def until(
-        self, condition: Callable[[], object], what: str, timeout: float = 20.0
-    ) -> None:
-        """`until`, failing at once (with the log) if spectax exits before `condition` holds."""
-
-        def holds() -> bool:
-            if condition():
-                return True
-            self.check_alive()
-            return False
-
-        await until(holds, what, timeout, log=lambda: self.log[-3000:])
+        await wait_until(lambda: text in self.log, timeout, f"{text!r} in the log", [self])
 
     def signal(self, signum: int) -> None:
         assert self.process is not None
@@ -182,20 +175,41 @@ class Spectax:
             await self.process.wait()
 
 
-async def until(
-    condition: Callable[[], object],
+class Watched(Protocol):
+    """A process that a wait keeps an eye on (spectax, Prometheus, ...)."""
+
+    name: str
+
+    def check_alive(self) -> None: ...  # raises AssertionError once it has exited
+
+    def log_tail(self) -> str: ...
+
+
+async def wait_until(
+    probe: Callable[[], Any],
+    timeout: float,
     what: str,
-    timeout: float = 20.0,
-    *,
-    log: Callable[[], str] = lambda: "",
-) -> None:
-    """Poll `condition` until it holds, instead of sleeping for a guess; after `timeout`
-    seconds fail, naming `what` (and the spectax log, when `log` gives it)."""
+    check: Sequence[Watched] = (),
+    interval: float = 0.2,
+) -> Any:
+    """Poll `probe` (plain or async) until it returns something truthy, and return that:
+    a test waits on the condition it needs, never sleeps for a guess. Fails at once when a
+    process in `check` has exited, and after `timeout` s naming `what`, with their logs."""
     deadline = time.monotonic() + timeout
-    while not condition():
+    while True:
+        last = probe()
+        if inspect.isawaitable(last):
+            last = await last
+        if last:
+            return last
+        for process in check:
+            process.check_alive()
         if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out waiting for {what}; log:\n{log()}")
-        await asyncio.sleep(0.1)
+            logs = "".join(f"\n{process.name} log:\n{process.log_tail()}" for process in check)
+            raise AssertionError(
+                f"timed out after {timeout} s waiting for {what}; last: {last!r}{logs}"
+            )
+        await asyncio.sleep(interval)
 
 
 def value(metrics: Samples, name: str, **labels: str) -> float | None:
@@ -209,7 +223,7 @@ def stored_windows(state: Path, endpoint: str) -> tuple[int, float]:
     """(rows, output tokens) of `endpoint` in the windows table of the SQLite store under
     `state`; read only, so that it never creates the file before spectax does."""
     uri = f"file:{state / 'spectax.sqlite'}?mode=ro"
-    with closing(sqlite3.connect(uri, uri=True)) as db:
+    with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
         rows, tokens = db.execute(
             "SELECT COUNT(*), COALESCE(SUM(output_tokens), 0) FROM windows WHERE endpoint = ?",
             (endpoint,),

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from e2e import Spectax, free_port, stored_windows, value, write_config
+from e2e import Spectax, free_port, stored_windows, value, wait_until, write_config
 from spectax.cli.demo import demo_endpoints
 from spectax.exposition import FAMILIES
 from spectax.simulate import DEMO_PROFILES, start_simulated_servers
@@ -157,9 +157,11 @@ async def test_restart_keeps_the_spend_counter(tmp_path, realtime_fleet) -> None
     m = await first.wait_for(lambda m: spend(m) > 0)
     # The counter to carry over holds a closed window in the store and the open one
     # (written at the stop).
-    await first.until(
+    await wait_until(
         lambda: stored_windows(tmp_path / "state", "code-assistant")[0] > 0,
+        20,
         "a closed window of code-assistant in the store",
+        [first],
     )
     before = spend(await first.metrics())
     assert await first.stop() == 0

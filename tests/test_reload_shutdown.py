@@ -18,7 +18,7 @@ import pytest
 import yaml
 from aiohttp import web
 
-from e2e import Spectax, free_port, stored_windows, until, value, write_config
+from e2e import Spectax, free_port, stored_windows, value, wait_until, write_config
 from ops_helpers import Targets
 from spectax.config import validate
 from spectax.daemon import SHUTDOWN_GRACE_SECONDS, Daemon
@@ -60,9 +60,11 @@ async def test_reload_bad_then_good(tmp_path: Path) -> None:
         # Three pages each: the counted tokens stop growing after the third scrape. A scrape
         # starts only once the one before it is done, its /metrics lines included: after the
         # fourth request, /metrics holds the tokens of all three pages.
-        await spectax.until(
+        await wait_until(
             lambda: all(targets.requests.get(n, 0) >= 4 for n in ("keep", "drop", "change")),
+            20,
             "a fourth scrape of keep, drop and change",
+            [spectax],
         )
         settled = await spectax.metrics()
         keep_tokens = tokens(settled, "keep")
@@ -81,10 +83,11 @@ async def test_reload_bad_then_good(tmp_path: Path) -> None:
         assert value(m, "spectax_config_last_reload_successful") == 0
         assert value(m, "spectax_config_last_reload_success_timestamp_seconds") == first_success
         before = dict(targets.requests)
-        await spectax.until(  # within a few 1 s intervals; a stopped schedule never scrapes
+        await wait_until(  # within a few 1 s intervals; a stopped schedule never scrapes
             lambda: all(targets.requests[n] > before[n] for n in ("keep", "drop", "change")),
+            5,
             "a scrape of every endpoint after the failed reload",
-            timeout=5,
+            [spectax],
         )
         # ... and through the HTTP endpoint, with the reason in the answer.
         status, text = await spectax.post("/-/reload")
@@ -210,12 +213,12 @@ async def test_stop_cancels_a_scrape_that_outlasts_the_grace(tmp_path: Path) -> 
     daemon = Daemon(settings, shutdown_grace_seconds=0.5)
     await daemon.start()
     try:
-        await until(lambda: targets.requests.get("t", 0) >= 1, "the first scrape", timeout=5)
+        await wait_until(lambda: targets.requests.get("t", 0) >= 1, 5, "the first scrape")
         await daemon.scrape("t")  # the second page: an open window with tokens
         stuck = asyncio.create_task(daemon.scrape("t"))
-        await until(lambda: targets.requests["t"] >= 3, "the third scrape hanging at the target")
+        await wait_until(lambda: targets.requests["t"] >= 3, 5, "the third scrape to hang")
         # A scrape of the schedule's: stop waits the grace for it, then cancels it.
-        await until(lambda: targets.requests["t"] >= 4, "the schedule's next scrape hanging")
+        await wait_until(lambda: targets.requests["t"] >= 4, 10, "the schedule's scrape to hang")
         began = time.monotonic()
         await daemon.stop()
         assert time.monotonic() - began < 3
