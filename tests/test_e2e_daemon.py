@@ -17,10 +17,10 @@ import pytest
 from aiohttp import web
 
 from e2e import Spectax, free_port, stored_windows, value, wait_until, write_config
-from spectax.cli.demo import demo_endpoints
 from spectax.exposition import FAMILIES
 from spectax.simulate import DEMO_PROFILES, start_simulated_servers
 from spectax.simulate.billing import write_focus_export
+from spectax.simulate.fleet import demo_endpoints
 
 pytestmark = pytest.mark.e2e
 README = Path(__file__).parent.parent / "README.md"

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from e2e import Spectax, free_port, value, write_config
-from spectax.cli.demo import demo_endpoints
 from spectax.simulate import DEMO_PROFILES, start_simulated_servers
+from spectax.simulate.fleet import demo_endpoints
 from spectax.store import Store
 
 pytestmark = pytest.mark.e2e

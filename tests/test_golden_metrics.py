@@ -34,12 +34,12 @@ import pytest
 
 from promstack import run_tool
 from spectax.billing.coordinator import BillingSnapshot, SourceStatus
-from spectax.cli.demo import DEMO_DEFAULTS, demo_settings
 from spectax.config import validate
 from spectax.endpoint import EndpointMonitor
 from spectax.exposition import ReloadStatus, SnapshotCollector, StoreStatus
 from spectax.scrape import ScrapeError
 from spectax.simulate import DEMO_PROFILES, SimulatedVllm
+from spectax.simulate.fleet import DEMO_DEFAULTS, demo_settings
 
 GOLDEN = Path(__file__).parent / "fixtures" / "e2e-output.txt"
 UPDATE = os.environ.get("SPECTAX_UPDATE_GOLDEN") == "1"

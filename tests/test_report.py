@@ -32,7 +32,6 @@ from typing import Any
 import aiohttp
 import pytest
 
-from spectax.cli.demo import DEMO_DEFAULTS
 from spectax.cli.main import main
 from spectax.cli.report import described_endpoints
 from spectax.config import Settings, validate
@@ -47,7 +46,7 @@ from spectax.report.recommend import speedup_with_k
 from spectax.report.render import render
 from spectax.report.spend import DayKey, Spend
 from spectax.report.write import endpoint_infos
-from spectax.simulate.fleet import DRAFT_WEIGHT_BYTES, H100_MEMORY_BYTES
+from spectax.simulate.fleet import DEMO_DEFAULTS, DRAFT_WEIGHT_BYTES, H100_MEMORY_BYTES
 from spectax.simulate.history import parse_span, write_demo_history
 from spectax.store import Store
 from spectax.store.models import WindowRow

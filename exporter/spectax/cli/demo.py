@@ -17,13 +17,7 @@ from spectax.config import Settings
 from spectax.daemon import Daemon
 from spectax.scrape import redact
 from spectax.simulate import DEMO_PROFILES, start_simulated_servers
-from spectax.simulate.fleet import demo_endpoints, demo_settings
-
-# demo_endpoints: the tests and benchmarks that start the simulated fleet still reach it here.
-__all__ = ["DEMO_DEFAULTS", "demo_endpoints", "run_demo"]
-
-# Without a configuration file the demo scrapes faster, so figures appear within seconds.
-DEMO_DEFAULTS: dict[str, Any] = {"scrape_interval": "5s", "window": "1m"}
+from spectax.simulate.fleet import demo_settings
 
 
 async def run_demo(base: Settings) -> None:

@@ -91,7 +91,7 @@ def report_main(args: argparse.Namespace) -> int:
 
 def demo_history_main(args: argparse.Namespace) -> int:
     """`spectax demo --history SPAN`: write simulated history, then say which report to run."""
-    from spectax.cli.demo import DEMO_DEFAULTS
+    from spectax.simulate.fleet import DEMO_DEFAULTS
     from spectax.simulate.history import parse_span, write_demo_history
 
     try:

@@ -13,6 +13,7 @@ from spectax.config import EndpointConfig, Settings, validate
 from spectax.simulate.profiles import DEMO_PROFILES, SimProfile
 
 __all__ = [
+    "DEMO_DEFAULTS",
     "DEMO_URLS",
     "DRAFT_WEIGHT_BYTES",
     "H100_MEMORY_BYTES",
@@ -21,6 +22,8 @@ __all__ = [
     "demo_settings",
 ]
 
+# Without a configuration file the demo scrapes faster, so figures appear within seconds.
+DEMO_DEFAULTS: dict[str, Any] = {"scrape_interval": "5s", "window": "1m"}
 H100_MEMORY_BYTES = 80 * 10**9
 # How each demo server is billed: one always-on GPU, and two serverless ones.
 DEMO_BILLING: dict[str, dict[str, Any]] = {
