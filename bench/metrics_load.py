@@ -35,9 +35,9 @@ import aiohttp
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from spectax.cli.demo import demo_endpoints
 from spectax.credentials import basic_auth_header
 from spectax.simulate import DEMO_PROFILES
+from spectax.simulate.fleet import demo_endpoints
 
 
 def _free_port() -> int:

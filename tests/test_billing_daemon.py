@@ -25,12 +25,12 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from e2e import free_port
-from spectax.cli.demo import demo_endpoints
 from spectax.cli.main import main
 from spectax.config import validate
 from spectax.daemon import Daemon
 from spectax.simulate import DEMO_PROFILES, start_simulated_servers
 from spectax.simulate.billing import write_focus_export
+from spectax.simulate.fleet import demo_endpoints
 
 PAYS = "code-assistant"
 

@@ -168,7 +168,7 @@ def test_scrape_timeout_defaults_within_a_short_interval(tmp_path: Path) -> None
     """As in Prometheus: 10 s by default, but never longer than the interval."""
     assert load_config(write(tmp_path, "scrape_interval: 5s\n")).config.scrape_timeout == 5
     assert load_config(write(tmp_path, "scrape_interval: 1m\n")).config.scrape_timeout == 10
-    from spectax.cli.demo import DEMO_DEFAULTS
     from spectax.config import validate
+    from spectax.simulate.fleet import DEMO_DEFAULTS
 
     assert validate(DEMO_DEFAULTS).config.scrape_interval == 5  # the demo's defaults are valid

@@ -43,10 +43,10 @@ from promstack import (
     run_tool,
     wait_until,
 )
-from spectax.cli.demo import demo_endpoints
-from spectax.exposition.collector import FAMILIES
+from spectax.exposition import FAMILIES
 from spectax.simulate import DEMO_PROFILES, SimulatedFleet, start_simulated_servers
 from spectax.simulate.billing import write_focus_export
+from spectax.simulate.fleet import demo_endpoints
 
 pytestmark = pytest.mark.e2e
 in_module_loop = pytest.mark.asyncio(loop_scope="module")  # the stack lives for the module

@@ -53,13 +53,17 @@ class Daemon:
         settings: Settings,
         config_path: Path | None = None,
         web_config_file: str | None = None,
+        *,
+        shutdown_grace_seconds: float = SHUTDOWN_GRACE_SECONDS,
     ):
         """`config_path` is re-read on reload (none: nothing to reload); `web_config_file`
-        (the `--web.config.file` flag) overrides the configuration's `web_config_file`."""
+        (the `--web.config.file` flag) overrides the configuration's `web_config_file`;
+        `shutdown_grace_seconds` bounds how long a stop or reload waits for scrapes and writes."""
         self.settings = settings
         self.config = settings.config
         self._config_path = config_path
         self._web_config_flag = web_config_file
+        self._grace = shutdown_grace_seconds
         self.guard = WebGuard(load_web_config(self._web_config_file(settings)))
         self.reload_status = ReloadStatus(True, time.time())
         self._reload_lock = asyncio.Lock()
@@ -167,14 +171,14 @@ class Daemon:
             self._scheduler.pause()
         await self._scrapes.stop()
         if in_flight := self._scrapes.in_flight:
-            _, pending = await asyncio.wait(in_flight, timeout=SHUTDOWN_GRACE_SECONDS)
+            _, pending = await asyncio.wait(in_flight, timeout=self._grace)
             for task in pending:
                 task.cancel()
         await self.billing.stop()  # reads in flight are cancelled: the next run reads again
         if self._scheduler.running:
             self._scheduler.shutdown(wait=False)
         open_windows = (monitor.flush() for monitor in self.monitors.values())
-        await self.writer.stop(open_windows, SHUTDOWN_GRACE_SECONDS)
+        await self.writer.stop(open_windows, self._grace)
         if self._runner is not None:
             await self._runner.cleanup()
         if self._session is not None:
@@ -260,7 +264,7 @@ class Daemon:
             self._enqueue(monitor.flush())
         self.settings, self.config = settings, settings.config
         if any(name in old for name in wanted if name not in kept):
-            await self._settle(SHUTDOWN_GRACE_SECONDS)  # changed ones resume from the store
+            await self._settle(self._grace)  # changed ones resume from the store
         monitors: dict[str, EndpointMonitor] = {}
         for name, endpoint in wanted.items():
             monitors[name] = old[name] if name in kept else await self._new_monitor(endpoint)

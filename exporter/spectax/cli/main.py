@@ -217,7 +217,8 @@ def _demo(args: argparse.Namespace) -> int:
         from spectax.cli.report import demo_history_main
 
         return demo_history_main(args)
-    from spectax.cli.demo import DEMO_DEFAULTS, run_demo
+    from spectax.cli.demo import run_demo
+    from spectax.simulate.fleet import DEMO_DEFAULTS
 
     raw = load_config(args.config).config.model_dump(exclude_none=True) if args.config else {}
     raw = {**DEMO_DEFAULTS, **raw} if not args.config else raw
