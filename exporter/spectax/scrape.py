@@ -46,6 +46,17 @@ def metrics_url(url: str) -> URL:
     return URL(urlunsplit(parts))
 
 
+def scrape_session() -> aiohttp.ClientSession:
+    """The HTTP client every scrape goes through. Each fetch bounds itself (`timeout`), so
+    the session does not; no cookie jar: scrapes carry no state from one target (or
+    scrape) to the next."""
+    return aiohttp.ClientSession(
+        timeout=aiohttp.ClientTimeout(total=None),
+        connector=aiohttp.TCPConnector(limit=256, limit_per_host=2),
+        cookie_jar=aiohttp.DummyCookieJar(),
+    )
+
+
 def redact(url: str | URL) -> str:
     """The URL without user info or query string, for logs and error messages."""
     parts = urlsplit(str(url))
