@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from promstack import ALERTS, RULE_FILES, rules, run_tool
-from spectax.exposition.collector import FAMILIES
+from spectax.exposition import FAMILIES
 from test_prometheus_e2e import PENDING_METRICS
 
 RUNBOOK = ALERTS / "runbook.md"

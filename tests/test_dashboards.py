@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from promstack import DASHBOARDS, dashboard_jsons, panel_queries, panels, rules
-from spectax.exposition.collector import FAMILIES
+from spectax.exposition import FAMILIES
 from test_prometheus_e2e import PENDING_METRICS
 
 SCHEMA = DASHBOARDS / "schema" / "dashboard.schema.json"

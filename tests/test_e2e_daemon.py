@@ -18,7 +18,7 @@ from aiohttp import web
 
 from e2e import Spectax, free_port, value, write_config
 from spectax.cli.demo import demo_endpoints
-from spectax.exposition.collector import FAMILIES
+from spectax.exposition import FAMILIES
 from spectax.simulate import DEMO_PROFILES, start_simulated_servers
 from spectax.simulate.billing import write_focus_export
 
@@ -104,7 +104,7 @@ async def test_daemon_finds_the_tax_and_the_payoff(tmp_path, fleet, bad_targets)
             lambda m: value(m, "spectax_speedup_ratio", endpoint="chat-creative", method="measured")
         )
         await asyncio.sleep(7)
-        m = await spectax.exposition.collector()
+        m = await spectax.metrics()
         assert value(m, "spectax_speedup_ratio", endpoint="chat-creative", method="measured") < 1
         assert (
             value(m, "spectax_speedup_ratio", endpoint="code-assistant", method="measured") is None

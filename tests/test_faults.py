@@ -50,7 +50,7 @@ def source_totals(fleet: Any) -> dict[str, tuple[int, int]]:
 async def freeze_and_stop(fleet: Any, spectax: Spectax) -> None:
     fleet.speed = 0.0
     # two scrapes after the freeze, so the last sample holds the final counters
-    seen = await spectax.exposition.collector()
+    seen = await spectax.metrics()
     stamps = {
         n: value(seen, "spectax_last_scrape_success_timestamp_seconds", endpoint=n) for n in NAMES
     }
@@ -97,7 +97,7 @@ async def test_database_outage_loses_nothing(tmp_path) -> None:
             cluster.stop()
             m = await spectax.wait_for(lambda m: value(m, "spectax_store_up") == 0)
             await asyncio.sleep(30)
-            m = await spectax.exposition.collector()
+            m = await spectax.metrics()
             assert value(m, "spectax_store_pending_windows") > 4
             assert value(m, "spectax_store_write_errors_total") >= 1
             assert (tmp_path / "state" / "spool.jsonl").exists()

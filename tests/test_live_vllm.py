@@ -338,7 +338,7 @@ def run_scenario(obs: Observed, fleet: dict[str, VllmServer], spectax: Spectax) 
         )
     except TimeoutError as exc:
         obs.problems.append(str(exc))
-        obs.calibrated = spectax.exposition.collector()
+        obs.calibrated = spectax.metrics()
     mark("calibration_checked")
 
     # ---- B: a burst on all three, framed by quiet spells, inside one sliding window.

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from conftest import page
 from spectax.config import validate
 from spectax.endpoint import EndpointMonitor
-from spectax.exposition.collector import FAMILIES, SnapshotCollector, StoreStatus
+from spectax.exposition import FAMILIES, SnapshotCollector, StoreStatus
 from spectax.web import make_app
 
 

@@ -44,7 +44,7 @@ from promstack import (
     wait_until,
 )
 from spectax.cli.demo import demo_endpoints
-from spectax.exposition.collector import FAMILIES
+from spectax.exposition import FAMILIES
 from spectax.simulate import DEMO_PROFILES, SimulatedFleet, start_simulated_servers
 from spectax.simulate.billing import write_focus_export
 

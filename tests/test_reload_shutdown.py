@@ -70,7 +70,7 @@ async def test_reload_bad_then_good(tmp_path: Path) -> None:
             )
         )
         await asyncio.sleep(0.3)
-        settled = await spectax.exposition.collector()
+        settled = await spectax.metrics()
         keep_tokens = tokens(settled, "keep")
         drop_tokens = tokens(settled, "drop")
         assert keep_tokens and drop_tokens
@@ -82,7 +82,7 @@ async def test_reload_bad_then_good(tmp_path: Path) -> None:
         spectax.signal(signal.SIGHUP)
         await spectax.wait_log("reload failed")
         assert "scrape_intervall: unknown key" in spectax.log
-        m = await spectax.exposition.collector()
+        m = await spectax.metrics()
         assert value(m, "spectax_config_last_reload_successful") == 0
         assert value(m, "spectax_config_last_reload_success_timestamp_seconds") == first_success
         before = dict(targets.requests)
@@ -161,7 +161,7 @@ async def test_sigterm_during_a_hanging_scrape(tmp_path: Path) -> None:
     await spectax.start()
     try:
         await asyncio.wait_for(hanging.wait(), 20)
-        m = await spectax.exposition.collector()
+        m = await spectax.metrics()
         counted = tokens(m, "slow")
         assert counted
         began = time.monotonic()

@@ -1,0 +1,235 @@
+"""The catalog of every family `/metrics` serves: name, type, help text and labels.
+
+Declared once, here: the collector and the text encoder both walk this list
+(in this order), and the README's metrics table, the dashboards and the alert
+rules are tested against it. A new family is one entry below plus the line in
+the collector that gives it samples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+ENDPOINT, MODEL = "endpoint", "model"  # the labels nearly every family carries
+
+# The money families' caveat, in their help text. `spectax assess` prints its own footer
+# (cli/assess.py), worded for a terminal reader: the two texts differ on purpose.
+PROVISIONED_CAPACITY_NOTE = (
+    " On provisioned (always-on) endpoints this is GPU capacity, not invoice money:"
+    " it becomes money only if replicas are scaled to match."
+)
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    kind: str  # gauge | counter
+    help: str
+    labels: tuple[str, ...]
+
+
+# Where a family's samples go: (family name, label values in the family's order, value);
+# a value of None or NaN means "no sample", never a 0 that looks real.
+AddSample = Callable[[str, tuple[str, ...], float | None], None]
+
+
+def gauge(name: str, help_: str, *labels: str) -> Family:
+    return Family(name, "gauge", help_, labels)
+
+
+def counter(name: str, help_: str, *labels: str) -> Family:
+    return Family(name, "counter", help_, labels)
+
+
+FAMILIES: dict[str, Family] = {
+    family.name: family
+    for family in (
+        gauge("spectax_build_info", "spectax build: version and Python.", "version", "python"),
+        gauge(
+            "spectax_endpoint_info",
+            "Configured endpoint: engine, GPU, GPU count, speculative method and billing mode.",
+            ENDPOINT,
+            "engine",
+            "gpu",
+            "gpus",
+            "method",
+            "billing_mode",
+        ),
+        gauge("spectax_endpoint_up", "1 when the last scrape of the endpoint succeeded.", ENDPOINT),
+        gauge(
+            "spectax_engine_metrics_present",
+            "1 when the page carries engine metrics; 0 e.g. when vLLM runs --disable-log-stats.",
+            ENDPOINT,
+        ),
+        gauge("spectax_scrape_duration_seconds", "Duration of the last scrape.", ENDPOINT),
+        gauge(
+            "spectax_last_scrape_success_timestamp_seconds",
+            "Unix time of the last successful scrape.",
+            ENDPOINT,
+        ),
+        counter("spectax_scrape_failures_total", "Failed scrapes by reason.", ENDPOINT, "reason"),
+        gauge(
+            "spectax_acceptance_ratio",
+            "Accepted / proposed draft tokens over the window (vLLM's acceptance rate, alpha).",
+            ENDPOINT,
+            MODEL,
+        ),
+        gauge(
+            "spectax_acceptance_length_tokens",
+            "Mean tokens emitted per verify step over the window, bonus token included (tau).",
+            ENDPOINT,
+            MODEL,
+        ),
+        gauge(
+            "spectax_position_acceptance_ratio",
+            "Share of drafts whose token at this position was accepted, over the window.",
+            ENDPOINT,
+            MODEL,
+            "position",
+        ),
+        gauge(
+            "spectax_breakeven_acceptance_ratio",
+            "Acceptance above which speculation pays at the window's concurrency (alpha*).",
+            ENDPOINT,
+            MODEL,
+        ),
+        gauge(
+            "spectax_acceptance_threshold_ratio",
+            "Configured paging threshold for the acceptance ratio.",
+            ENDPOINT,
+        ),
+        gauge(
+            "spectax_speedup_ratio",
+            "GPU time without speculation / with it over the window; below 1 speculation is a tax.",
+            ENDPOINT,
+            MODEL,
+            "method",
+        ),
+        gauge(
+            "spectax_concurrency_requests",
+            "Time-average of running requests over the window (B).",
+            ENDPOINT,
+            MODEL,
+        ),
+        gauge(
+            "spectax_crossover_concurrency_requests",
+            "Concurrency above which speculation is a tax at the window's acceptance (B_x).",
+            ENDPOINT,
+            MODEL,
+        ),
+        gauge(
+            "spectax_ridge_batch_requests",
+            "Ridge batch B* = a/b of the step-time model in force: calibrated from the"
+            " endpoint's own step times when the fit is sound, else configured.",
+            ENDPOINT,
+            "source",
+        ),
+        gauge(
+            "spectax_recommended_speculative_tokens",
+            "Draft length whose every position clears the break-even acceptance; 0 = turn it off.",
+            ENDPOINT,
+            MODEL,
+        ),
+        gauge(
+            "spectax_gpu_cost_usd_per_hour",
+            "Price in force for the endpoint: USD per GPU-hour times GPU count.",
+            ENDPOINT,
+        ),
+        counter(
+            "spectax_spend_usd_total",
+            "Accrued spend of the endpoint; basis=estimated is the price-table estimate,"
+            " basis=billed the final lines of its billing source (see spectax_billing_*).",
+            ENDPOINT,
+            "basis",
+        ),
+        gauge(
+            "spectax_cost_per_million_output_tokens_usd",
+            "Realized cost per million output tokens over the window (scenario=actual), and the"
+            " price of the GPU time the same output would have taken without speculation"
+            " (scenario=no_speculation)." + PROVISIONED_CAPACITY_NOTE,
+            ENDPOINT,
+            MODEL,
+            "scenario",
+        ),
+        gauge(
+            "spectax_speculation_savings_usd_per_hour",
+            "Value of the GPU time speculation saved over the window, per hour; negative = tax."
+            + PROVISIONED_CAPACITY_NOTE,
+            ENDPOINT,
+            MODEL,
+        ),
+        gauge(
+            "spectax_draft_overhead_usd_per_hour",
+            "Spend on drafting compute, on rejected draft tokens (their drafting included, so the"
+            " kinds overlap), and on VRAM the draft holds instead of KV cache.",
+            ENDPOINT,
+            MODEL,
+            "kind",
+        ),
+        counter(
+            "spectax_cold_starts_total",
+            "Engine restarts seen (new process start time or counters going down).",
+            ENDPOINT,
+        ),
+        counter(
+            "spectax_cold_start_cost_usd_total",
+            "Estimated cost of cold starts on serverless endpoints: load time x GPUs x price.",
+            ENDPOINT,
+        ),
+        gauge(
+            "spectax_cold_start_duration_seconds",
+            "Duration of the last cold start: first successful scrape minus process start"
+            " (or the configured duration when it cannot be measured).",
+            ENDPOINT,
+        ),
+        gauge(
+            "spectax_billing_up",
+            "1 when the last read of the billing source succeeded.",
+            "source",
+        ),
+        gauge(
+            "spectax_billing_last_success_timestamp_seconds",
+            "Unix time of the last successful read of the billing source.",
+            "source",
+        ),
+        gauge(
+            "spectax_billing_drift_ratio",
+            "(estimated - billed) / billed spend of the endpoints the billing source bills, over"
+            " its last final period that spectax watched whole; positive: the estimate is high.",
+            "source",
+        ),
+        gauge(
+            "spectax_store_pending_windows",
+            "Window rows closed but not yet written to the store (held while it is unreachable).",
+        ),
+        counter("spectax_store_write_errors_total", "Failed attempts to write to the store."),
+        gauge("spectax_store_up", "1 when the last attempt to reach the store succeeded."),
+        gauge(
+            "spectax_config_last_reload_successful",
+            "1 when the last configuration reload (SIGHUP or POST /-/reload) succeeded.",
+        ),
+        gauge(
+            "spectax_config_last_reload_success_timestamp_seconds",
+            "Unix time of the last successful configuration load (start-up or reload).",
+        ),
+        counter(
+            "spectax_output_tokens_total",
+            "Output tokens counted by spectax since it started (sums of engine deltas).",
+            ENDPOINT,
+            MODEL,
+        ),
+        counter(
+            "spectax_draft_tokens_total",
+            "Draft tokens proposed, counted by spectax since it started.",
+            ENDPOINT,
+            MODEL,
+        ),
+        counter(
+            "spectax_accepted_tokens_total",
+            "Draft tokens accepted, counted by spectax since it started.",
+            ENDPOINT,
+            MODEL,
+        ),
+    )
+}
