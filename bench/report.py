@@ -38,10 +38,10 @@ from sqlalchemy import create_engine, func, insert, select
 
 from spectax.economics import formulas as economics
 from spectax.report.build import build_report
-from spectax.report.command import render
 from spectax.report.figures import EndpointInfo
 from spectax.report.period import Month
 from spectax.report.read import ProjectionReader
+from spectax.report.render import render
 from spectax.store import Store
 from spectax.store.models import DailyRow, HourlyRow
 from spectax.store.rollups import rollup_rows

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import inspect
 import os
 import signal
 import socket
+import sqlite3
 import ssl
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import yaml
@@ -45,6 +48,8 @@ def write_config(directory: Path, port: int, endpoints: list[dict[str, Any]], **
 
 class Spectax:
     """A `spectax ... run` process: its /metrics, its log, SIGHUP and SIGTERM."""
+
+    name = "spectax"
 
     def __init__(
         self,
@@ -91,9 +96,12 @@ class Spectax:
         """What spectax logged (its stderr); empty before it has started."""
         return self.stderr.read_text(errors="replace") if self.stderr.exists() else ""
 
+    def log_tail(self, chars: int = 3000) -> str:
+        return self.log[-chars:]
+
     def check_alive(self) -> None:
         assert self.process is not None and self.process.returncode is None, (
-            f"spectax exited; log:\n{self.log[-3000:]}"
+            f"spectax exited; log:\n{self.log_tail()}"
         )
 
     async def get(self, path: str = "/metrics", **kwargs: Any) -> tuple[int, str]:
@@ -129,26 +137,20 @@ class Spectax:
         }
 
     async def wait_for(self, predicate: Callable[[Samples], Any], timeout: float = 40.0) -> Samples:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            self.check_alive()
-            try:
+        """The first /metrics page that `predicate` accepts."""
+
+        async def accepted() -> Samples | None:
+            with contextlib.suppress(aiohttp.ClientError, AssertionError, OSError):
                 m = await self.metrics()
                 if predicate(m):
                     return m
-            except (aiohttp.ClientError, AssertionError, OSError):
-                pass
-            await asyncio.sleep(0.2)
-        raise AssertionError(f"timed out; log:\n{self.log[-3000:]}")
+            return None
+
+        page: Samples = await wait_until(accepted, timeout, "a /metrics page to match", [self])
+        return page
 
     async def wait_log(self, text: str, timeout: float = 20.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if text in self.log:
-                return
-            self.check_alive()
-            await asyncio.sleep(0.1)
-        raise AssertionError(f"{text!r} not logged; log:\n{self.log[-3000:]}")
+        await wait_until(lambda: text in self.log, timeout, f"{text!r} in the log", [self])
 
     def signal(self, signum: int) -> None:
         assert self.process is not None
@@ -173,8 +175,57 @@ class Spectax:
             await self.process.wait()
 
 
+class Watched(Protocol):
+    """A process that a wait keeps an eye on (spectax, Prometheus, ...)."""
+
+    name: str
+
+    def check_alive(self) -> None: ...  # raises AssertionError once it has exited
+
+    def log_tail(self) -> str: ...
+
+
+async def wait_until(
+    probe: Callable[[], Any],
+    timeout: float,
+    what: str,
+    check: Sequence[Watched] = (),
+    interval: float = 0.2,
+) -> Any:
+    """Poll `probe` (plain or async) until it returns something truthy, and return that:
+    a test waits on the condition it needs, never sleeps for a guess. Fails at once when a
+    process in `check` has exited, and after `timeout` s naming `what`, with their logs."""
+    deadline = time.monotonic() + timeout
+    while True:
+        last = probe()
+        if inspect.isawaitable(last):
+            last = await last
+        if last:
+            return last
+        for process in check:
+            process.check_alive()
+        if time.monotonic() >= deadline:
+            logs = "".join(f"\n{process.name} log:\n{process.log_tail()}" for process in check)
+            raise AssertionError(
+                f"timed out after {timeout} s waiting for {what}; last: {last!r}{logs}"
+            )
+        await asyncio.sleep(interval)
+
+
 def value(metrics: Samples, name: str, **labels: str) -> float | None:
     for (sample, sample_labels), v in metrics.items():
         if sample == name and all((k, val) in sample_labels for k, val in labels.items()):
             return v
     return None
+
+
+def stored_windows(state: Path, endpoint: str) -> tuple[int, float]:
+    """(rows, output tokens) of `endpoint` in the windows table of the SQLite store under
+    `state`; read only, so that it never creates the file before spectax does."""
+    uri = f"file:{state / 'spectax.sqlite'}?mode=ro"
+    with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
+        rows, tokens = db.execute(
+            "SELECT COUNT(*), COALESCE(SUM(output_tokens), 0) FROM windows WHERE endpoint = ?",
+            (endpoint,),
+        ).fetchone()
+    return int(rows), float(tokens)

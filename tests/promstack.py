@@ -16,7 +16,7 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,7 @@ import pytest
 import yaml
 from aiohttp import web
 
-from e2e import free_port
+from e2e import free_port, wait_until
 
 INSTALL_HINT = (
     "install the Debian packages prometheus and prometheus-alertmanager (.ci/install-monitoring.sh)"
@@ -101,16 +101,15 @@ class Server:
             )
 
     async def wait_ready(self, timeout: float = 20.0) -> None:
-        deadline = time.monotonic() + timeout
         async with aiohttp.ClientSession() as session:
-            while time.monotonic() < deadline:
-                self.check_alive()
+
+            async def ready() -> bool:
                 with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
                     async with session.get(f"{self.url}/-/ready") as response:
-                        if response.status == 200:
-                            return
-                await asyncio.sleep(0.1)
-        raise AssertionError(f"{self.name} not ready after {timeout} s; log:\n{self.log_tail()}")
+                        return response.status == 200
+                return False
+
+            await wait_until(ready, timeout, f"{self.name} to be ready", [self])
 
     async def stop(self) -> None:
         if self.process is None or self.process.returncode is not None:
@@ -258,26 +257,6 @@ class WebhookReceiver:
         found = find()
         assert found is not None
         return found
-
-
-async def wait_until(
-    probe: Callable[[], Any],
-    timeout: float,
-    what: str,
-    check: Sequence[Server] = (),
-    interval: float = 0.25,
-) -> Any:
-    """Poll the async ``probe`` until it returns something truthy; fail with ``what``."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        for server in check:
-            server.check_alive()
-        last = await probe()
-        if last:
-            return last
-        await asyncio.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}; last: {last!r}")
 
 
 # --- The shipped dashboards and rules, as data --------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from e2e import Spectax, free_port, value, write_config
+from e2e import Spectax, free_port, stored_windows, value, wait_until, write_config
 from spectax.cli.demo import demo_endpoints
 from spectax.exposition import FAMILIES
 from spectax.simulate import DEMO_PROFILES, start_simulated_servers
@@ -74,6 +74,11 @@ async def bad_targets() -> AsyncIterator[dict[str, str]]:
     await runner.cleanup()
 
 
+def scraped_at(m: dict[Any, float], endpoint: str) -> float:
+    """When spectax last scraped `endpoint`, on its own clock (0 before the first scrape)."""
+    return value(m, "spectax_last_scrape_success_timestamp_seconds", endpoint=endpoint) or 0.0
+
+
 def speedups_present(m: dict[Any, float]) -> bool:
     return all(
         value(m, "spectax_speedup_ratio", endpoint=e, method="modeled") is not None
@@ -85,6 +90,7 @@ async def test_daemon_finds_the_tax_and_the_payoff(tmp_path, fleet, bad_targets)
     port = free_port()
     endpoints = demo_endpoints(dict(fleet.urls), DEMO_PROFILES)
     endpoints += [{"name": name, "url": url} for name, url in bad_targets.items()]
+    window_s, scrape_s = 6.0, 1.0
     spectax = Spectax(write_config(tmp_path, port, endpoints, window="6s"), port)
     await spectax.start()
     try:
@@ -99,12 +105,18 @@ async def test_daemon_finds_the_tax_and_the_payoff(tmp_path, fleet, bad_targets)
         creative_bar = value(m, "spectax_breakeven_acceptance_ratio", endpoint="chat-creative")
         assert creative_alpha < creative_bar
         # Against its control the tax shows in measured time per output token too, once the
-        # 6 s window has left the start-up ramp (96 prompts prefilling at once) behind.
-        await spectax.wait_for(
+        # 6 s window has left the start-up ramp (96 prompts prefilling at once) behind. The
+        # first measured figure still spans the ramp; a window and a scrape later, counted in
+        # spectax's own scrapes of both sides (a loaded machine scrapes late), the window
+        # starts after that figure, past the ramp.
+        m = await spectax.wait_for(
             lambda m: value(m, "spectax_speedup_ratio", endpoint="chat-creative", method="measured")
         )
-        await asyncio.sleep(7)
-        m = await spectax.metrics()
+        pair = ("chat-creative", "chat-control")
+        ramp = {e: scraped_at(m, e) for e in pair}
+        m = await spectax.wait_for(
+            lambda m: all(scraped_at(m, e) >= ramp[e] + window_s + scrape_s for e in pair)
+        )
         assert value(m, "spectax_speedup_ratio", endpoint="chat-creative", method="measured") < 1
         assert (
             value(m, "spectax_speedup_ratio", endpoint="code-assistant", method="measured") is None
@@ -143,7 +155,14 @@ async def test_restart_keeps_the_spend_counter(tmp_path, realtime_fleet) -> None
         return value(m, "spectax_spend_usd_total", endpoint="code-assistant") or 0.0
 
     m = await first.wait_for(lambda m: spend(m) > 0)
-    await asyncio.sleep(2)
+    # The counter to carry over holds a closed window in the store and the open one
+    # (written at the stop).
+    await wait_until(
+        lambda: stored_windows(tmp_path / "state", "code-assistant")[0] > 0,
+        20,
+        "a closed window of code-assistant in the store",
+        [first],
+    )
     before = spend(await first.metrics())
     assert await first.stop() == 0
 

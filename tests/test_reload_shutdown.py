@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -19,23 +18,19 @@ import pytest
 import yaml
 from aiohttp import web
 
-from e2e import Spectax, free_port, value, write_config
+from e2e import Spectax, free_port, stored_windows, value, wait_until, write_config
 from ops_helpers import Targets
-from spectax import daemon as daemon_module
 from spectax.config import validate
-from spectax.daemon import Daemon
+from spectax.daemon import SHUTDOWN_GRACE_SECONDS, Daemon
 
 pytestmark = pytest.mark.e2e
 WINDOW = "1h"  # no window closes during a test: rows in the store come from flushes
 
 
 def stored_output_tokens(state: Path, endpoint: str) -> float:
-    with sqlite3.connect(state / "spectax.sqlite") as db:
-        rows = db.execute(
-            "SELECT COUNT(*), COALESCE(SUM(output_tokens), 0) FROM windows WHERE endpoint = ?",
-            (endpoint,),
-        ).fetchone()
-    return float(rows[1]) if rows[0] else -1.0
+    """Output tokens in the store's windows; -1 when it holds no window of `endpoint`."""
+    rows, output_tokens = stored_windows(state, endpoint)
+    return output_tokens if rows else -1.0
 
 
 def tokens(m: Any, endpoint: str) -> float | None:
@@ -62,18 +57,20 @@ async def test_reload_bad_then_good(tmp_path: Path) -> None:
     spectax = Spectax(config, port)
     await spectax.start()
     try:
-        # Three pages each: the counted tokens stop growing after the third scrape.
-        settled = await spectax.wait_for(
-            lambda m: (
-                all((targets.requests.get(n, 0) >= 4) for n in ("keep", "drop", "change"))
-                and tokens(m, "keep")
-            )
+        # Three pages each: the counted tokens stop growing after the third scrape. A scrape
+        # starts only once the one before it is done, its /metrics lines included: after the
+        # fourth request, /metrics holds the tokens of all three pages.
+        await wait_until(
+            lambda: all(targets.requests.get(n, 0) >= 4 for n in ("keep", "drop", "change")),
+            20,
+            "a fourth scrape of keep, drop and change",
+            [spectax],
         )
-        await asyncio.sleep(0.3)
         settled = await spectax.metrics()
         keep_tokens = tokens(settled, "keep")
         drop_tokens = tokens(settled, "drop")
-        assert keep_tokens and drop_tokens
+        change_tokens = tokens(settled, "change")
+        assert keep_tokens and drop_tokens and change_tokens
         first_success = value(settled, "spectax_config_last_reload_success_timestamp_seconds")
         assert value(settled, "spectax_config_last_reload_successful") == 1
 
@@ -86,8 +83,12 @@ async def test_reload_bad_then_good(tmp_path: Path) -> None:
         assert value(m, "spectax_config_last_reload_successful") == 0
         assert value(m, "spectax_config_last_reload_success_timestamp_seconds") == first_success
         before = dict(targets.requests)
-        await asyncio.sleep(1.5)
-        assert all(targets.requests[n] > before[n] for n in ("keep", "drop", "change"))
+        await wait_until(  # within a few 1 s intervals; a stopped schedule never scrapes
+            lambda: all(targets.requests[n] > before[n] for n in ("keep", "drop", "change")),
+            5,
+            "a scrape of every endpoint after the failed reload",
+            [spectax],
+        )
         # ... and through the HTTP endpoint, with the reason in the answer.
         status, text = await spectax.post("/-/reload")
         assert status == 500 and "unknown key" in text
@@ -126,13 +127,19 @@ async def test_reload_bad_then_good(tmp_path: Path) -> None:
         # SIGHUP with a good file works as well.
         spectax.signal(signal.SIGHUP)
         await spectax.wait_log("configuration reloaded: 3 endpoint(s) kept")
+        # The pages of keep and change ran out before the reload: these counts are final.
+        last = await spectax.metrics()
     finally:
         assert await spectax.stop() == 0
         await targets.stop()
     assert "Traceback" not in spectax.log
-    # Shutdown flushed the open windows (of those scraped twice or more).
-    for name in ("keep", "change"):
-        assert stored_output_tokens(tmp_path / "state", name) >= 0
+    # Shutdown flushed the open windows (of those whose pages ran out): every token counted
+    # is in the store. The changed endpoint counts afresh in its new monitor; the window it
+    # resumed, flushed again, kept what the old one had counted.
+    assert tokens(last, "keep") == keep_tokens
+    assert stored_output_tokens(tmp_path / "state", "keep") == keep_tokens
+    counted_by_both = change_tokens + (tokens(last, "change") or 0.0)
+    assert stored_output_tokens(tmp_path / "state", "change") == counted_by_both
 
 
 async def test_sigterm_during_a_hanging_scrape(tmp_path: Path) -> None:
@@ -168,7 +175,7 @@ async def test_sigterm_during_a_hanging_scrape(tmp_path: Path) -> None:
         spectax.signal(signal.SIGTERM)
         assert await spectax.stop(timeout=15) == 0
         took = time.monotonic() - began
-        assert took < 2 * daemon_module.SHUTDOWN_GRACE_SECONDS + 2
+        assert took < 2 * SHUTDOWN_GRACE_SECONDS + 2
     finally:
         await spectax.kill()
         await targets.stop()
@@ -177,11 +184,8 @@ async def test_sigterm_during_a_hanging_scrape(tmp_path: Path) -> None:
     assert "Traceback" not in spectax.log
 
 
-async def test_stop_cancels_a_scrape_that_outlasts_the_grace(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_stop_cancels_a_scrape_that_outlasts_the_grace(tmp_path: Path) -> None:
     """In process: a scrape with a long timeout is cancelled after the grace; windows stored."""
-    monkeypatch.setattr(daemon_module, "SHUTDOWN_GRACE_SECONDS", 0.5)
     targets = Targets()
     release = asyncio.Event()
 
@@ -199,22 +203,22 @@ async def test_stop_cancels_a_scrape_that_outlasts_the_grace(
     settings = validate(
         {
             "listen": f"127.0.0.1:{free_port()}",
-            "scrape_interval": "60s",
-            "scrape_timeout": "60s",
+            "scrape_interval": "4s",  # the schedule's second scrape hangs as well
+            "scrape_timeout": "4s",  # longer than the stop takes: the grace ends the scrape
             "window": WINDOW,
             "state_directory": str(tmp_path / "state"),
             "endpoints": [{"name": "t", "url": targets.url("t")}],
         }
     )
-    daemon = Daemon(settings)
+    daemon = Daemon(settings, shutdown_grace_seconds=0.5)
     await daemon.start()
     try:
-        deadline = time.monotonic() + 5
-        while targets.requests.get("t", 0) < 1 and time.monotonic() < deadline:  # noqa: ASYNC110
-            await asyncio.sleep(0.05)
+        await wait_until(lambda: targets.requests.get("t", 0) >= 1, 5, "the first scrape")
         await daemon.scrape("t")  # the second page: an open window with tokens
         stuck = asyncio.create_task(daemon.scrape("t"))
-        await asyncio.sleep(0.2)
+        await wait_until(lambda: targets.requests["t"] >= 3, 5, "the third scrape to hang")
+        # A scrape of the schedule's: stop waits the grace for it, then cancels it.
+        await wait_until(lambda: targets.requests["t"] >= 4, 10, "the schedule's scrape to hang")
         began = time.monotonic()
         await daemon.stop()
         assert time.monotonic() - began < 3

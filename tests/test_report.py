@@ -32,19 +32,22 @@ from typing import Any
 import aiohttp
 import pytest
 
-from spectax.cli.demo import DEMO_DEFAULTS, DRAFT_WEIGHT_BYTES, H100_MEMORY_BYTES
+from spectax.cli.demo import DEMO_DEFAULTS
 from spectax.cli.main import main
+from spectax.cli.report import described_endpoints
 from spectax.config import Settings, validate
 from spectax.economics import formulas as economics
 from spectax.report.build import Report, build_report
-from spectax.report.command import endpoint_infos, render
 from spectax.report.csvout import COLUMNS
 from spectax.report.figures import EndpointInfo, Figures, HourPoint
 from spectax.report.period import Month
 from spectax.report.progress import Progress
 from spectax.report.read import ProjectionReader, store_reader
 from spectax.report.recommend import speedup_with_k
+from spectax.report.render import render
 from spectax.report.spend import DayKey, Spend
+from spectax.report.write import endpoint_infos
+from spectax.simulate.fleet import DRAFT_WEIGHT_BYTES, H100_MEMORY_BYTES
 from spectax.simulate.history import parse_span, write_demo_history
 from spectax.store import Store
 from spectax.store.models import WindowRow
@@ -88,7 +91,7 @@ async def report_of(
     store = await Store.open(url)
     try:
         async with ProjectionReader(url) as reader:
-            infos = endpoint_infos(settings)
+            infos = endpoint_infos(described_endpoints(settings))
             return await build_report(store, month, infos, only, spend_source, reader=reader)
     finally:
         await store.close()

@@ -23,7 +23,9 @@ from spectax.simulate import (
     SimulatedVllm,
     start_simulated_servers,
 )
-from spectax.simulate.vllm import _binomial, build_1_2_5_buckets, format_value
+from spectax.simulate.state import build_1_2_5_buckets
+from spectax.simulate.steady import binomial
+from spectax.simulate.textformat import format_value
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm-0.32.0"
 T0 = 1_800_000_000.0
@@ -362,11 +364,11 @@ def test_invariants_hold_for_any_profile(
 
 def test_binomial_sampler() -> None:
     rng = random.Random(3)
-    assert _binomial(rng, 10**6, 5e-324) == 0  # subnormal p: no overflow
-    assert _binomial(rng, 10, 1.0) == 10
-    assert _binomial(rng, 0, 0.5) == 0
+    assert binomial(rng, 10**6, 5e-324) == 0  # subnormal p: no overflow
+    assert binomial(rng, 10, 1.0) == 10
+    assert binomial(rng, 0, 0.5) == 0
     for n, p in [(200, 0.05), (10**6, 0.3), (40, 0.9)]:
-        xs = [_binomial(rng, n, p) for _ in range(3000)]
+        xs = [binomial(rng, n, p) for _ in range(3000)]
         assert sum(xs) / len(xs) == pytest.approx(n * p, rel=0.03)
         assert all(0 <= x <= n for x in xs)
 

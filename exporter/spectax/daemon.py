@@ -55,13 +55,17 @@ class Daemon:
         settings: Settings,
         config_path: Path | None = None,
         web_config_file: str | None = None,
+        *,
+        shutdown_grace_seconds: float = SHUTDOWN_GRACE_SECONDS,
     ):
         """`config_path` is re-read on reload (none: nothing to reload); `web_config_file`
-        (the `--web.config.file` flag) overrides the configuration's `web_config_file`."""
+        (the `--web.config.file` flag) overrides the configuration's `web_config_file`;
+        `shutdown_grace_seconds` bounds how long a stop or reload waits for scrapes and writes."""
         self.settings = settings
         self.config = settings.config
         self._config_path = config_path
         self._web_config_flag = web_config_file
+        self._grace = shutdown_grace_seconds
         self.guard = WebGuard(load_web_config(web_config_file or self.config.web_config_file))
         self.reload_status = ReloadStatus(True, time.time())
         self._reload_lock = asyncio.Lock()
@@ -183,7 +187,7 @@ class Daemon:
             self._scheduler.pause()
         await self._scrapes.stop()
         if in_flight := self._scrapes.in_flight:
-            _, pending = await asyncio.wait(in_flight, timeout=SHUTDOWN_GRACE_SECONDS)
+            _, pending = await asyncio.wait(in_flight, timeout=self._grace)
             for task in pending:
                 task.cancel()
         await self.billing.stop()  # reads in flight are cancelled: the next run reads again
@@ -198,7 +202,7 @@ class Daemon:
             if write is not None:
                 self._writes.append(write)
         if self.store is not None:
-            await self._drain(SHUTDOWN_GRACE_SECONDS)
+            await self._drain(self._grace)
         self._writes.spill_all()  # what the database did not take waits on disk
         if self._runner is not None:
             await self._runner.cleanup()
@@ -274,7 +278,7 @@ class Daemon:
             self._enqueue(old[name].flush())
         self.settings, self.config = settings, settings.config
         if changes.changed:
-            await self._settle(SHUTDOWN_GRACE_SECONDS)  # changed ones resume from the store
+            await self._settle(self._grace)  # changed ones resume from the store
         monitors: dict[str, EndpointMonitor] = {}
         for endpoint in settings.config.endpoints:
             name = endpoint.name

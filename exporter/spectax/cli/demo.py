@@ -13,65 +13,17 @@ import asyncio
 import signal
 from typing import Any
 
-from spectax.config import Settings, validate
+from spectax.config import Settings
 from spectax.daemon import Daemon
 from spectax.scrape import redact
-from spectax.simulate import DEMO_PROFILES, SimProfile, start_simulated_servers
+from spectax.simulate import DEMO_PROFILES, start_simulated_servers
+from spectax.simulate.fleet import demo_endpoints, demo_settings
+
+# demo_endpoints: the tests and benchmarks that start the simulated fleet still reach it here.
+__all__ = ["DEMO_DEFAULTS", "demo_endpoints", "run_demo"]
 
 # Without a configuration file the demo scrapes faster, so figures appear within seconds.
 DEMO_DEFAULTS: dict[str, Any] = {"scrape_interval": "5s", "window": "1m"}
-H100_MEMORY_BYTES = 80 * 10**9
-# How each demo server is billed: one always-on GPU, and two serverless ones.
-DEMO_BILLING: dict[str, dict[str, Any]] = {
-    "code-assistant": {
-        "gpu": "H100 SXM",
-        "price": {"provider": "runpod", "product": "pods secure"},
-        "billing_mode": "provisioned",
-    },
-    "chat-creative": {
-        "gpu": "H100 80GB (H100 PRO)",
-        "price": {"provider": "runpod", "product": "serverless flex"},
-        "billing_mode": "serverless",
-    },
-    "chat-control": {
-        "gpu": "H100 80GB (H100 PRO)",
-        "price": {"provider": "runpod", "product": "serverless flex"},
-        "billing_mode": "serverless",
-    },
-}
-# The drafters' weights: EAGLE heads for the coder, a 1B draft model (bf16) for the chat.
-DRAFT_WEIGHT_BYTES = {"code-assistant": 500 * 10**6, "chat-creative": 2 * 10**9}
-
-
-def demo_endpoints(urls: dict[str, str], profiles: dict[str, SimProfile]) -> list[dict[str, Any]]:
-    """Endpoint configuration for the simulated servers, matching what each one simulates."""
-    endpoints = []
-    for name, url in urls.items():
-        profile = profiles[name]
-        endpoint: dict[str, Any] = {
-            "name": name,
-            "url": url,
-            "gpu_memory_bytes": H100_MEMORY_BYTES,
-            "ridge_batch": profile.ridge_batch,
-            **DEMO_BILLING.get(name, {}),
-        }
-        if profile.num_speculative_tokens > 0:
-            endpoint["speculation"] = {
-                "method": "eagle" if name == "code-assistant" else "draft_model",
-                "draft_cost_ratio": profile.draft_cost_ratio,
-                "draft_weight_bytes": DRAFT_WEIGHT_BYTES.get(name, 0),
-            }
-        endpoints.append(endpoint)
-    for endpoint in endpoints:
-        if endpoint["name"] == "chat-creative" and "chat-control" in urls:
-            endpoint["control"] = "chat-control"
-    return endpoints
-
-
-def demo_settings(base: Settings, urls: dict[str, str]) -> Settings:
-    raw = base.config.model_dump(exclude={"endpoints"}, exclude_none=True)
-    raw["endpoints"] = demo_endpoints(urls, DEMO_PROFILES)
-    return validate(raw, "<demo>")
 
 
 async def run_demo(base: Settings) -> None:

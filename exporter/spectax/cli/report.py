@@ -5,14 +5,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from spectax.config import load_config, validate
+from spectax.config import EndpointConfig, Settings, load_config, validate
 from spectax.report.charts import ChartsUnavailable
-from spectax.report.command import FORMATS, ReportError, make_report, pick_format
 from spectax.report.period import Month
 from spectax.report.progress import Progress
+from spectax.report.render import FORMATS
+from spectax.report.write import ReportError, endpoint_infos, pick_format, write_report
 
 
 def add_report_parser(commands: Any) -> None:
@@ -48,6 +50,19 @@ def add_report_parser(commands: Any) -> None:
     report.set_defaults(func=report_main)
 
 
+def described_endpoints(settings: Settings) -> Sequence[EndpointConfig]:
+    """The endpoints the report describes: the configured ones.
+
+    Without configured endpoints spectax watches the built-in simulated servers
+    (`spectax run`, `spectax demo`), so the report describes those.
+    """
+    if settings.config.endpoints:
+        return settings.config.endpoints
+    from spectax.simulate.fleet import demo_endpoint_configs
+
+    return demo_endpoint_configs()
+
+
 def report_main(args: argparse.Namespace) -> int:
     try:
         month = Month.parse(args.month)
@@ -56,9 +71,10 @@ def report_main(args: argparse.Namespace) -> int:
         return 2
     settings = load_config(args.config)
     fmt = pick_format(args.format, args.out)
+    infos = endpoint_infos(described_endpoints(settings))
     try:
         written = asyncio.run(
-            make_report(settings, month, args.endpoint, fmt, args.out, progress=Progress(0))
+            write_report(settings, month, infos, args.endpoint, fmt, args.out, progress=Progress(0))
         )
     except ReportError as exc:
         print(f"spectax report: {exc}", file=sys.stderr)

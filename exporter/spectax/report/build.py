@@ -8,19 +8,13 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 
-from spectax.report.figures import (
-    EndpointInfo,
-    Figures,
-    HourPoint,
-    Rec,
-    day_figures,
-    estimated,
-    total,
-)
+from spectax.report.endpoint_day import day_figures, estimated
+from spectax.report.figures import EndpointInfo, Figures, HourPoint, total
 from spectax.report.period import Month
 from spectax.report.progress import Progress
 from spectax.report.read import Reader, store_reader
 from spectax.report.recommend import Recommendation, recommend
+from spectax.report.records import RollupRecord
 from spectax.report.spend import DayKey, EstimatedSpend, Spend, SpendSource
 from spectax.store import Store
 
@@ -86,15 +80,15 @@ async def build_report(
     progress.advance(label="reading daily rows")
     daily = await read("day", previous.start, month.end, names)
     progress.advance(label="reading hourly rows")
-    hourly: list[Rec] = []
+    hourly: list[RollupRecord] = []
     for since, until in chunks:
         hourly += await read("hour", since, until, names)
         progress.advance(label=f"reading hourly rows ({until:%Y-%m-%d})")
 
-    daily_by: dict[DayKey, list[Rec]] = defaultdict(list)
+    daily_by: dict[DayKey, list[RollupRecord]] = defaultdict(list)
     for row in daily:
         daily_by[(row.endpoint, row.start.date())].append(row)
-    hourly_by: dict[DayKey, list[Rec]] = defaultdict(list)
+    hourly_by: dict[DayKey, list[RollupRecord]] = defaultdict(list)
     for row in hourly:
         hourly_by[(row.endpoint, row.start.date())].append(row)
     estimates: dict[DayKey, Decimal | None] = {
@@ -156,8 +150,8 @@ async def build_report(
 def _sum_days(
     info: EndpointInfo,
     days: set[date],
-    daily_by: dict[DayKey, list[Rec]],
-    hourly_by: dict[DayKey, list[Rec]],
+    daily_by: dict[DayKey, list[RollupRecord]],
+    hourly_by: dict[DayKey, list[RollupRecord]],
     spends: dict[DayKey, Spend],
     collect_hours: bool,
 ) -> tuple[Figures, dict[date, Figures], list[HourPoint]]:

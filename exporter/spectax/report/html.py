@@ -7,6 +7,7 @@ from html import escape
 
 from spectax import __version__
 from spectax.report.build import Report
+from spectax.report.cells import stake_phrase
 from spectax.report.charts import Chart, charts
 from spectax.report.markdown import empty_lines, no_recommendation_line
 from spectax.report.tables import (
@@ -16,7 +17,6 @@ from spectax.report.tables import (
     coverage_lines,
     ordered_recommendations,
     recommendations_table,
-    stake_phrase,
 )
 
 CARDS_OPEN = 12  # more recommendations than this: their evidence starts folded

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from spectax.report.build import Report
+from spectax.report.cells import stake_phrase
 from spectax.report.tables import (
     Table,
     all_tables,
     coverage_lines,
     ordered_recommendations,
     recommendations_table,
-    stake_phrase,
 )
 
 

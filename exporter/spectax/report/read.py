@@ -3,7 +3,7 @@
 `store_reader` goes through `Store.rows()`, the store's read API, which hydrates
 an ORM instance per row. Over two months of hourly rows for 100 endpoints
 (146,400 rows) that hydration costs about 5.5 s of CPU, more than half the
-report's budget. `ProjectionReader` selects the same rows' `Rec` columns with a
+report's budget. `ProjectionReader` selects the same rows' `RollupRecord` columns with a
 Core query on the store's own tables and types (Money, UtcDateTime: the same
 Decimal and aware datetime values), in about 2.6 s. The two give equal records
 (tests/test_report.py checks it on SQLite and PostgreSQL); `spectax report` uses
@@ -20,11 +20,11 @@ from types import TracebackType
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from spectax.report.figures import Rec, record
+from spectax.report.records import RollupRecord, record
 from spectax.store import Store
 from spectax.store.rollups import TABLES
 
-Reader = Callable[[str, datetime, datetime, Sequence[str] | None], Awaitable[list[Rec]]]
+Reader = Callable[[str, datetime, datetime, Sequence[str] | None], Awaitable[list[RollupRecord]]]
 
 
 def store_reader(store: Store) -> Reader:
@@ -32,14 +32,14 @@ def store_reader(store: Store) -> Reader:
 
     async def read(
         granularity: str, since: datetime, until: datetime, endpoints: Sequence[str] | None
-    ) -> list[Rec]:
+    ) -> list[RollupRecord]:
         return [record(row) for row in await store.rows(granularity, since, until, endpoints)]
 
     return read
 
 
 class ProjectionReader:
-    """The same rows as `Store.rows()`, only the `Rec` columns, without ORM instances."""
+    """The same rows as `Store.rows()`, only the `RollupRecord` columns, without ORM instances."""
 
     def __init__(self, url: str):
         self.url = url
@@ -65,11 +65,11 @@ class ProjectionReader:
         since: datetime,
         until: datetime,
         endpoints: Sequence[str] | None,
-    ) -> list[Rec]:
+    ) -> list[RollupRecord]:
         assert self._engine is not None, "use ProjectionReader as an async context manager"
         table = TABLES[granularity]
         query = (
-            select(*(getattr(table, name) for name in Rec._fields))
+            select(*(getattr(table, name) for name in RollupRecord._fields))
             .where(table.start >= since, table.start < until)
             .order_by(table.start, table.endpoint, table.model)
         )
@@ -77,4 +77,4 @@ class ProjectionReader:
             query = query.where(table.endpoint.in_(list(endpoints)))
         async with self._engine.connect() as conn:
             result = await conn.execute(query)
-            return [Rec._make(row) for row in result]
+            return [RollupRecord._make(row) for row in result]

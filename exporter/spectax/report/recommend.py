@@ -80,7 +80,7 @@ def recommend(
     savings = month.savings
     threshold = max(MIN_STAKE_USD, MIN_STAKE_SHARE * float(month.spend))
     base = _base_evidence(month, alpha, month.breakeven, month.concurrency, c, ridge)
-    paying = [h for h in drafting if h.verdict == "paid"]
+    paying = [h for h in drafting if h.verdict == "pays"]
 
     # The reference acceptance is that of the hours that paid: what this endpoint's traffic
     # accepts when it works. Above its crossover B_x even that traffic is a tax (the load is

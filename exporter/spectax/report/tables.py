@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from decimal import Decimal
 
-from spectax.report.build import EndpointReport, Report
+from spectax.report.build import Report
+from spectax.report.cells import (
+    DASH,
+    billing_label,
+    change,
+    count,
+    hours_share,
+    net_cell,
+    per_million,
+    ratio,
+    stake_text,
+    usd,
+)
 from spectax.report.figures import Figures
 from spectax.report.recommend import Recommendation
 
-DASH = "—"
 ACTION_LABELS = {
     "keep": "keep",
     "change_k": "change K",
@@ -28,100 +37,6 @@ class Table:
     rows: list[tuple[str, ...]]
     notes: tuple[str, ...] = ()
     numeric: tuple[bool, ...] = field(default=())  # right-align these columns
-
-
-# ---------------------------------------------------------------- formatting
-
-
-def usd(value: Decimal | float | None, places: int = 2) -> str:
-    if value is None:
-        return DASH
-    v = float(value)
-    if round(v, places) == 0:
-        v = 0.0
-    sign = "-" if v < 0 else ""
-    return f"{sign}${abs(v):,.{places}f}"
-
-
-def usd_signed(value: float | None) -> str:
-    if value is None:
-        return DASH
-    return ("+" if round(value, 2) > 0 else "") + usd(value)
-
-
-def per_million(value: float | None) -> str:
-    if value is None:
-        return DASH
-    return usd(value, 3 if abs(value) < 10 else 2)
-
-
-def count(value: int | None) -> str:
-    return DASH if value is None else f"{value:,}"
-
-
-def ratio(value: float | None, places: int = 3) -> str:
-    return DASH if value is None else f"{value:.{places}f}"
-
-
-def percent(value: float | None) -> str:
-    return DASH if value is None else f"{100 * value:.1f}%"
-
-
-def hours_share(hours: int, share: float | None) -> str:
-    return f"{hours:,} ({percent(share)})" if share is not None else DASH
-
-
-def savings_text(value: float, semantics: str) -> str:
-    """Net savings with their meaning: capacity freed (provisioned) or invoice money."""
-    amount = usd_signed(value)
-    if semantics == "capacity":
-        return f"{amount} capacity freed" if value >= 0 else f"{amount} capacity lost (tax)"
-    if semantics == "invoice":
-        return f"{amount} saved on the invoice" if value >= 0 else f"{amount} tax on the invoice"
-    return f"{amount} of GPU time (billing mode unknown)"
-
-
-def net_cell(f: Figures, semantics: str | None) -> str:
-    """The net-savings cell of one endpoint (semantics given) or of the total (by semantics)."""
-    if not f.speculating:
-        return f"{DASH} (no speculation)"
-    if not f.priced:
-        return f"{DASH} (no price)"
-    if f.savings is None:
-        return f"{DASH} (no drafts)"
-    if semantics is not None:
-        return savings_text(f.savings, semantics)
-    order = ("invoice", "capacity", "unknown")
-    return "; ".join(savings_text(f.savings_by[k], k) for k in order if k in f.savings_by)
-
-
-def change(before: float | None, after: float | None, fmt: str = "usd") -> str:
-    """`before → after (+x.x%)`."""
-    render: dict[str, Callable[[float | None], str]] = {
-        "usd": usd,
-        "pm": per_million,
-        "ratio": ratio,
-        "pct": percent,
-        "count": lambda v: count(None if v is None else round(v)),
-    }
-    if before is None and after is None:
-        return DASH
-    text = f"{render[fmt](before)} → {render[fmt](after)}"
-    if before is not None and after is not None and before != 0 and fmt in ("usd", "pm", "count"):
-        text += f" ({100 * (after - before) / abs(before):+.1f}%)"
-    elif before is not None and after is not None and fmt in ("ratio", "pct"):
-        points = 100 * (after - before) if fmt == "pct" else after - before
-        text += f" ({points:+.1f} pts)" if fmt == "pct" else f" ({points:+.3f})"
-    return text
-
-
-def billing_label(e: EndpointReport) -> str:
-    if not e.info.configured:
-        return "not configured"
-    return e.info.billing_mode or DASH
-
-
-# ---------------------------------------------------------------- tables
 
 
 def cost_table(report: Report) -> Table:
@@ -360,24 +275,6 @@ def recommendations_table(report: Report) -> Table:
         (),
         (False, False, False, True),
     )
-
-
-def stake_phrase(r: Recommendation) -> str:
-    """The dollars at stake in words, for a heading."""
-    if r.usd_at_stake is None:
-        return "dollars unknown: no price configured"
-    return f"{stake_text(r)} this month"
-
-
-def stake_text(r: Recommendation) -> str:
-    if r.usd_at_stake is None:
-        return f"{DASH} (no price)"
-    amount = usd(r.usd_at_stake)
-    if r.semantics == "capacity":
-        return f"{amount} of GPU capacity"
-    if r.semantics == "invoice":
-        return f"{amount} on the invoice"
-    return f"{amount} of GPU time"
 
 
 def all_tables(report: Report) -> list[Table]:

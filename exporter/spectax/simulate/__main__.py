@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from spectax.simulate.profiles import DEMO_PROFILES
 from spectax.simulate.server import start_simulated_servers
-from spectax.simulate.vllm import DEMO_PROFILES
 
 BASE_PORT = 18001
 

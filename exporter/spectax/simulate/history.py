@@ -18,17 +18,17 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from typing import Any
 
-from spectax.cli.demo import demo_settings
 from spectax.config import Settings
 from spectax.endpoint import EndpointMonitor
-from spectax.report.command import DEMO_URLS
 from spectax.report.period import Month
-from spectax.simulate import DEMO_PROFILES, SimProfile, SimulatedVllm
+from spectax.simulate.fleet import DEMO_URLS, demo_settings
+from spectax.simulate.profiles import DEMO_PROFILES, SimProfile
+from spectax.simulate.vllm import SimulatedVllm
 from spectax.store import Store
 from spectax.store.writer import PendingWrite
+from spectax.units import from_timestamp
 
 WINDOW_SECONDS = 3600.0
 DAY = 86400.0
@@ -56,7 +56,7 @@ class HistoryWritten:
         covered: dict[Month, float] = {}
         t = self.start
         while t < self.end:
-            month = Month.of(datetime.fromtimestamp(t, UTC))
+            month = Month.of(from_timestamp(t))
             stop = min(self.end, month.end.timestamp())
             covered[month] = covered.get(month, 0.0) + (stop - t)
             t = stop

@@ -15,7 +15,8 @@ from types import TracebackType
 
 from aiohttp import web
 
-from spectax.simulate.vllm import SimProfile, SimulatedVllm
+from spectax.simulate.profiles import SimProfile
+from spectax.simulate.vllm import SimulatedVllm
 
 __all__ = ["METRICS_CONTENT_TYPE", "SimulatedFleet", "start_simulated_servers"]
 

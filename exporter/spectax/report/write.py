@@ -1,30 +1,28 @@
-"""`spectax report`: open the store, build the month's report, write it in the chosen format."""
+"""Writing the month's report: open the store, build the report, render it, write the file.
+
+The command line (`spectax.cli.report`) says which endpoints to describe; nothing here
+knows the demo or the daemon.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from spectax.config import Settings
+from spectax.config import EndpointConfig, Settings
 from spectax.report.build import Report, build_report
 from spectax.report.figures import EndpointInfo
 from spectax.report.period import Month
 from spectax.report.progress import Progress
 from spectax.report.read import ProjectionReader
+from spectax.report.render import FORMATS, render
 from spectax.report.spend import SpendSource, spend_source_for
 from spectax.store import Store
 
-FORMATS = ("html", "md", "csv")
 _SUFFIX = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md", ".csv": "csv"}
-# Placeholder addresses: the report needs the demo endpoints' billing, not their servers.
-DEMO_URLS = {
-    "code-assistant": "http://127.0.0.1:18001",
-    "chat-creative": "http://127.0.0.1:18002",
-    "chat-control": "http://127.0.0.1:18003",
-}
 
 
 class ReportError(RuntimeError):
@@ -50,21 +48,8 @@ def default_out(month: Month, fmt: str) -> str:
     return f"spectax-report-{month}.{fmt}"
 
 
-def endpoint_infos(settings: Settings) -> dict[str, EndpointInfo]:
-    """Billing mode and draft sizes per endpoint, from the configuration.
-
-    Without configured endpoints spectax watches the built-in simulated servers
-    (`spectax run`, `spectax demo`), so the report describes those.
-    """
-    endpoints = settings.config.endpoints
-    if not endpoints:
-        from spectax.cli.demo import demo_endpoints
-        from spectax.config import EndpointConfig
-        from spectax.simulate import DEMO_PROFILES
-
-        endpoints = [
-            EndpointConfig.model_validate(e) for e in demo_endpoints(DEMO_URLS, DEMO_PROFILES)
-        ]
+def endpoint_infos(endpoints: Iterable[EndpointConfig]) -> dict[str, EndpointInfo]:
+    """Billing mode and draft sizes per endpoint, from its configuration."""
     infos = {}
     for e in endpoints:
         spec = e.speculation
@@ -80,10 +65,11 @@ def endpoint_infos(settings: Settings) -> dict[str, EndpointInfo]:
     return infos
 
 
-async def make_report(
+async def write_report(
     settings: Settings,
     month: Month,
-    endpoints: Sequence[str] | None,
+    infos: dict[str, EndpointInfo],
+    only: Sequence[str] | None,
     fmt: str,
     out: str | None,
     spend_source: SpendSource | None = None,
@@ -98,9 +84,7 @@ async def make_report(
     store = await Store.open(url)
     try:
         async with ProjectionReader(url) as reader:
-            report = await build_report(
-                store, month, endpoint_infos(settings), endpoints, spend_source, progress, reader
-            )
+            report = await build_report(store, month, infos, only, spend_source, progress, reader)
     finally:
         await store.close()
     try:
@@ -120,25 +104,6 @@ async def make_report(
 def _write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
-
-
-def render(report: Report, fmt: str, progress: Progress | None = None) -> str:
-    if fmt == "md":
-        from spectax.report.markdown import render_markdown
-
-        return render_markdown(report)
-    if fmt == "csv":
-        from spectax.report.csvout import render_csv
-
-        return render_csv(report)
-    from spectax.report.charts import charts
-    from spectax.report.html import render_html
-
-    if progress is not None:
-        progress.add_steps(1)
-        progress.advance(label="drawing charts")
-    chart_list = charts(report)
-    return render_html(report, chart_list)
 
 
 def _check_store_exists(url: str) -> None:

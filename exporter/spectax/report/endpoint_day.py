@@ -1,0 +1,176 @@
+"""One endpoint-day's figures from its rollup rows, and an hour's point for the recommendations.
+
+Daily rows give the sums of a day (spend, tokens, drafts, stored savings, cold
+starts); hourly rows give the hour-by-hour verdicts (S recomputed from the hour's
+sums with the hour's draft cost ratio and ridge batch) and the draft overhead by
+kind (the hour's shares times its busy spend).
+
+Window-level quantities (seconds, restarts) repeat on every model's row of a
+window, and a window has either model rows or one row with model "" (a page
+without engine metrics): so an endpoint's value for a period is the "" row's
+plus the largest of its model rows' (exact for single-model endpoints, a floor
+for the rare endpoint that serves several models).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from decimal import Decimal
+
+from spectax.economics import formulas as economics
+from spectax.report.figures import EndpointInfo, Figures, HourPoint, add_positions
+from spectax.report.records import RollupRecord
+from spectax.report.spend import Spend
+from spectax.units import NANO
+
+
+def window_level(rows: Sequence[RollupRecord], name: str) -> float:
+    """An endpoint's window-level quantity (seconds, restarts) over a period's rows."""
+    unnamed = sum(getattr(r, name) for r in rows if not r.model)
+    named = [getattr(r, name) for r in rows if r.model]
+    return float(unnamed + (max(named) if named else 0))
+
+
+def estimated(rows: Sequence[RollupRecord]) -> Decimal | None:
+    """The stored estimate of a period's spend; None when no row was priced."""
+    amounts = [r.spend_usd for r in rows if r.spend_usd is not None]
+    return sum(amounts, Decimal(0)) if amounts else None
+
+
+def scale_factor(spend: Spend | None, estimate: Decimal | None) -> Decimal:
+    """Billed over estimated spend: every money figure of the day is scaled by it."""
+    if spend is None or estimate is None or estimate == 0:
+        return Decimal(1)
+    return spend.amount / estimate
+
+
+def day_figures(
+    info: EndpointInfo,
+    daily_rows: Sequence[RollupRecord],
+    hourly_rows: Sequence[RollupRecord],
+    spend: Spend | None,
+    positions: bool = True,
+) -> tuple[Figures, list[HourPoint]]:
+    """One endpoint-day: sums from its daily rows, verdicts and overhead from its hourly rows.
+
+    `positions=False` (the month before, for month over month) skips what only the month
+    reported shows: the hours' points for the recommendations and the draft overhead.
+    """
+    f = Figures()
+    estimate = estimated(daily_rows)
+    factor = scale_factor(spend, estimate)
+    ratio = float(factor)
+    if estimate is not None or spend is not None:
+        f.priced = True
+        f.estimated_spend = estimate or Decimal(0)
+        f.spend = spend.amount if spend is not None else (estimate or Decimal(0))
+        f.bases.add(spend.basis if spend is not None else "estimated")
+        busy = sum((r.busy_spend_usd or Decimal(0) for r in daily_rows), Decimal(0))
+        f.busy_spend = _scaled(busy, factor)
+    f.days_monitored = 1 if daily_rows else 0
+    f.cold_starts = round(window_level(daily_rows, "restarts"))
+    f.cold_start_usd = _scaled(
+        sum((r.cold_start_usd or Decimal(0) for r in daily_rows), Decimal(0)), factor
+    )
+    f.draft_load_usd = _scaled(
+        sum((r.draft_load_usd or Decimal(0) for r in daily_rows), Decimal(0)), factor
+    )
+    speculating_rows = [r for r in daily_rows if r.draft_tokens is not None]
+    concurrency_rows = speculating_rows or [r for r in daily_rows if r.model]
+    for row in daily_rows:
+        f.output_tokens += row.output_tokens
+        f.prompt_tokens += row.prompt_tokens
+    if f.priced:
+        f.priced_output_tokens = f.output_tokens
+    for row in speculating_rows:
+        f.speculating = True
+        f.drafts += row.drafts or 0
+        f.draft_tokens += row.draft_tokens or 0
+        f.accepted_tokens += row.accepted_tokens or 0
+        f.accepted_per_position = add_positions(
+            f.accepted_per_position, json.loads(row.accepted_per_position)
+        )
+        if row.speculation_savings_usd is not None and estimate is not None:
+            key = info.semantics
+            f.savings_by[key] = f.savings_by.get(key, 0.0) + row.speculation_savings_usd * ratio
+    for row in concurrency_rows:
+        f.running_seconds += row.running_seconds
+        f.model_seconds += row.seconds
+    latest = max(speculating_rows, key=lambda r: r.end, default=None)
+    if latest is not None:
+        f.parameters_at = latest.end
+        f.draft_cost_ratio = latest.draft_cost_ratio or 0.0
+        f.ridge_batch = latest.ridge_batch_requests
+    fraction = info.vram_fraction
+    if fraction is not None and f.speculating and f.priced:
+        f.vram_usd = float(f.spend) * fraction
+
+    points: list[HourPoint] = []
+    f.hours_monitored = len({r.start for r in hourly_rows})
+    speedup_of, compute_share, rejected_of = (
+        economics.modelled_speedup,
+        economics.draft_compute_share,
+        economics.rejected_share,
+    )
+    for row in hourly_rows:
+        if row.draft_tokens is None:
+            continue
+        g, dt, a = row.output_tokens, row.draft_tokens, row.accepted_tokens or 0
+        concurrency = row.running_seconds / row.seconds if row.seconds > 0 else 0.0
+        c, ridge = row.draft_cost_ratio or 0.0, row.ridge_batch_requests
+        speedup = None
+        if g > 0 and dt <= 0:
+            f.hours_no_drafts += 1
+        elif g > 0:
+            speedup = speedup_of(g, a, dt, concurrency, ridge, c)
+            if speedup is not None and speedup > 1.0:
+                f.hours_paid += 1
+            else:
+                f.hours_tax += 1
+            if positions and row.busy_spend_usd is not None:  # the month reported only
+                busy_usd = float(row.busy_spend_usd) * ratio
+                r = ridge / (concurrency if concurrency > 1.0 else 1.0)  # relative_batch
+                f.overhead_priced = True
+                f.draft_compute_usd += busy_usd * compute_share(g, a, dt, r, c)
+                f.rejected_usd += busy_usd * rejected_of(g, a, dt, r, c)
+        if positions:
+            points.append(_point(row, ratio, concurrency, c, speedup))
+    return f, points
+
+
+def hour_point(row: RollupRecord, ratio: float = 1.0) -> HourPoint:
+    """An hourly row of a speculating model, with S recomputed from its sums."""
+    g, dt, a = row.output_tokens, row.draft_tokens or 0, row.accepted_tokens or 0
+    concurrency = row.running_seconds / row.seconds if row.seconds > 0 else 0.0
+    c = row.draft_cost_ratio or 0.0
+    speedup = None
+    if g > 0 and dt > 0:
+        speedup = economics.modelled_speedup(g, a, dt, concurrency, row.ridge_batch_requests, c)
+    return _point(row, ratio, concurrency, c, speedup)
+
+
+def _point(
+    row: RollupRecord, ratio: float, concurrency: float, c: float, speedup: float | None
+) -> HourPoint:
+    return HourPoint(
+        row.endpoint,
+        row.model,
+        row.start,
+        row.output_tokens,
+        row.accepted_tokens or 0,
+        row.draft_tokens or 0,
+        row.drafts or 0,
+        tuple(json.loads(row.accepted_per_position)),
+        row.seconds,
+        concurrency,
+        row.ridge_batch_requests,
+        c,
+        float(row.busy_spend_usd) * ratio if row.busy_spend_usd is not None else None,
+        float(row.draft_load_usd or 0) * ratio,
+        speedup,
+    )
+
+
+def _scaled(amount: Decimal, factor: Decimal) -> Decimal:
+    return amount if factor == 1 else (amount * factor).quantize(NANO)

@@ -1,0 +1,52 @@
+"""A stored rollup row (hourly or daily) as the report reads it: a plain tuple of its columns."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from operator import itemgetter
+from typing import NamedTuple
+
+from sqlalchemy.orm.attributes import instance_dict
+
+from spectax.store.models import Sums
+
+
+class RollupRecord(NamedTuple):
+    """The columns of a stored `Sums` row (hourly or daily) that the report reads.
+
+    Plain tuples: reading an attribute of an ORM instance goes through its
+    descriptor, which over a few hundred thousand rows costs seconds.
+    """
+
+    endpoint: str
+    model: str
+    start: datetime
+    end: datetime
+    seconds: float
+    restarts: int
+    output_tokens: int
+    prompt_tokens: int
+    drafts: int | None
+    draft_tokens: int | None
+    accepted_tokens: int | None
+    accepted_per_position: str
+    running_seconds: float
+    spend_usd: Decimal | None
+    busy_spend_usd: Decimal | None
+    cold_start_usd: Decimal | None
+    draft_load_usd: Decimal | None
+    speculation_savings_usd: float | None
+    draft_cost_ratio: float | None
+    ridge_batch_requests: float
+
+
+_FIELDS = itemgetter(*RollupRecord._fields)
+
+
+def record(row: Sums) -> RollupRecord:
+    """A stored row as a `RollupRecord`, read straight from the instance's loaded state."""
+    try:
+        return RollupRecord._make(_FIELDS(instance_dict(row)))
+    except KeyError:  # an attribute not loaded (expired): go through the descriptors
+        return RollupRecord._make(getattr(row, name) for name in RollupRecord._fields)

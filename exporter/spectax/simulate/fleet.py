@@ -1,0 +1,88 @@
+"""The demo fleet's configuration: the three simulated endpoints as spectax is told about them.
+
+One place for what `spectax demo`, `spectax demo --history` and the report (without
+configured endpoints) all say about the simulated servers: their GPU and billing,
+their drafter and its weights, and which endpoint is the control of which.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spectax.config import EndpointConfig, Settings, validate
+from spectax.simulate.profiles import DEMO_PROFILES, SimProfile
+
+__all__ = [
+    "DEMO_URLS",
+    "DRAFT_WEIGHT_BYTES",
+    "H100_MEMORY_BYTES",
+    "demo_endpoint_configs",
+    "demo_endpoints",
+    "demo_settings",
+]
+
+H100_MEMORY_BYTES = 80 * 10**9
+# How each demo server is billed: one always-on GPU, and two serverless ones.
+DEMO_BILLING: dict[str, dict[str, Any]] = {
+    "code-assistant": {
+        "gpu": "H100 SXM",
+        "price": {"provider": "runpod", "product": "pods secure"},
+        "billing_mode": "provisioned",
+    },
+    "chat-creative": {
+        "gpu": "H100 80GB (H100 PRO)",
+        "price": {"provider": "runpod", "product": "serverless flex"},
+        "billing_mode": "serverless",
+    },
+    "chat-control": {
+        "gpu": "H100 80GB (H100 PRO)",
+        "price": {"provider": "runpod", "product": "serverless flex"},
+        "billing_mode": "serverless",
+    },
+}
+# The drafters' weights: EAGLE heads for the coder, a 1B draft model (bf16) for the chat.
+DRAFT_WEIGHT_BYTES = {"code-assistant": 500 * 10**6, "chat-creative": 2 * 10**9}
+# Placeholder addresses (`python -m spectax.simulate`'s ports): the history and the report
+# need the demo endpoints' billing, not their servers.
+DEMO_URLS = {
+    "code-assistant": "http://127.0.0.1:18001",
+    "chat-creative": "http://127.0.0.1:18002",
+    "chat-control": "http://127.0.0.1:18003",
+}
+
+
+def demo_endpoints(urls: dict[str, str], profiles: dict[str, SimProfile]) -> list[dict[str, Any]]:
+    """Endpoint configuration for the simulated servers, matching what each one simulates."""
+    endpoints = []
+    for name, url in urls.items():
+        profile = profiles[name]
+        endpoint: dict[str, Any] = {
+            "name": name,
+            "url": url,
+            "gpu_memory_bytes": H100_MEMORY_BYTES,
+            "ridge_batch": profile.ridge_batch,
+            **DEMO_BILLING.get(name, {}),
+        }
+        if profile.num_speculative_tokens > 0:
+            endpoint["speculation"] = {
+                "method": "eagle" if name == "code-assistant" else "draft_model",
+                "draft_cost_ratio": profile.draft_cost_ratio,
+                "draft_weight_bytes": DRAFT_WEIGHT_BYTES.get(name, 0),
+            }
+        endpoints.append(endpoint)
+    for endpoint in endpoints:
+        if endpoint["name"] == "chat-creative" and "chat-control" in urls:
+            endpoint["control"] = "chat-control"
+    return endpoints
+
+
+def demo_settings(base: Settings, urls: dict[str, str]) -> Settings:
+    """`base` with its endpoints replaced by the demo's, at these addresses."""
+    raw = base.config.model_dump(exclude={"endpoints"}, exclude_none=True)
+    raw["endpoints"] = demo_endpoints(urls, DEMO_PROFILES)
+    return validate(raw, "<demo>")
+
+
+def demo_endpoint_configs() -> list[EndpointConfig]:
+    """The demo endpoints as validated configuration, at their placeholder addresses."""
+    return [EndpointConfig.model_validate(e) for e in demo_endpoints(DEMO_URLS, DEMO_PROFILES)]

@@ -1,0 +1,187 @@
+"""The house rules (issue 14), read from the source's imports with `ast`.
+
+One room per concern and data flowing one way hold only as long as nothing
+imports against the flow; these tests say which file broke which rule. Every
+import counts: at the top, inside functions, under `if TYPE_CHECKING:`.
+`from spectax import x` imports `spectax.x`; relative imports are resolved.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+SOURCE = Path(__file__).parent.parent / "exporter"
+PACKAGE = SOURCE / "spectax"
+MAX_LINES = 400
+DATA_FILES = ("store/migrations/", "simulate/profiles.py")  # data, not code: no length cap
+
+
+@dataclass(frozen=True)
+class Import:
+    file: Path
+    line: int
+    module: str  # absolute, e.g. "spectax.store.rows" or "sqlalchemy.orm"
+
+    def __str__(self) -> str:
+        return f"{self.file.relative_to(SOURCE.parent)}:{self.line} imports {self.module}"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(SOURCE).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def is_module(name: str) -> bool:
+    """Whether `name` is a module or package of spectax (as opposed to a name in one)."""
+    path = SOURCE.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def imports(path: Path, text: str | None = None) -> Iterator[Import]:
+    """Every import in the file at `path` (or in `text`, as if it were that file)."""
+    if text is None:
+        text = path.read_text(encoding="utf-8")
+    package = module_name(path) if path.name == "__init__.py" else module_name(path.parent)
+    for node in ast.walk(ast.parse(text, str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield Import(path, node.lineno, alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # `from . import x` in spectax/a/b.py: spectax.a.x
+                parts = package.split(".")
+                anchor = parts[: len(parts) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            named = (f"{base}.{alias.name}" for alias in node.names)
+            modules = dict.fromkeys(inner if is_module(inner) else base for inner in named)
+            for module in modules:  # `from m import a, b`: m once
+                yield Import(path, node.lineno, module)
+
+
+def sources(room: str) -> list[Path]:
+    """The Python files under `room` (e.g. "store/"), subpackages included."""
+    return sorted((PACKAGE / room).rglob("*.py"))
+
+
+def within(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(f"{p}.") for p in prefixes)
+
+
+def stdlib(module: str) -> bool:
+    return module.partition(".")[0] in sys.stdlib_module_names
+
+
+@dataclass(frozen=True)
+class Rule:
+    rooms: tuple[str, ...]
+    says: str
+    forbidden: tuple[str, ...] = ()  # spectax modules it must not import
+    allowed: tuple[str, ...] | None = None  # when set: stdlib and these only
+
+    def breaks(self, imported: Import) -> bool:
+        if within(imported.module, self.forbidden):
+            return True
+        if self.allowed is None:
+            return False
+        return not (stdlib(imported.module) or within(imported.module, self.allowed))
+
+
+RULES = {
+    "store": Rule(
+        ("store/",),
+        "store/ imports nothing from billing, report, daemon, endpoint, cli",
+        forbidden=(
+            "spectax.billing",
+            "spectax.report",
+            "spectax.daemon",
+            "spectax.endpoint",
+            "spectax.cli",
+        ),
+    ),
+    "report": Rule(
+        ("report/",),
+        "report/ imports nothing from daemon, endpoint, simulate, cli, web",
+        forbidden=(
+            "spectax.daemon",
+            "spectax.endpoint",
+            "spectax.simulate",
+            "spectax.cli",
+            "spectax.web",
+        ),
+    ),
+    "economics": Rule(
+        ("economics/",),
+        "economics/ imports only the standard library, spectax.pipeline and spectax.units",
+        allowed=("spectax.economics", "spectax.pipeline", "spectax.units"),
+    ),
+    "engines": Rule(
+        ("engines/",),
+        "engines/ imports only the standard library and spectax.units",
+        allowed=("spectax.engines", "spectax.units"),
+    ),
+    "registries": Rule(
+        ("engines/", "billing/"),
+        "config imports the registries (engines, billing), never the reverse",
+        forbidden=("spectax.config",),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(RULES))
+def test_imports_follow_the_house_rules(name: str) -> None:
+    rule = RULES[name]
+    broken = [
+        f"{imported}: {rule.says}"
+        for room in rule.rooms
+        for path in sources(room)
+        for imported in imports(path)
+        if rule.breaks(imported)
+    ]
+    assert not broken, "\n".join(broken)
+
+
+def test_no_source_file_is_over_400_lines() -> None:
+    """A file that long holds more than one concern; data files are exempt."""
+    too_long = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        inside = path.relative_to(PACKAGE).as_posix()
+        if inside.startswith(DATA_FILES):
+            continue
+        lines = len(path.read_text(encoding="utf-8").splitlines())
+        if lines > MAX_LINES:
+            too_long.append(f"exporter/spectax/{inside}: {lines} lines (at most {MAX_LINES})")
+    assert not too_long, "\n".join(too_long)
+
+
+def test_the_reader_sees_every_kind_of_import() -> None:
+    """Absolute, from the package, relative and nested imports all resolve to modules."""
+    text = (
+        "import json\n"
+        "from spectax import units\n"
+        "from spectax.pipeline.windows import Window\n"
+        "from . import formulas\n"
+        "from ..store import rows\n"
+        "def late():\n"
+        "    import sqlalchemy.orm\n"
+    )
+    probe = PACKAGE / "economics" / "probe.py"  # where such a file would sit; never written
+    found = list(imports(probe, text))
+    assert [i.module for i in found] == [
+        "json",
+        "spectax.units",
+        "spectax.pipeline.windows",
+        "spectax.economics.formulas",
+        "spectax.store.rows",
+        "sqlalchemy.orm",
+    ]
+    assert [i.module for i in found if RULES["economics"].breaks(i)] == [
+        "spectax.store.rows",
+        "sqlalchemy.orm",
+    ]
+    assert str(found[4]) == "exporter/spectax/economics/probe.py:5 imports spectax.store.rows"
