@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import gc
 import logging
-import resource
 import signal
 import time
 from collections.abc import Callable, Mapping
@@ -37,7 +36,13 @@ from spectax.exposition.collector import ReloadStatus, SnapshotCollector, StoreS
 from spectax.pipeline.windows import Window
 from spectax.reload import endpoint_changes, read_new_configuration
 from spectax.schedule import ScrapeSchedule
-from spectax.scrape import ScrapeError, fetch, metrics_url, scrape_session
+from spectax.scrape import (
+    ScrapeError,
+    fetch,
+    lift_open_files_limit,
+    metrics_url,
+    scrape_session,
+)
 from spectax.store import Store, StoreError
 from spectax.store.writer import PendingWrite, WriteQueue
 from spectax.web import WebGuard, make_app
@@ -141,7 +146,13 @@ class Daemon:
             ssl_context=self.guard.server_ssl,
         )
         await site.start()
-        _lift_open_files_limit(len(self.config.endpoints))
+        open_files, endpoints = lift_open_files_limit(), len(self.config.endpoints)
+        if open_files is not None and open_files < endpoints + 256:
+            log.warning(
+                "open files limited to %d for %d endpoints: raise LimitNOFILE (ulimit -n)",
+                open_files,
+                endpoints,
+            )
         self.store = await self._open_store()
         if self.store is None:
             return  # asked to stop while waiting
@@ -450,22 +461,3 @@ class Daemon:
                     log.error("store: %s; retrying", exc)
                 failures += 1
                 await asyncio.sleep(0.5)
-
-
-def _lift_open_files_limit(endpoints: int) -> None:
-    """Raise the soft limit on open files to the hard one, as Go's runtime does for Prometheus.
-
-    Every target being scraped can hold a socket (and the server's clients more): at fleet
-    scale the usual soft limit of 1,024 would fail scrapes with "Too many open files".
-    """
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and soft < hard:
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-            soft = hard
-    if soft != resource.RLIM_INFINITY and soft < endpoints + 256:
-        log.warning(
-            "open files limited to %d for %d endpoints: raise LimitNOFILE (ulimit -n)",
-            soft,
-            endpoints,
-        )
