@@ -32,10 +32,10 @@ from typing import Any
 import aiohttp
 import pytest
 
+from spectax import economics
 from spectax.cli.demo import DEMO_DEFAULTS, DRAFT_WEIGHT_BYTES, H100_MEMORY_BYTES
 from spectax.cli.main import main
 from spectax.config import Settings, validate
-from spectax.economics import formulas as economics
 from spectax.report.build import Report, build_report
 from spectax.report.command import endpoint_infos, render
 from spectax.report.csvout import COLUMNS

@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 from sqlalchemy.orm.attributes import instance_dict
 
-from spectax.economics import formulas as economics
+from spectax import economics
 from spectax.report.spend import Spend, combined_basis
 from spectax.store.models import Sums
 from spectax.units import NANO
