@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from spectax import economics
 from spectax.billing.prices import PriceTable, PriceTableError
-from spectax.economics import formulas as economics
 from spectax.engines import get_parser
 from spectax.engines.base import EngineSample, ParseError
-from spectax.pipeline.windows import interval_between, speedup_against_control, sum_intervals
+from spectax.pipeline.intervals import interval_between
+from spectax.pipeline.windows import sum_intervals
 from spectax.scrape import ScrapeError, fetch, metrics_url, scrape_session
 
 PROVISIONED_NOTE = (
@@ -98,7 +99,7 @@ def assess_pages(
         control_window = sum_intervals([interval_between(control_before, control_after, 0, 1)])
         if not control_window.models:
             raise AssessError("the control pages have no engine metrics in common")
-    c = _draft_cost_ratio(options, interval_speculates(after))
+    c = _draft_cost_ratio(options, _speculates(after))
     params = economics.Parameters(draft_cost_ratio=c, ridge_batch=options.ridge_batch)
     spend = None
     if options.usd_per_hour is not None and options.seconds is not None:
@@ -109,22 +110,13 @@ def assess_pages(
         concurrency = options.concurrency
         if concurrency is None:
             concurrency = _mean_running(before, after, model)
-        traffic = economics.Traffic(
-            output_tokens=counts.generation_tokens,
-            prompt_tokens=counts.prompt_tokens,
-            concurrency=max(concurrency, 1.0),
-            drafts=counts.drafts,
-            draft_tokens=counts.draft_tokens,
-            accepted_tokens=counts.accepted_tokens,
-            accepted_per_position=counts.accepted_per_position,
-            restarted=interval.restarted,
-        )
-        measured = speedup_against_control(window, control_window, model)
-        results.append(economics.assess(model, traffic, params, money, measured))
+        traffic = economics.traffic_of(counts, max(concurrency, 1.0), interval.restarted)
+        measured = economics.measured_speedup(window, control_window, model)
+        results.append(economics.assess_model(model, traffic, params, money, measured))
     return results
 
 
-def interval_speculates(sample: EngineSample) -> bool:
+def _speculates(sample: EngineSample) -> bool:
     return any(m.speculating for m in sample.models.values())
 
 

@@ -25,6 +25,7 @@ from spectax.billing.types import BillingLine, Period
 from spectax.engines.base import EngineSample
 from spectax.pipeline.windows import Window
 from spectax.store import rollups, schema
+from spectax.store.cursor import decode_sample, encode_sample
 from spectax.store.models import (
     BillingLineRow,
     BillingPeriodRow,
@@ -35,7 +36,7 @@ from spectax.store.models import (
     Sums,
     WindowRow,
 )
-from spectax.store.rows import decode_sample, encode_sample, window_from_rows
+from spectax.store.rows import window_from_rows
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from spectax.engines.base import EngineSample
-from spectax.store.rows import decode_sample, encode_sample
+from spectax.store.cursor import decode_sample, encode_sample
 
 
 class PendingWrite:
