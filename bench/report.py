@@ -36,7 +36,7 @@ from typing import Any
 
 from sqlalchemy import create_engine, func, insert, select
 
-from spectax.economics import formulas as economics
+from spectax import economics
 from spectax.report.build import build_report
 from spectax.report.figures import EndpointInfo
 from spectax.report.period import Month

@@ -22,6 +22,7 @@ import yaml
 from aiohttp import web
 
 from e2e import free_port
+from loopback import serve
 from spectax.billing import ledger
 from spectax.billing.retry import RetryPolicy
 from spectax.billing.sources.aws_cost_explorer import AwsCostExplorerConfig, AwsCostExplorerSource
@@ -84,11 +85,7 @@ class Proxy:
         self._session = aiohttp.ClientSession()
         app = web.Application()
         app.router.add_post("/", self.handle)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        port = free_port()
-        await web.TCPSite(self._runner, "127.0.0.1", port).start()
-        self.url = f"http://127.0.0.1:{port}"
+        self._runner, self.url = await serve(app)
 
     async def close(self) -> None:
         if self._runner is not None:

@@ -25,6 +25,7 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from e2e import free_port
+from loopback import serve
 from spectax.cli.main import main
 from spectax.config import validate
 from spectax.daemon import Daemon
@@ -67,11 +68,7 @@ class Echo:
         app.router.add_get("/hang/{tail:.*}", self.hang)
         app.router.add_route("*", "/echo/{tail:.*}", self.echo)
         app.router.add_post("/echo", self.echo)
-        self._runner = web.AppRunner(app, shutdown_timeout=0.2)
-        await self._runner.setup()
-        port = free_port()
-        await web.TCPSite(self._runner, "127.0.0.1", port).start()
-        self.url = f"http://127.0.0.1:{port}"
+        self._runner, self.url = await serve(app, shutdown_timeout=0.2)
 
     async def close(self) -> None:
         if self._runner is not None:

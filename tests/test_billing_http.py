@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from e2e import free_port
+from loopback import serve
 from spectax.billing import ledger
 from spectax.billing.retry import RetryPolicy
 from spectax.billing.sources.opencost import OpenCostConfig, OpenCostSource
@@ -77,11 +77,7 @@ class Scripted:
     async def start(self) -> None:
         app = web.Application()
         app.router.add_get("/{tail:.*}", self.handle)
-        self._runner = web.AppRunner(app, shutdown_timeout=0.2)
-        await self._runner.setup()
-        port = free_port()
-        await web.TCPSite(self._runner, "127.0.0.1", port).start()
-        self.url = f"http://127.0.0.1:{port}"
+        self._runner, self.url = await serve(app, shutdown_timeout=0.2)
 
     async def close(self) -> None:
         if self._runner is not None:

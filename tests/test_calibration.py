@@ -9,12 +9,19 @@ from decimal import Decimal
 import pytest
 
 from conftest import page
-from spectax import endpoint as monitor_module
 from spectax.config import validate
-from spectax.economics.calibration import StepPoint, fit_ridge_batch, step_point, theil_sen
-from spectax.endpoint import EndpointMonitor
+from spectax.economics.calibration import (
+    CHEAP_FIT_POINTS,
+    REFIT_EVERY,
+    StepPoint,
+    fit_ridge_batch,
+    step_point,
+    theil_sen,
+)
+from spectax.endpoint import CALIBRATION_POINTS, EndpointMonitor
 from spectax.engines.base import Histogram
-from spectax.pipeline.windows import Counts, Window
+from spectax.pipeline.counts import Counts
+from spectax.pipeline.windows import Window
 from spectax.store import Restored
 
 
@@ -164,17 +171,17 @@ def test_calibration_fits_once_there_are_enough_windows_then_hourly_and_keeps_a_
     assert m.snapshot.ridge_batch == pytest.approx(32.0)  # 8 windows: the first fit at once
     # the GPU changes: step = 0.032 + 0.0005 tokens (B* = 64), one window at a time
     refits = []
-    for i in range(8, 8 + 2 * monitor_module.REFIT_EVERY + 1):
+    for i in range(8, 8 + 2 * REFIT_EVERY + 1):
         before = m.snapshot.ridge_fit
-        m._calibrate([step_window(i, xs[i % len(xs)], 0.032, 0.0005)])
+        m.calibrate([step_window(i, xs[i % len(xs)], 0.032, 0.0005)])
         if m.snapshot.ridge_fit is not before:
             refits.append(i)
     assert len(refits) >= 2
-    assert all(b - a == monitor_module.REFIT_EVERY for a, b in itertools.pairwise(refits))
+    assert all(b - a == REFIT_EVERY for a, b in itertools.pairwise(refits))
     assert m.snapshot.ridge_batch > 32.0  # the new windows pull B* toward 64
-    for i in range(8, 8 + monitor_module.CALIBRATION_POINTS + 50):
-        m._calibrate([step_window(i, xs[i % len(xs)], 0.032, 0.0005)])
-    assert len(m._steps) == monitor_module.CALIBRATION_POINTS
+    for i in range(8, 8 + CALIBRATION_POINTS + 50):
+        m.calibrate([step_window(i, xs[i % len(xs)], 0.032, 0.0005)])
+    assert len(m.calibration) == CALIBRATION_POINTS
     assert m.snapshot.ridge_batch == pytest.approx(64.0)  # the old day has left the fit
 
 
@@ -183,33 +190,26 @@ def test_an_uncalibrated_monitor_fits_as_soon_as_the_data_allows() -> None:
     at another. The fit must hold at the first window that gives it spread, not an hour on."""
     m = monitor()
     for i in range(9):
-        m._calibrate([step_window(i, 8.0, 0.016, 0.0005)])
+        m.calibrate([step_window(i, 8.0, 0.016, 0.0005)])
     assert m.snapshot.ridge_source == "configured"
-    m._calibrate([step_window(9, 64.0, 0.016, 0.0005)])
+    m.calibrate([step_window(9, 64.0, 0.016, 0.0005)])
     assert m.snapshot.ridge_source == "calibrated"
 
 
-def test_a_refused_fit_is_retried_hourly_once_the_history_is_large(monkeypatch) -> None:
+def test_a_refused_fit_is_retried_hourly_once_the_history_is_large() -> None:
     """CPU vLLM's steps fit a line whose B* is implausible: the data is there, the fit is
     refused. Such an endpoint must not pay a fit over a day of points at every window;
     while the history is small (cheap fits) it keeps trying, so warm-up windows cannot
     hold a sound fit back an hour."""
-    fits = []
-
-    def counted(*args: object, **kwargs: object) -> object:
-        fits.append(1)
-        return fit_ridge_batch(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(monitor_module, "fit_ridge_batch", counted)
     xs = [8.0, 12, 16, 24, 32, 48, 64, 96]
     m = monitor()
-    cheap = monitor_module.CHEAP_FIT_POINTS
+    cheap = CHEAP_FIT_POINTS
     tried = []
-    for i in range(cheap + 3 * monitor_module.REFIT_EVERY):
-        before = len(fits)
+    for i in range(cheap + 3 * REFIT_EVERY):
+        before = m.calibration.fits
         # step = 1 s + 1 us per token: B* = 1,000,000 requests, beyond any GPU
-        m._calibrate([step_window(i, xs[i % len(xs)], 1.0, 0.000001)])
-        tried.append(len(fits) - before)
+        m.calibrate([step_window(i, xs[i % len(xs)], 1.0, 0.000001)])
+        tried.append(m.calibration.fits - before)
     assert m.snapshot.ridge_source == "configured"
     # every window while the history (this window's point included) is under `cheap`
     assert tried[: cheap - 1] == [1] * (cheap - 1)
@@ -228,9 +228,9 @@ def test_refits_are_staggered_across_endpoints() -> None:
     for config in settings.config.endpoints:
         m = EndpointMonitor(config, None, 300.0)
         fits = 0
-        for i in range(3 * monitor_module.REFIT_EVERY):
+        for i in range(3 * REFIT_EVERY):
             before = m.snapshot.ridge_fit
-            m._calibrate([step_window(i, xs[i % len(xs)], 0.016, 0.0005)])
+            m.calibrate([step_window(i, xs[i % len(xs)], 0.016, 0.0005)])
             if m.snapshot.ridge_fit is not before:
                 fits += 1
                 if fits == 2:
@@ -252,9 +252,9 @@ def test_refits_stay_staggered_after_a_restart() -> None:
     for config in settings.config.endpoints:
         m = EndpointMonitor(config, None, 300.0, Restored(recent_windows=day))
         assert m.snapshot.ridge_source == "calibrated"
-        for i in range(288, 288 + monitor_module.REFIT_EVERY):
+        for i in range(288, 288 + REFIT_EVERY):
             before = m.snapshot.ridge_fit
-            m._calibrate([step_window(i, xs[i % len(xs)], 0.016, 0.0005)])
+            m.calibrate([step_window(i, xs[i % len(xs)], 0.016, 0.0005)])
             if m.snapshot.ridge_fit is not before:
                 first_refit.add(i)
                 break

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from spectax.economics import formulas as E
-from spectax.economics.formulas import Money, Parameters, Traffic
+from spectax import economics as E
+from spectax.economics import Money, Parameters, Traffic
 
 C, B_STAR, G, TOL = 0.05, 32.0, 1000.0, 1e-6
 # ECONOMICS.md §6: (A, Dt, B, alpha, alpha*, S) with c = 0.05, B* = 32, G = 1000.
@@ -68,7 +68,7 @@ def test_worked_examples_via_functions(row) -> None:
 @pytest.mark.parametrize("row", WORKED)
 def test_worked_examples_via_assess(row, dr) -> None:
     a, dt, b, alpha, alpha_star, s = row
-    res = E.assess("m", traffic(a=a, dt=dt, b=b, dr=dr), PARAMS, TEN_USD)
+    res = E.assess_model("m", traffic(a=a, dt=dt, b=b, dr=dr), PARAMS, TEN_USD)
     assert res.acceptance_ratio == pytest.approx(alpha, abs=TOL)
     assert res.breakeven_acceptance_ratio == pytest.approx(alpha_star, abs=TOL)
     assert res.speedup_ratio == pytest.approx(s, abs=TOL)  # S does not depend on Dr
@@ -215,8 +215,8 @@ def test_crossover_separates_pay_from_tax(dt, data, c, b_star, extra) -> None:
     bx = E.crossover_concurrency(alpha, b_star, c)
     assume(bx is not None and 2.0 <= bx <= 1e4)
     params = Parameters(draft_cost_ratio=c, ridge_batch=b_star)
-    below = E.assess("m", traffic(g=a + extra, a=a, dt=dt, b=bx * 0.999), params, TEN_USD)
-    above = E.assess("m", traffic(g=a + extra, a=a, dt=dt, b=bx * 1.001), params, TEN_USD)
+    below = E.assess_model("m", traffic(g=a + extra, a=a, dt=dt, b=bx * 0.999), params, TEN_USD)
+    above = E.assess_model("m", traffic(g=a + extra, a=a, dt=dt, b=bx * 1.001), params, TEN_USD)
     assert below.speedup_ratio is not None and below.speedup_ratio > 1.0
     assert above.speedup_ratio is not None and above.speedup_ratio < 1.0
     assert (below.verdict, above.verdict) == ("pays", "tax")
@@ -256,7 +256,7 @@ def test_verdicts_without_speculation_have_no_numbers(t, verdict) -> None:
     params = Parameters(
         draft_cost_ratio=C, draft_weight_bytes=2 * 10**9, gpu_memory_bytes=80 * 10**9
     )
-    res = E.assess("m", t, params, TEN_USD)
+    res = E.assess_model("m", t, params, TEN_USD)
     assert res.verdict == verdict
     for field in (
         "acceptance_ratio",
@@ -278,13 +278,13 @@ def test_verdicts_without_speculation_have_no_numbers(t, verdict) -> None:
 
 @pytest.mark.parametrize("t", [NO_SPEC, NO_TRAFFIC, NO_DRAFTS])
 def test_measured_speedup_does_not_invent_savings(t) -> None:
-    res = E.assess("m", t, PARAMS, TEN_USD, measured_speedup=1.3)
+    res = E.assess_model("m", t, PARAMS, TEN_USD, measured_speedup=1.3)
     assert res.speculation_savings_usd is None  # got 10 * 0.3 = 3.0
 
 
 @pytest.mark.parametrize(("b", "measured", "verdict"), [(64, 0.8, "tax"), (128, 1.2, "pays")])
 def test_measured_speedup_overrides_model(b, measured, verdict) -> None:
-    res = E.assess("m", traffic(b=b), PARAMS, TEN_USD, measured_speedup=measured)
+    res = E.assess_model("m", traffic(b=b), PARAMS, TEN_USD, measured_speedup=measured)
     assert res.verdict == verdict
     assert res.speedup_ratio == pytest.approx(1.027397 if b == 64 else 0.925926, abs=TOL)
     assert res.speedup_measured_ratio == measured and res.speedup_in_force == measured
@@ -296,7 +296,7 @@ def test_measured_speedup_overrides_model(b, measured, verdict) -> None:
 
 def test_money_on_worked_example() -> None:  # plus per_hour() and the spend estimate
     s = 33000 / 15320  # row 1: T_ns = 1000*33, T_spec = 400*32 + 1200 + 0.05*800*33
-    res = E.assess("m", traffic(p=500.0), PARAMS, TEN_USD)
+    res = E.assess_model("m", traffic(p=500.0), PARAMS, TEN_USD)
     assert res.speculation_savings_usd == pytest.approx(10 * (s - 1))
     assert res.speculation_savings_usd == pytest.approx(11.54047, abs=1e-5)
     assert res.cost_per_million_output_tokens_no_speculation_usd == pytest.approx(10 * s / G * 1e6)
@@ -306,12 +306,14 @@ def test_money_on_worked_example() -> None:  # plus per_hour() and the spend est
     assert res.rejected_usd == pytest.approx(10 * 200 * 2.65 / 15320)  # (Dt-A)(1+c(r+1))
     assert res.vram_usd is None
     assert E.spend_estimate_usd(2.5, 4, 1800.0) == pytest.approx(5.0)
-    half_hour = E.assess(
+    half_hour = E.assess_model(
         "m", traffic(), PARAMS, Money(seconds=1800.0, spend_usd=5.0, busy_spend_usd=5.0)
     )
     assert (half_hour.per_hour(5.0), half_hour.per_hour(-1.5)) == pytest.approx((10.0, -3.0))
     assert half_hour.per_hour(None) is None
-    idle = E.assess("m", traffic(), PARAMS, Money(seconds=0.0, spend_usd=0.0, busy_spend_usd=0.0))
+    idle = E.assess_model(
+        "m", traffic(), PARAMS, Money(seconds=0.0, spend_usd=0.0, busy_spend_usd=0.0)
+    )
     assert idle.per_hour(1.0) is None
 
 
@@ -330,17 +332,17 @@ def test_vram_usd(draft_bytes, gpu_bytes, expected) -> None:
         draft_cost_ratio=C, draft_weight_bytes=draft_bytes, gpu_memory_bytes=gpu_bytes
     )
     partly_idle = Money(seconds=3600.0, spend_usd=10.0, busy_spend_usd=6.0)  # $, not $_busy
-    assert E.assess("m", traffic(), params, partly_idle).vram_usd == (
+    assert E.assess_model("m", traffic(), params, partly_idle).vram_usd == (
         None if expected is None else pytest.approx(expected)
     )
 
 
 def test_position_acceptance_and_recommendation_in_assess() -> None:
     per_pos = (190.0, 170.0, 140.0, 100.0)  # sums to A = 600 over Dr = 200 drafts of K = 4
-    res = E.assess("m", traffic(b=64, per_pos=per_pos), PARAMS, TEN_USD)
+    res = E.assess_model("m", traffic(b=64, per_pos=per_pos), PARAMS, TEN_USD)
     assert res.position_acceptance_ratio == pytest.approx((0.95, 0.85, 0.7, 0.5))
     assert res.recommended_speculative_tokens == 2  # alpha* = 0.716667
-    low = E.assess("m", traffic(b=1, per_pos=per_pos), PARAMS, TEN_USD)
+    low = E.assess_model("m", traffic(b=1, per_pos=per_pos), PARAMS, TEN_USD)
     assert low.recommended_speculative_tokens == 5  # all clear 0.0803; 0.5*0.5/0.7 does too
 
 

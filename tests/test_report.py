@@ -32,10 +32,10 @@ from typing import Any
 import aiohttp
 import pytest
 
+from spectax import economics
 from spectax.cli.main import main
 from spectax.cli.report import described_endpoints
 from spectax.config import Settings, validate
-from spectax.economics import formulas as economics
 from spectax.report.build import Report, build_report
 from spectax.report.csvout import COLUMNS
 from spectax.report.figures import EndpointInfo, Figures, HourPoint

@@ -22,12 +22,12 @@ from prometheus_client import CollectorRegistry
 
 from e2e import Spectax, free_port, value
 from ops_helpers import Certs, Targets, client_context, make_certs
-from spectax import webconfig
+from spectax import web as server
 from spectax.config import ConfigError, load_config
 from spectax.credentials import basic_auth_header
 from spectax.scrape import ScrapeError, fetch
-from spectax.web import make_app
-from spectax.webconfig import WebConfigError, WebGuard, load_web_config
+from spectax.web import WebGuard, make_app
+from spectax.webconfig import WebConfigError, load_web_config
 
 PASSWORD = "correct horse battery staple"
 HASH = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(4)).decode()
@@ -242,13 +242,13 @@ async def test_basic_auth_right_wrong_missing_unknown(
     tmp_path: Path, serve: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     checks: list[bytes] = []
-    real = webconfig._checkpw
+    real = server._checkpw
 
     def counting(password: bytes, hashed: bytes) -> bool:
         checks.append(hashed)
         return real(password, hashed)
 
-    monkeypatch.setattr(webconfig, "_checkpw", counting)
+    monkeypatch.setattr(server, "_checkpw", counting)
     url, _ = await serve(web_config(tmp_path, {"basic_auth_users": {"prometheus": HASH}}))
     assert await get(url, headers=basic("prometheus", PASSWORD)) == 200
     assert await get(url, headers=basic("prometheus", PASSWORD)) == 200
@@ -256,7 +256,7 @@ async def test_basic_auth_right_wrong_missing_unknown(
     assert await get(url, headers=basic("prometheus", "wrong")) == 401
     assert await get(url) == 401
     assert await get(url, headers=basic("mallory", PASSWORD)) == 401
-    assert checks[-1] == webconfig._FAKE_HASH  # unknown users cost a bcrypt check too
+    assert checks[-1] == server._FAKE_HASH  # unknown users cost a bcrypt check too
     assert await get(url, headers=basic("prometheus", "x" * 100)) == 401
     async with (
         aiohttp.ClientSession() as session,

@@ -9,14 +9,10 @@ from hypothesis import strategies as st
 from conftest import page, reference_values
 from spectax.engines import get_parser
 from spectax.engines.base import Histogram
-from spectax.pipeline.windows import (
-    AlignedWindows,
-    Counts,
-    Interval,
-    SlidingWindow,
-    interval_between,
-    restarted,
-)
+from spectax.pipeline.counts import Counts
+from spectax.pipeline.intervals import Interval, interval_between, restarted
+from spectax.pipeline.packing import pack_counts, unpack_counts
+from spectax.pipeline.windows import AlignedWindows, SlidingWindow, sum_intervals
 
 parse = get_parser("vllm")
 M = "tiny-llama"
@@ -84,8 +80,6 @@ def test_concurrency_is_the_time_average_of_running_requests() -> None:
 
 
 def _interval(start: float, end: float, tokens: float) -> Interval:
-    from spectax.pipeline.windows import Counts
-
     return Interval(
         start,
         end,
@@ -143,9 +137,6 @@ def test_due_closes_a_window_when_no_scrape_arrives() -> None:
 )
 def test_sliding_total_kept_up_to_date_equals_a_fresh_sum(steps) -> None:
     """The incremental sum (add one, take out the expired) is the sum of what is in the window."""
-    from spectax.engines.base import Histogram
-    from spectax.pipeline.windows import Counts, sum_intervals
-
     window = SlidingWindow(60)
     window.REBUILD_EVERY = 1000  # exercise the incremental path only
     kept: list[Interval] = []
@@ -201,7 +192,7 @@ histogram = st.none() | st.builds(Histogram, sum=finite, count=finite)
 )
 def test_packed_counts_come_back_unchanged(counts: Counts) -> None:
     """The sliding window keeps its intervals packed; what leaves it must be what came in."""
-    assert Counts.unpack(counts.pack()) == counts
+    assert unpack_counts(pack_counts(counts)) == counts
 
 
 def test_the_sliding_window_holds_nothing_the_garbage_collector_must_scan() -> None:
@@ -228,3 +219,28 @@ def test_the_sliding_window_holds_nothing_the_garbage_collector_must_scan() -> N
     assert total is not None
     assert total.models[M].generation_tokens == sum(range(15, 35))
     assert total.spend_usd == 20 * spend
+
+
+def test_every_declared_counter_is_stored_in_its_columns_and_read_back() -> None:
+    """Adding a counter is one line in spectax.engines.base.Counters plus its columns: the
+    row codec derives where each counter goes from its kind, and reads it back unchanged."""
+    from spectax.store.models import DailyRow, HourlyRow, WindowRow
+    from spectax.store.rows import counter_columns, counts_from_row
+
+    counts = Counts(
+        generation_tokens=1200,
+        prompt_tokens=3400,
+        requests_finished=12,
+        drafts=300,
+        draft_tokens=900,
+        accepted_tokens=600,
+        accepted_per_position=(250, 200, 150),
+        iteration_tokens=Histogram(sum=4600, count=100),
+        inter_token_latency=Histogram(sum=3.5, count=1100),
+        time_per_output_token=Histogram(sum=0.25, count=12),
+        running_seconds=42.5,
+    )
+    columns = counter_columns(counts)
+    for table in (WindowRow, HourlyRow, DailyRow):
+        assert set(columns) <= set(table.__table__.columns.keys()), table.__tablename__
+    assert counts_from_row(WindowRow(**columns)) == counts

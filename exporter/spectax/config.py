@@ -12,7 +12,7 @@ import os
 import re
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
@@ -42,7 +42,8 @@ from spectax.economics.formulas import (
     SPECULATIVE_METHODS,
     draft_cost_ratio_for,
 )
-from spectax.units import NAME, Duration, StrictModel, parse_duration
+from spectax.engines import ENGINES
+from spectax.units import NAME, Duration, InvalidFile, StrictModel, parse_duration
 
 DEFAULT_LISTEN = "127.0.0.1:9837"
 DEFAULT_STATE_DIRECTORY = "./spectax-state"
@@ -50,13 +51,14 @@ DEFAULT_STATE_DIRECTORY = "./spectax-state"
 DEFAULT_WEIGHT_LOAD_BYTES_PER_SECOND = 1e9
 
 
-class ConfigError(ValueError):
+class ConfigError(InvalidFile):
     """An invalid configuration; `problems` lists each one with its path."""
 
-    def __init__(self, source: str, problems: list[str]):
-        self.source = source
-        self.problems = problems
-        super().__init__(f"{source}: {len(problems)} problem(s):\n  " + "\n  ".join(problems))
+
+if TYPE_CHECKING:
+    EngineName = str
+else:  # the engine registry's names: an engine added there is accepted here
+    EngineName = Literal[tuple(ENGINES)]
 
 
 class PriceConfig(StrictModel):
@@ -88,7 +90,7 @@ class SpeculationConfig(StrictModel):
 class EndpointConfig(StrictModel):
     name: str
     url: str
-    engine: Literal["vllm"] = "vllm"
+    engine: EngineName = "vllm"
     gpu: str | None = None
     gpus: int = Field(default=1, ge=1, le=4096)
     gpu_memory_bytes: int | None = Field(default=None, gt=0)

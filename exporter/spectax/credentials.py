@@ -24,9 +24,10 @@ import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, SecretStr
+from pydantic import SecretStr
 
 from spectax import logs
+from spectax.units import StrictModel
 
 _ENV_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
 _PATH_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -37,17 +38,13 @@ class CredentialError(ValueError):
     """A secret that cannot be resolved. The message names the source, never the value."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class BasicAuthConfig(_Strict):
+class BasicAuthConfig(StrictModel):
     username: str
     password: SecretStr | None = None
     password_file: str | None = None
 
 
-class TLSClientConfig(_Strict):
+class TLSClientConfig(StrictModel):
     """How spectax checks a target's certificate (and which one it shows, for mTLS)."""
 
     ca_file: str | None = None

@@ -7,7 +7,9 @@ is scraped in its own task, started at its own offset within the interval
 the rollup and billing jobs. Closed windows go to the store through the
 store writer (spectax.store.writer), which retries, in order, until the
 database takes them, in batches. Shutdown: start no more scrapes, let
-running ones finish (bounded), write the open windows, then stop.
+running ones finish (bounded), write the open windows, then stop. Reload:
+`spectax.reload` validates the new files and tells which endpoints changed;
+the daemon swaps them in.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import asyncio
 import contextlib
 import gc
 import logging
-import resource
 import signal
 import time
 from collections.abc import Callable, Mapping
@@ -30,21 +31,26 @@ from prometheus_client import CollectorRegistry
 
 from spectax import logs
 from spectax.billing.coordinator import BillingService
-from spectax.config import ConfigError, EndpointConfig, Settings, load_config
+from spectax.config import ConfigError, EndpointConfig, Settings
 from spectax.endpoint import CALIBRATION_POINTS, EndpointMonitor, EndpointSnapshot
 from spectax.exposition.collector import ReloadStatus, SnapshotCollector, StoreStatus
 from spectax.pipeline.windows import Window
+from spectax.reload import endpoint_changes, read_new_configuration
 from spectax.schedule import ScrapeSchedule
-from spectax.scrape import ScrapeError, fetch, metrics_url
+from spectax.scrape import (
+    ScrapeError,
+    fetch,
+    lift_open_files_limit,
+    metrics_url,
+    scrape_session,
+)
 from spectax.store import Store
 from spectax.store.writer import PendingWrite, StoreWriter
-from spectax.web import make_app
-from spectax.webconfig import WebConfigError, WebGuard, load_web_config
+from spectax.web import WebGuard, make_app
+from spectax.webconfig import WebConfigError, load_web_config
 
 log = logging.getLogger(__name__)
 SHUTDOWN_GRACE_SECONDS = 5.0
-# Settings a reload cannot change (the socket, the store, the window grid): a restart can.
-RESTART_ONLY = ("listen", "state_directory", "database_url", "window", "store_queue_max_rows")
 
 
 class Daemon:
@@ -64,7 +70,7 @@ class Daemon:
         self._config_path = config_path
         self._web_config_flag = web_config_file
         self._grace = shutdown_grace_seconds
-        self.guard = WebGuard(load_web_config(self._web_config_file(settings)))
+        self.guard = WebGuard(load_web_config(web_config_file or self.config.web_config_file))
         self.reload_status = ReloadStatus(True, time.time())
         self._reload_lock = asyncio.Lock()
         self._reload_tasks: set[asyncio.Task[None]] = set()
@@ -72,7 +78,7 @@ class Daemon:
         self.store: Store | None = None
         self._stop_requested = asyncio.Event()
         self.writer = StoreWriter(
-            self.config.database_url,
+            lambda: Store.open(self.config.database_url),
             Path(self.config.state_directory) / "spool.jsonl",
             self.config.store_queue_max_rows,
             self._stop_requested,
@@ -140,18 +146,19 @@ class Daemon:
             ssl_context=self.guard.server_ssl,
         )
         await site.start()
-        _lift_open_files_limit(len(self.config.endpoints))
+        open_files, endpoints = lift_open_files_limit(), len(self.config.endpoints)
+        if open_files is not None and open_files < endpoints + 256:
+            log.warning(
+                "open files limited to %d for %d endpoints: raise LimitNOFILE (ulimit -n)",
+                open_files,
+                endpoints,
+            )
         self.store = await self.writer.connect()
         if self.store is None:
             return  # asked to stop while waiting
         await self.writer.drain(timeout=None)
         await self._restore()
-        timeout = aiohttp.ClientTimeout(total=None)
-        connector = aiohttp.TCPConnector(limit=256, limit_per_host=2)
-        # No cookie jar: scrapes carry no state from one target (or scrape) to the next.
-        self._session = aiohttp.ClientSession(
-            timeout=timeout, connector=connector, cookie_jar=aiohttp.DummyCookieJar()
-        )
+        self._session = scrape_session()
         self.writer.start()
         # What start-up built (configuration, monitors, restored history) lives as long as
         # the process: keep it out of the garbage collector's full passes (~100 ms each at
@@ -200,9 +207,6 @@ class Daemon:
 
     # ------------------------------------------------------------ reload
 
-    def _web_config_file(self, settings: Settings) -> str | None:
-        return self._web_config_flag or settings.config.web_config_file
-
     def _reload_on_signal(self) -> None:
         task = asyncio.create_task(self._reload_quietly(), name="reload")
         self._reload_tasks.add(task)
@@ -228,18 +232,9 @@ class Daemon:
             try:
                 if not self._ready:
                     raise ConfigError(str(self._config_path), ["spectax is still starting"])
-                settings = load_config(self._config_path)
-                web_config = load_web_config(self._web_config_file(settings))
-                fixed = [
-                    key
-                    for key in RESTART_ONLY
-                    if getattr(settings.config, key, None) != getattr(self.config, key, None)
-                ]
-                if fixed:
-                    raise ConfigError(
-                        str(self._config_path),
-                        [f"{key}: changing it takes a restart of spectax" for key in fixed],
-                    )
+                settings, web_config = read_new_configuration(
+                    self._config_path, self._web_config_flag, self.config
+                )
                 self.guard.replace(web_config)
             except (ConfigError, WebConfigError) as exc:
                 self.reload_status = ReloadStatus(False, self.reload_status.success_timestamp)
@@ -250,32 +245,29 @@ class Daemon:
 
     async def _apply(self, settings: Settings) -> None:
         old = self.monitors
-        wanted = {e.name: e for e in settings.config.endpoints}
-        kept = {
-            name
-            for name, endpoint in wanted.items()
-            if name in old
-            and old[name].config == endpoint
-            and old[name].usd_per_hour == settings.usd_per_hour.get(name)
-        }
+        changes = endpoint_changes(
+            {name: (m.config, m.usd_per_hour) for name, m in old.items()}, settings
+        )
         self._scrapes.replace([], settings.config.scrape_interval)  # none until rescheduled
-        gone = [old[name] for name in old if name not in kept]
-        for monitor in gone:  # their scrapes still in flight are discarded (see _scrape)
-            self._enqueue(monitor.flush())
+        for name in changes.stopped:  # their scrapes still in flight are discarded (_scrape)
+            self._enqueue(old[name].flush())
         self.settings, self.config = settings, settings.config
-        if any(name in old for name in wanted if name not in kept):
+        if changes.changed:
             await self._settle(self._grace)  # changed ones resume from the store
         monitors: dict[str, EndpointMonitor] = {}
-        for name, endpoint in wanted.items():
-            monitors[name] = old[name] if name in kept else await self._new_monitor(endpoint)
+        for endpoint in settings.config.endpoints:
+            name = endpoint.name
+            monitors[name] = (
+                old[name] if name in changes.kept else await self._new_monitor(endpoint)
+            )
         self.monitors = monitors
         self._scrapes.replace(self.monitors, self.config.scrape_interval)
         await self.billing.apply(settings.billing)
         log.info(
             "configuration reloaded: %d endpoint(s) kept, %d started, %d stopped",
-            len(kept),
-            len(wanted) - len(kept),
-            len(gone),
+            len(changes.kept),
+            len(monitors) - len(changes.kept),
+            len(changes.stopped),
         )
 
     async def _settle(self, timeout: float) -> None:
@@ -335,7 +327,7 @@ class Daemon:
     def _endpoint_states(self) -> list[tuple[str, bool, str]]:
         """For the landing page; a target that echoes a credential into its page is blanked."""
         return [
-            (n, m.snapshot.up, logs.redact(m.snapshot.last_error or ""))
+            (n, m.snapshot.up, logs.blank_secrets(m.snapshot.last_error or ""))
             for n, m in self.monitors.items()
         ]
 
@@ -372,22 +364,3 @@ class Daemon:
 
     def _enqueue(self, write: PendingWrite | None) -> None:
         self.writer.enqueue(write)
-
-
-def _lift_open_files_limit(endpoints: int) -> None:
-    """Raise the soft limit on open files to the hard one, as Go's runtime does for Prometheus.
-
-    Every target being scraped can hold a socket (and the server's clients more): at fleet
-    scale the usual soft limit of 1,024 would fail scrapes with "Too many open files".
-    """
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and soft < hard:
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-            soft = hard
-    if soft != resource.RLIM_INFINITY and soft < endpoints + 256:
-        log.warning(
-            "open files limited to %d for %d endpoints: raise LimitNOFILE (ulimit -n)",
-            soft,
-            endpoints,
-        )

@@ -34,8 +34,8 @@ def register_secret(value: str) -> None:
             _secrets.add(value)
 
 
-def redact(text: str) -> str:
-    """`text` with every registered secret replaced."""
+def blank_secrets(text: str) -> str:
+    """`text` with every registered secret replaced by `<secret>`."""
     if not _secrets:
         return text
     with _lock:
@@ -78,7 +78,7 @@ class JSONFormatter(logging.Formatter):
 
 class _RedactingHandler(logging.StreamHandler):  # type: ignore[type-arg]
     def format(self, record: logging.LogRecord) -> str:
-        return redact(super().format(record))
+        return blank_secrets(super().format(record))
 
 
 def setup(level: str = "info", log_format: LogFormat = "text") -> None:

@@ -8,7 +8,9 @@ a metric label, and a message that never includes credentials.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import resource
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit, urlunsplit
 
@@ -44,6 +46,32 @@ def metrics_url(url: str) -> URL:
     if parts.path in ("", "/"):
         parts = parts._replace(path="/metrics")
     return URL(urlunsplit(parts))
+
+
+def scrape_session() -> aiohttp.ClientSession:
+    """The HTTP client every scrape goes through. Each fetch bounds itself (`timeout`), so
+    the session does not; no cookie jar: scrapes carry no state from one target (or
+    scrape) to the next."""
+    return aiohttp.ClientSession(
+        timeout=aiohttp.ClientTimeout(total=None),
+        connector=aiohttp.TCPConnector(limit=256, limit_per_host=2),
+        cookie_jar=aiohttp.DummyCookieJar(),
+    )
+
+
+def lift_open_files_limit() -> int | None:
+    """Raise the soft limit on open files to the hard one, as Go's runtime does for
+    Prometheus; the limit now in force (None: unlimited).
+
+    Every target being scraped can hold a socket (and the server's clients more): at fleet
+    scale the usual soft limit of 1,024 would fail scrapes with "Too many open files".
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+    return None if soft == resource.RLIM_INFINITY else soft
 
 
 def redact(url: str | URL) -> str:

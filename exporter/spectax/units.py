@@ -35,6 +35,16 @@ def parse_duration(value: Any) -> Any:
 Duration = Annotated[float, BeforeValidator(parse_duration), Field(gt=0)]
 
 
+class InvalidFile(ValueError):
+    """A file that fails validation; `problems` lists each one with its path, all at once,
+    so one run of `spectax check-config` shows everything wrong."""
+
+    def __init__(self, source: str, problems: list[str]):
+        self.source = source
+        self.problems = problems
+        super().__init__(f"{source}: {len(problems)} problem(s):\n  " + "\n  ".join(problems))
+
+
 class StrictModel(BaseModel):
     """A configuration model: unknown keys are errors, values are frozen once read."""
 
@@ -53,6 +63,18 @@ def from_timestamp(t: float) -> datetime:
 
 def now_utc() -> datetime:
     return datetime.now(UTC)
+
+
+def parse_time(text: str) -> datetime:
+    """An ISO 8601 / RFC 3339 date or date-time (`Z` allowed); without a zone it is UTC.
+
+    ValueError when it is not one: argparse turns that into its usage error, and billing
+    sources into a BillingError naming the value.
+    """
+    value = text.strip()
+    if value.endswith(("Z", "z")):
+        value = value[:-1] + "+00:00"
+    return utc(datetime.fromisoformat(value))
 
 
 def floor_time(value: datetime, step: timedelta) -> datetime:

@@ -1,18 +1,31 @@
-"""The HTTP face: a landing page, `/metrics`, and the health endpoints Prometheus users expect."""
+"""The HTTP face: a landing page, `/metrics`, and the health endpoints Prometheus users expect,
+behind the web config's guard (TLS client SANs, basic auth, headers; `spectax.webconfig`).
+
+Passwords are checked with bcrypt (constant-time comparison); unknown users are checked
+against a fixed hash so that timing does not tell which users exist. A verified result is
+cached under a SHA-256 of user, hash and password (never the password itself), so a
+Prometheus scraping every few seconds pays bcrypt's cost once.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import gzip
+import hashlib
 import html
+import ssl
 from collections.abc import Awaitable, Callable, Sequence
 
+import bcrypt
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from spectax import __version__
+from spectax.webconfig import WebConfig, WebConfigError
 
 REGISTRY_KEY = web.AppKey("registry", CollectorRegistry)
 EndpointStates = Callable[[], list[tuple[str, bool, str]]]
@@ -24,6 +37,9 @@ TEXT_KEY: web.AppKey[Callable[[], bytes] | None] = web.AppKey("render_text")
 GZIP_KEY: web.AppKey[dict[str, bytes]] = web.AppKey("gzip")
 TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 CLASSIC_TYPES = ("text/plain", "text/*", "*/*")
+# bcrypt of "fakepassword" (the toolkit's): unknown users cost as much as known ones.
+_FAKE_HASH = b"$2y$10$QOauhQNbBCuQDKes6eFzPeMqBSjb7Mr5DUmpZ/VcEd00UAV/LDeSi"
+_CACHE_MAX = 1024
 
 
 def make_app(
@@ -130,3 +146,116 @@ readiness: <a href="/-/ready">/-/ready</a>.</p>
 </body></html>
 """
     return web.Response(text=page, content_type="text/html")
+
+
+# ------------------------------------------------------------------ the guard
+
+
+class BasicAuthChecker:
+    """bcrypt basic auth with a cache of verified results keyed by a SHA-256 digest."""
+
+    def __init__(self, users: dict[str, bytes]):
+        self._users = users
+        self._cache: dict[bytes, bool] = {}
+        self._lock = asyncio.Lock()  # one bcrypt at a time, like the toolkit's mutex
+
+    async def check(self, header: str | None) -> bool:
+        credentials = _parse_basic(header)
+        if credentials is None:
+            return False
+        user, password = credentials
+        hashed = self._users.get(user)
+        valid_user = hashed is not None
+        if hashed is None:
+            hashed = _FAKE_HASH
+        key = hashlib.sha256(b"\0".join((user.encode(), hashed, password))).digest()
+        ok = self._cache.get(key)
+        if ok is None:
+            async with self._lock:
+                ok = await asyncio.to_thread(_checkpw, password, hashed)
+            if len(self._cache) >= _CACHE_MAX:
+                self._cache.clear()
+            self._cache[key] = ok
+        return ok and valid_user
+
+
+def _checkpw(password: bytes, hashed: bytes) -> bool:
+    try:
+        return bcrypt.checkpw(password, hashed)
+    except ValueError:  # longer than bcrypt's 72 bytes, or a malformed hash
+        return False
+
+
+def _parse_basic(header: str | None) -> tuple[str, bytes] | None:
+    if not header:
+        return None
+    scheme, _, encoded = header.partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        decoded = base64.b64decode(encoded.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    user, sep, password = decoded.partition(b":")
+    if not sep:
+        return None
+    try:
+        return user.decode("utf-8"), password
+    except UnicodeDecodeError:
+        return None
+
+
+class WebGuard:
+    """The web config in force: swapped whole by a reload, read by every request."""
+
+    def __init__(self, config: WebConfig):
+        self.tls = config.ssl is not None
+        self._config = config
+        self._auth = BasicAuthChecker(config.users) if config.users else None
+        self._base_context = config.ssl
+        if config.ssl is not None:
+            config.ssl.sni_callback = self._pick_context
+
+    @property
+    def server_ssl(self) -> ssl.SSLContext | None:
+        return self._base_context
+
+    def replace(self, config: WebConfig) -> None:
+        """Take a new validated config; TLS cannot be switched on or off without a restart."""
+        if (config.ssl is not None) != self.tls:
+            raise WebConfigError(
+                "web config", ["switching TLS on or off takes a restart of spectax"]
+            )
+        self._config = config
+        self._auth = BasicAuthChecker(config.users) if config.users else None
+
+    def _pick_context(self, sslobj: ssl.SSLObject, name: str | None, base: ssl.SSLContext) -> None:
+        """New connections use the latest certificate, key and client CA (a reload's)."""
+        current = self._config.ssl
+        if current is not None and current is not base:
+            sslobj.context = current
+
+    @web.middleware
+    async def middleware(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        config = self._config
+        if config.allowed_sans is not None and not _san_allowed(request, config.allowed_sans):
+            return web.Response(status=403, text="Forbidden\n")
+        auth = self._auth
+        if auth is not None and not await auth.check(request.headers.get("Authorization")):
+            return web.Response(
+                status=401, text="Unauthorized\n", headers={"WWW-Authenticate": "Basic"}
+            )
+        response = await handler(request)
+        for name, value in config.headers.items():
+            response.headers[name] = value
+        return response
+
+
+def _san_allowed(request: web.Request, allowed: frozenset[str]) -> bool:
+    transport = request.transport
+    cert = transport.get_extra_info("peercert") if transport is not None else None
+    if not cert:
+        return False
+    return any(value in allowed for _, value in cert.get("subjectAltName", ()))

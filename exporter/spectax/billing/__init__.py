@@ -1,8 +1,9 @@
 """Where spend comes from: the price-table estimate, and the bills of billing sources.
 
-One module per source (`price_table`, `aws_cost_explorer`, `runpod`, `opencost`,
-`focus`), each normalising its provider's answers into `base.BillingLine`s;
-`registry` maps a config `type:` to its module, `reconcile` compares estimate
-and bill, `service` runs the sources inside the daemon, `cli` is
-`spectax billing fetch`.
+`prices` is the price table (a lookup: the live spend is priced from it);
+`sources/` holds one module per provider (`aws_cost_explorer`, `runpod`,
+`opencost`, `focus`), each normalising its answers into `types.BillingLine`s;
+`registry` maps a config `type:` to its settings model, one line per source;
+`reconcile` compares estimate and bill; `coordinator` runs the sources inside
+the daemon. `spectax billing fetch` is `spectax.cli.billing`.
 """

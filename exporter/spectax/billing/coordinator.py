@@ -12,8 +12,14 @@ success, per endpoint the billed spend and the drift of its last final period.
 The last read of each source is stored too, so a restart neither reads a paid
 API before its interval is up nor forgets when it last succeeded.
 
+`price_table`, the estimate, has no provider to read: the live spend is priced
+from the table as windows close. Its job (`billing:price_table`, every 5
+minutes by default) reconciles the estimate against the bills, so drift
+follows the windows as they arrive between two reads of a slow source; its
+`spectax_billing_up` says whether that reconciliation could read the store.
+
 Like the endpoints, a failing source logs its first failure and its recovery
-once, and its error text never holds a credential.
+once (`spectax.health.LogOnce`), and its error text never holds a credential.
 """
 
 from __future__ import annotations
@@ -24,15 +30,17 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from spectax import logs
 from spectax.billing import ledger
 from spectax.billing.registry import SourceSpec, default_specs
 from spectax.billing.types import BillingError, Source
+from spectax.health import LogOnce
+from spectax.logs import blank_secrets
 from spectax.store import Store, StoreError
+from spectax.units import from_timestamp, now_utc
 
 log = logging.getLogger(__name__)
 STOP_GRACE_SECONDS = 2.0
@@ -56,6 +64,14 @@ class BillingSnapshot:
     drift: Mapping[str, float] = field(default_factory=dict)  # source -> last final period's
 
 
+@dataclass(frozen=True, slots=True)
+class Reconciled:
+    """The figures of one reconciliation of the estimate against the bills."""
+
+    billed_usd_total: Mapping[str, Decimal]
+    drift: Mapping[str, float]
+
+
 class BillingService:
     def __init__(self, specs: Sequence[SourceSpec] | None = None):
         self.specs = list(specs) if specs else default_specs()
@@ -64,7 +80,7 @@ class BillingService:
         self._scheduler: Any = None
         self._sources: dict[str, Source] = {}
         self._status = {s.name: SourceStatus(s.name, s.kind) for s in self.specs}
-        self._failing: set[str] = set()
+        self._health: dict[str, LogOnce] = {}  # by source name, kept across reloads
         self._last_attempt: dict[str, datetime] = {}
         self._in_flight: set[asyncio.Task[None]] = set()
         self._refresh_lock = asyncio.Lock()
@@ -112,7 +128,7 @@ class BillingService:
     def _add_jobs(self) -> None:
         if self._scheduler is None:
             return
-        now = datetime.now(UTC)
+        now = now_utc()
         for spec in self.specs:
             first = now
             attempted = self._last_attempt.get(spec.name)
@@ -152,18 +168,18 @@ class BillingService:
                 self._in_flight.discard(task)
 
     async def poll(self, spec: SourceSpec, now: datetime | None = None) -> bool:
-        """Read the source over its lookback, store what it says, refresh the snapshot."""
+        """Read the source over its lookback, store what it says, refresh the snapshot.
+
+        The estimate is read from no provider: its turn is the reconciliation itself."""
         assert self.store is not None
-        started = now or datetime.now(UTC)
-        since = started - timedelta(seconds=spec.config.lookback)
+        started = now or now_utc()
+        reconciled: Reconciled | None = None
         try:
-            source = self._source(spec)
-            async with asyncio.timeout(spec.config.timeout):
-                fetched = await source.fetch(since, started)
-            if spec.kind != "price_table":
-                await self.store.save_billing(
-                    spec.name, fetched.lines, fetched.periods, source.mapper.endpoints
-                )
+            if spec.is_estimate:
+                async with asyncio.timeout(spec.config.timeout):
+                    reconciled = await self._reconcile(now_utc())
+            else:
+                await self._read(spec, started)
         except TimeoutError:
             self._failed(spec, started, f"no answer within {spec.config.timeout:g} s")
         except (BillingError, StoreError) as exc:
@@ -175,15 +191,29 @@ class BillingService:
             self._succeeded(spec, started)
         self._last_attempt[spec.name] = started
         await self._save_poll(spec.name, started)
-        await self.refresh()
+        if reconciled is None:
+            await self.refresh()
+        else:
+            async with self._refresh_lock:
+                self._publish(reconciled)
         status = self._status.get(spec.name)
         return bool(status and status.up)
+
+    async def _read(self, spec: SourceSpec, started: datetime) -> None:
+        """One read of a provider over the source's lookback, stored (revisions replace)."""
+        assert self.store is not None
+        since = started - timedelta(seconds=spec.config.lookback)
+        source = self._source(spec)
+        async with asyncio.timeout(spec.config.timeout):
+            fetched = await source.fetch(since, started)
+        await self.store.save_billing(
+            spec.name, fetched.lines, fetched.periods, source.mapper.endpoints
+        )
 
     def _source(self, spec: SourceSpec) -> Source:
         source = self._sources.get(spec.name)
         if source is None:
-            assert self.store is not None
-            source = spec.build(self.store.estimated_spend_by_hour)
+            source = spec.build()
             self._sources[spec.name] = source
         return source
 
@@ -193,27 +223,29 @@ class BillingService:
             with contextlib.suppress(Exception):
                 await source.close()
 
+    def _health_of(self, spec: SourceSpec) -> LogOnce:
+        health = self._health.get(spec.name)
+        if health is None:
+            health = self._health[spec.name] = LogOnce(log, "billing source", spec.name)
+        return health
+
     def _failed(self, spec: SourceSpec, started: datetime, message: str) -> None:
-        message = logs.redact(message)
-        if spec.name not in self._failing:
-            log.warning("billing source %s: read failed: %s", spec.name, message)
-            self._failing.add(spec.name)
+        message = blank_secrets(message)
+        self._health_of(spec).failed("read failed: %s", message)
         before = self._status.get(spec.name, SourceStatus(spec.name, spec.kind))
         self._status[spec.name] = SourceStatus(
             spec.name, spec.kind, False, before.last_success, message
         )
 
     def _succeeded(self, spec: SourceSpec, started: datetime) -> None:
-        if spec.name in self._failing:
-            log.info("billing source %s: reading again", spec.name)
-            self._failing.discard(spec.name)
+        self._health_of(spec).recovered("reading again")
         self._status[spec.name] = SourceStatus(spec.name, spec.kind, True, time.time(), None)
 
     async def _save_poll(self, name: str, attempted: datetime) -> None:
         assert self.store is not None
         status = self._status[name]
         succeeded = (
-            datetime.fromtimestamp(status.last_success, UTC)
+            from_timestamp(status.last_success)
             if status.up and status.last_success is not None
             else None
         )
@@ -239,25 +271,33 @@ class BillingService:
     # ------------------------------------------------------------ reconciliation
 
     async def refresh(self, now: datetime | None = None) -> BillingSnapshot:
-        """Recompute billed totals and drift from the store, and publish them."""
+        """Recompute billed totals and drift from the store, and publish them (the last
+        figures stay when the store cannot be read)."""
         assert self.store is not None
         async with self._refresh_lock:
-            moment = now or datetime.now(UTC)
-            billed: dict[str, Decimal] = dict(self.snapshot.billed_usd_total)
-            drift: dict[str, float] = dict(self.snapshot.drift)
             try:
-                totals = await ledger.billed_totals(self.store)
-                billed = {endpoint: amount for endpoint, (_, amount) in totals.items()}
-                drift = {}
-                for source in dict.fromkeys(source for source, _ in totals.values()):
-                    last = await ledger.last_source_drift(self.store, source, moment)
-                    if last is not None:
-                        drift[source] = last[2]
-            except (StoreError, Exception) as exc:
+                reconciled = await self._reconcile(now or now_utc())
+            except Exception as exc:
                 log.debug("billing: reconciliation postponed: %s", exc)
-            self.snapshot = BillingSnapshot(
-                tuple(self._status[s.name] for s in self.specs if s.name in self._status),
-                billed,
-                drift,
-            )
-            return self.snapshot
+                reconciled = Reconciled(self.snapshot.billed_usd_total, self.snapshot.drift)
+            return self._publish(reconciled)
+
+    async def _reconcile(self, moment: datetime) -> Reconciled:
+        """Per endpoint its final billed spend, per source the drift of its last final
+        period watched whole; raises when the store cannot be read."""
+        assert self.store is not None
+        totals = await ledger.billed_totals(self.store)
+        drift: dict[str, float] = {}
+        for source in dict.fromkeys(source for source, _ in totals.values()):
+            last = await ledger.last_source_drift(self.store, source, moment)
+            if last is not None:
+                drift[source] = last[2]
+        return Reconciled({endpoint: amount for endpoint, (_, amount) in totals.items()}, drift)
+
+    def _publish(self, reconciled: Reconciled) -> BillingSnapshot:
+        self.snapshot = BillingSnapshot(
+            tuple(self._status[s.name] for s in self.specs if s.name in self._status),
+            reconciled.billed_usd_total,
+            reconciled.drift,
+        )
+        return self.snapshot

@@ -8,7 +8,7 @@ traced back when the budget meeting asks where a number came from.
 from __future__ import annotations
 
 import csv
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
@@ -16,8 +16,8 @@ from importlib import resources
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from spectax.billing.types import BillingError, BillingLine, Fetched, Source, SourceConfig
-from spectax.units import Duration, now_utc
+from spectax.billing.types import BillingLine, SourceConfig
+from spectax.units import Duration
 
 COLUMNS = (
     "provider",
@@ -140,51 +140,37 @@ def _read(text: str, where: str) -> list[Price]:
     return prices
 
 
-# ---------------------------------------------------------------- the estimate as a source
+# ---------------------------------------------------------------- the estimate in the billing list
 
 
-EstimateReader = Callable[[datetime, datetime], Awaitable[list[tuple[str, datetime, Decimal]]]]
-
-
-class PriceTableSourceConfig(SourceConfig):
-    """The estimate, always on: listing it only changes how often it is re-read."""
+class PriceTableConfig(SourceConfig):
+    """The estimate, always on. It is no provider to read: the live spend is priced from
+    the table as each window closes (`Settings.usd_per_hour`). Listing it only sets how
+    often the estimate is reconciled against the bills (`BillingService`)."""
 
     type: Literal["price_table"]
     interval: Duration = 300.0
     lookback: Duration = 86400.0
+    estimate: ClassVar[bool] = True
 
-    secret_fields: ClassVar[tuple[str, ...]] = ()
 
-
-class PriceTableSource(Source):
-    """spectax's own estimate, as billing lines: per endpoint and hour, the spend its
-    windows accrued per second from the price table, the GPU count and the billing mode
-    (provisioned GPUs bill every second, serverless ones only busy seconds and cold
-    starts). Never final and never stored as a bill: the windows hold it already.
-    """
-
-    kind = "price_table"
-
-    def __init__(self, config: SourceConfig | None = None, estimate: EstimateReader | None = None):
-        super().__init__(config or PriceTableSourceConfig(type="price_table"))
-        self._estimate = estimate
-
-    async def fetch(self, since: datetime, until: datetime) -> Fetched:
-        if self._estimate is None:
-            raise BillingError("price_table: no history store to read the estimate from")
-        fetched_at = now_utc()
-        lines: list[BillingLine] = []
-        for endpoint, hour, amount in await self._estimate(since, until):
-            line = BillingLine(
-                source=self.name,
-                resource=endpoint,
-                endpoint=endpoint,
-                start=hour,
-                end=hour + timedelta(hours=1),
-                amount=amount,
-                currency="USD",
-                final=False,
-                fetched_at=fetched_at,
-            )
-            lines.append(line)
-        return Fetched(lines, [])
+def estimate_lines(
+    source: str, hourly: Iterable[tuple[str, datetime, Decimal]], fetched_at: datetime
+) -> list[BillingLine]:
+    """The store's estimate (endpoint, hour, USD) as billing lines, for `spectax billing
+    fetch`: per endpoint and hour, the spend its windows accrued from the price table, the
+    GPU count and the billing mode. Never final and never stored as a bill."""
+    return [
+        BillingLine(
+            source=source,
+            resource=endpoint,
+            endpoint=endpoint,
+            start=hour,
+            end=hour + timedelta(hours=1),
+            amount=amount,
+            currency="USD",
+            final=False,
+            fetched_at=fetched_at,
+        )
+        for endpoint, hour, amount in hourly
+    ]

@@ -26,6 +26,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Literal, Protocol, TypeVar
 
+from spectax.economics.pricing import split_exactly
 from spectax.units import NANO, Span, covers, floor_time, overlap
 
 Basis = Literal["billed", "estimated"]
@@ -261,15 +262,8 @@ def allocate(lines: Sequence[Line], rows: Sequence[Row]) -> dict[int, Decimal]:
             if sum(by_spend, ZERO) > 0
             else [seconds(overlap(r, line.start, line.end)) for r in touched]
         )
-        amount = _inside(line, touched)
-        total = sum(weights, ZERO)
-        given = ZERO
-        for i, (row, weight) in enumerate(zip(touched, weights, strict=True)):
-            if i == len(touched) - 1:
-                part = amount - given
-            else:
-                part = (amount * weight / total).quantize(NANO) if total else ZERO
-            given += part
+        parts = split_exactly(_inside(line, touched), weights, sum(weights, ZERO))
+        for row, part in zip(touched, parts, strict=True):
             shares[row.key] += part
     return shares
 

@@ -1,7 +1,12 @@
-"""The billing-source registry: a config `type:` to its settings model and its source class.
+"""The billing-source registry: a config `type:` to its settings model, one line per source.
 
-Adding a source is one module plus one line in `SOURCES` (and `BillingConfig`).
-`resolve_billing` checks the `billing:` section beyond what its models can
+A source's settings model carries everything the registry needs: its `type`
+literal, the keys holding secrets, its floor on `interval`, its own `checks`
+and the `build` of its source. Adding a source is one module under
+`billing/sources/` plus one line in `SOURCES`; the configuration's
+discriminated union (`BillingConfig`) follows from it.
+
+`resolve_billing` checks the `billing:` section beyond what the models can
 (names, interval floors, the endpoints it maps to, secrets from the
 environment or files) and reports every problem with its path, like the rest
 of the configuration. `price_table`, the estimate, is always on.
@@ -11,34 +16,36 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Union, get_args
 
 from pydantic import Field
 
-from spectax.billing.prices import (
-    EstimateReader,
-    PriceTableSource,
-    PriceTableSourceConfig,
+from spectax.billing.prices import PriceTableConfig
+from spectax.billing.sources.aws_cost_explorer import AwsCostExplorerConfig
+from spectax.billing.sources.focus import FocusConfig
+from spectax.billing.sources.opencost import OpenCostConfig
+from spectax.billing.sources.runpod import RunpodConfig
+from spectax.billing.types import Source, SourceConfig
+
+
+def _by_type(*models: type[SourceConfig]) -> dict[str, type[SourceConfig]]:
+    """Each model under the value of its `type: Literal[...]` field."""
+    return {get_args(model.model_fields["type"].annotation)[0]: model for model in models}
+
+
+#: Every billing source type, in the order the configuration's errors list them.
+SOURCES: dict[str, type[SourceConfig]] = _by_type(
+    PriceTableConfig,  # the estimate, always on
+    AwsCostExplorerConfig,
+    RunpodConfig,
+    OpenCostConfig,
+    FocusConfig,
 )
-from spectax.billing.sources.aws_cost_explorer import AwsCostExplorerConfig, AwsCostExplorerSource
-from spectax.billing.sources.focus import FocusConfig, FocusSource
-from spectax.billing.sources.opencost import OpenCostConfig, OpenCostSource
-from spectax.billing.sources.runpod import RunpodConfig, RunpodSource
-from spectax.billing.types import BillingError, Source, SourceConfig
-from spectax.credentials import CredentialError, build_target_auth, resolve
 
-SOURCES: dict[str, tuple[type[SourceConfig], type[Source]]] = {
-    "price_table": (PriceTableSourceConfig, PriceTableSource),
-    "aws_cost_explorer": (AwsCostExplorerConfig, AwsCostExplorerSource),
-    "runpod": (RunpodConfig, RunpodSource),
-    "opencost": (OpenCostConfig, OpenCostSource),
-    "focus": (FocusConfig, FocusSource),
-}
-
-BillingConfig = Annotated[
-    PriceTableSourceConfig | AwsCostExplorerConfig | RunpodConfig | OpenCostConfig | FocusConfig,
-    Field(discriminator="type"),
-]
+if TYPE_CHECKING:
+    BillingConfig = SourceConfig
+else:  # one entry of `billing:`, told apart by its `type`
+    BillingConfig = Annotated[Union[tuple(SOURCES.values())], Field(discriminator="type")]  # noqa: UP007
 
 
 @dataclass(frozen=True)
@@ -56,29 +63,18 @@ class SourceSpec:
     def kind(self) -> str:
         return self.config.type
 
-    def build(self, estimate: EstimateReader | None = None) -> Source:
+    @property
+    def is_estimate(self) -> bool:
+        """`price_table`: spectax's own estimate, which no provider is read for."""
+        return self.config.estimate
+
+    def build(self) -> Source:
         """The source object (it opens its connections lazily, on its first read)."""
-        cfg = self.config
-        if isinstance(cfg, PriceTableSourceConfig):
-            return PriceTableSource(cfg, estimate)
-        if isinstance(cfg, AwsCostExplorerConfig):
-            return AwsCostExplorerSource(cfg, dict(self.secrets))
-        if isinstance(cfg, RunpodConfig):
-            return RunpodSource(cfg, self.secrets.get("api_key"))
-        if isinstance(cfg, OpenCostConfig):
-            auth, problems = build_target_auth(
-                cfg.bearer_token, cfg.bearer_token_file, cfg.basic_auth, cfg.tls
-            )
-            if problems:
-                raise BillingError("; ".join(f"{key}: {message}" for key, message in problems))
-            return OpenCostSource(cfg, auth.headers, auth.ssl)
-        if isinstance(cfg, FocusConfig):
-            return FocusSource(cfg)
-        raise BillingError(f"unknown billing source type {cfg.type!r}")
+        return self.config.build(self.secrets)
 
 
 def default_specs() -> list[SourceSpec]:
-    return [SourceSpec(PriceTableSourceConfig(type="price_table"))]
+    return [SourceSpec(PriceTableConfig(type="price_table"))]
 
 
 def resolve_billing(
@@ -87,7 +83,7 @@ def resolve_billing(
     """The sources to run (price_table first, always) and the problems found."""
     problems: list[str] = []
     specs: list[SourceSpec] = []
-    if not any(c.type == "price_table" for c in configs):
+    if not any(c.estimate for c in configs):
         specs.extend(default_specs())
     names = [c.source_name for c in configs]
     billed_by: dict[str, str] = {}
@@ -95,14 +91,13 @@ def resolve_billing(
         where = f"billing[{i}]"
         if names.count(cfg.source_name) > 1 and names.index(cfg.source_name) != i:
             problems.append(f"{where}.name: {cfg.source_name!r} is used by an earlier source")
-        floor = type(cfg).min_interval
-        if cfg.interval < floor:
-            why = " (each GetCostAndUsage request costs USD 0.01)" if floor >= 3600 else ""
-            problems.append(f"{where}.interval: at least {floor:g} s{why}")
+        if cfg.interval < cfg.min_interval:
+            why = f" ({cfg.min_interval_reason})" if cfg.min_interval_reason else ""
+            problems.append(f"{where}.interval: at least {cfg.min_interval:g} s{why}")
         for j, rule in enumerate(cfg.map):
             if rule.endpoint not in endpoints:
                 problems.append(f"{where}.map[{j}].endpoint: no endpoint named {rule.endpoint!r}")
-        if cfg.type != "price_table":
+        if not cfg.estimate:
             for endpoint in dict.fromkeys(rule.endpoint for rule in cfg.map):
                 other = billed_by.setdefault(endpoint, cfg.source_name)
                 if other != cfg.source_name:
@@ -110,59 +105,8 @@ def resolve_billing(
                         f"{where}.map: endpoint {endpoint!r} is billed by {other!r} already"
                         " (one source per endpoint, or its spend would count twice)"
                     )
-        secrets, secret_problems = _secrets(cfg)
+        secrets, secret_problems = cfg.resolve_secrets()
         problems += [f"{where}.{message}" for message in secret_problems]
-        problems += [f"{where}.{message}" for message in _checks(cfg, secrets)]
+        problems += [f"{where}.{message}" for message in cfg.checks(secrets)]
         specs.append(SourceSpec(cfg, secrets))
     return specs, problems
-
-
-def _secrets(cfg: SourceConfig) -> tuple[dict[str, str | None], list[str]]:
-    resolved: dict[str, str | None] = {}
-    problems: list[str] = []
-    for name in getattr(type(cfg), "secret_fields", ()):
-        if "." in name:
-            continue  # nested (basic_auth.password): resolved by build_target_auth
-        inline, file = getattr(cfg, name), getattr(cfg, f"{name}_file")
-        try:
-            resolved[name] = resolve(inline, file)
-        except CredentialError as exc:
-            problems.append(f"{name}{'_file' if file else ''}: {exc}")
-    return resolved, problems
-
-
-def _checks(cfg: SourceConfig, secrets: dict[str, str | None]) -> list[str]:
-    problems: list[str] = []
-    if isinstance(cfg, RunpodConfig) and cfg.api_key is None and cfg.api_key_file is None:
-        problems.append("api_key: required (or api_key_file)")
-    if isinstance(cfg, OpenCostConfig):
-        _, auth_problems = build_target_auth(
-            cfg.bearer_token, cfg.bearer_token_file, cfg.basic_auth, cfg.tls
-        )
-        problems += [f"{key}: {message}" for key, message in auth_problems]
-    if isinstance(cfg, AwsCostExplorerConfig):
-        try:
-            import boto3  # noqa: F401
-        except ImportError:
-            problems.append("type: aws_cost_explorer needs boto3: pip install 'spectax[aws]'")
-        given = [n for n in ("access_key_id", "secret_access_key") if secrets.get(n)]
-        if len(given) == 1:
-            problems.append("secret_access_key: access_key_id and secret_access_key go together")
-    if isinstance(cfg, FocusConfig):
-        from pathlib import Path
-
-        from spectax.credentials import expand_path
-
-        try:
-            if not Path(expand_path(cfg.path)).exists():
-                problems.append(f"path: {cfg.path} does not exist")
-        except CredentialError as exc:
-            problems.append(f"path: {exc}")
-    return problems
-
-
-def describe(spec: SourceSpec) -> dict[str, Any]:
-    """What `check-config` may show of a source: never a secret."""
-    cfg = spec.config
-    shown: dict[str, Any] = {"type": cfg.type, "interval": cfg.interval, "maps": len(cfg.map)}
-    return shown

@@ -22,7 +22,8 @@ from typing import Any, ClassVar
 
 from pydantic import Field, field_validator, model_validator
 
-from spectax.units import NAME, Duration, StrictModel, utc
+from spectax.credentials import CredentialError, resolve
+from spectax.units import NAME, Duration, StrictModel, parse_time
 
 
 class BillingError(Exception):
@@ -111,8 +112,14 @@ class SourceConfig(StrictModel):
     timeout: Duration = 120.0
     map: list[MapRule] = Field(default_factory=list)
 
-    # Per source type: the default name is the type; a floor on `interval` (API cost).
+    # What the registry needs of a source type, declared on its model so that adding a
+    # source is its module plus one registry line: a floor on `interval` and why (API cost),
+    # the keys that hold secrets (each with its `*_file`), and `checks` and `build` below.
     min_interval: ClassVar[float] = 1.0
+    min_interval_reason: ClassVar[str] = ""
+    secret_fields: ClassVar[tuple[str, ...]] = ()
+    # True for `price_table` alone: spectax's own estimate, read from no provider.
+    estimate: ClassVar[bool] = False
 
     @field_validator("name")
     @classmethod
@@ -124,6 +131,31 @@ class SourceConfig(StrictModel):
     @property
     def source_name(self) -> str:
         return self.name or self.type
+
+    def resolve_secrets(self) -> tuple[dict[str, str | None], list[str]]:
+        """Each of `secret_fields` from its inline value, `${ENV}` or `*_file`, and the
+        problems found, each with its key. Nested ones (`basic_auth.password`) are left to
+        `credentials.build_target_auth`."""
+        resolved: dict[str, str | None] = {}
+        problems: list[str] = []
+        for name in self.secret_fields:
+            if "." in name:
+                continue
+            inline, file = getattr(self, name), getattr(self, f"{name}_file")
+            try:
+                resolved[name] = resolve(inline, file)
+            except CredentialError as exc:
+                problems.append(f"{name}{'_file' if file else ''}: {exc}")
+        return resolved, problems
+
+    def checks(self, secrets: Mapping[str, str | None]) -> list[str]:
+        """Problems its model cannot see (a required secret, a missing file, an extra to
+        install), each as `key: message`; `secrets` are the resolved `secret_fields`."""
+        return []
+
+    def build(self, secrets: Mapping[str, str | None]) -> Source:
+        """The source these settings describe; it opens its connections on its first read."""
+        raise BillingError(f"{self.type} is read from no provider")
 
 
 class Mapper:
@@ -150,8 +182,6 @@ class Mapper:
 
 class Source(ABC):
     """A billing source: `fetch(since, until)` reads the provider and normalises."""
-
-    kind: ClassVar[str]
 
     def __init__(self, config: SourceConfig):
         self.config = config
@@ -194,13 +224,10 @@ class Source(ABC):
 # ---------------------------------------------------------------- helpers
 
 
-def parse_time(text: str) -> datetime:
-    """RFC 3339 / ISO 8601 date or date-time (`Z` allowed); without a zone it is UTC."""
-    value = text.strip()
-    if value.endswith(("Z", "z")):
-        value = value[:-1] + "+00:00"
+def provider_time(text: str) -> datetime:
+    """A provider's date or date-time (see `units.parse_time`), or a BillingError naming it."""
     try:
-        return utc(datetime.fromisoformat(value))
+        return parse_time(text)
     except ValueError:
         raise BillingError(f"not a date or time: {text[:40]!r}") from None
 

@@ -9,16 +9,24 @@ measured speedup: the control's time per output token over ours.
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import json
 import math
+import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from spectax.economics import formulas as economics
+from spectax import economics
+from spectax.billing.prices import PriceTable, PriceTableError
 from spectax.engines import get_parser
-from spectax.engines.base import EngineSample
-from spectax.pipeline.windows import interval_between, speedup_against_control, sum_intervals
+from spectax.engines.base import EngineSample, ParseError
+from spectax.pipeline.intervals import interval_between
+from spectax.pipeline.windows import sum_intervals
+from spectax.scrape import ScrapeError, fetch, metrics_url, scrape_session
 
 PROVISIONED_NOTE = (
     "savings: on provisioned (always-on) GPUs this is capacity freed, money only if replicas"
@@ -91,7 +99,7 @@ def assess_pages(
         control_window = sum_intervals([interval_between(control_before, control_after, 0, 1)])
         if not control_window.models:
             raise AssessError("the control pages have no engine metrics in common")
-    c = _draft_cost_ratio(options, interval_speculates(after))
+    c = _draft_cost_ratio(options, _speculates(after))
     params = economics.Parameters(draft_cost_ratio=c, ridge_batch=options.ridge_batch)
     spend = None
     if options.usd_per_hour is not None and options.seconds is not None:
@@ -102,22 +110,13 @@ def assess_pages(
         concurrency = options.concurrency
         if concurrency is None:
             concurrency = _mean_running(before, after, model)
-        traffic = economics.Traffic(
-            output_tokens=counts.generation_tokens,
-            prompt_tokens=counts.prompt_tokens,
-            concurrency=max(concurrency, 1.0),
-            drafts=counts.drafts,
-            draft_tokens=counts.draft_tokens,
-            accepted_tokens=counts.accepted_tokens,
-            accepted_per_position=counts.accepted_per_position,
-            restarted=interval.restarted,
-        )
-        measured = speedup_against_control(window, control_window, model)
-        results.append(economics.assess(model, traffic, params, money, measured))
+        traffic = economics.traffic_of(counts, max(concurrency, 1.0), interval.restarted)
+        measured = economics.measured_speedup(window, control_window, model)
+        results.append(economics.assess_model(model, traffic, params, money, measured))
     return results
 
 
-def interval_speculates(sample: EngineSample) -> bool:
+def _speculates(sample: EngineSample) -> bool:
     return any(m.speculating for m in sample.models.values())
 
 
@@ -183,3 +182,114 @@ def _draft_cost_ratio(options: AssessOptions, speculating: bool) -> float:
             f"({', '.join(economics.SPECULATIVE_METHODS)}) or --draft-cost-ratio"
         )
     return 0.0
+
+
+# ---------------------------------------------------------------- the command line
+
+
+def add_parser(commands: Any) -> None:
+    assess = commands.add_parser(
+        "assess", help="the economics between two saved /metrics pages (files or URLs)"
+    )
+    assess.add_argument("before", help="first page: a file, or a URL")
+    assess.add_argument("after", help="second page: a file, or a URL (the same URL: fetched twice)")
+    assess.add_argument(
+        "--seconds", type=float, help="time between the pages (default: file mtimes)"
+    )
+    assess.add_argument("--usd-per-hour", type=float, help="price per GPU-hour")
+    assess.add_argument("--gpu", help="GPU name in the price table (with --provider)")
+    assess.add_argument("--provider", help="provider in the price table (with --gpu)")
+    assess.add_argument("--product", help="product in the price table, when several match")
+    assess.add_argument("--gpus", type=int, default=1)
+    assess.add_argument("--method", help="ngram | eagle | eagle3 | mtp | medusa | draft_model")
+    assess.add_argument("--draft-cost-ratio", type=float, help="c: draft token cost / target token")
+    assess.add_argument("--ridge-batch", type=float, default=32.0, help="B* (default 32)")
+    assess.add_argument("--concurrency", type=float, help="B (default: mean running requests)")
+    assess.add_argument(
+        "--control",
+        nargs=2,
+        metavar=("CBEFORE", "CAFTER"),
+        help="the same two pages from a control serving the model without speculation",
+    )
+    assess.add_argument("--format", choices=["text", "json"], default="text")
+    assess.set_defaults(func=assess_command)
+
+
+def assess_command(args: argparse.Namespace) -> int:
+    try:
+        before, after, seconds = read_pages(args.before, args.after, args.seconds)
+        options = AssessOptions(
+            seconds=seconds,
+            usd_per_hour=_usd_per_hour(args),
+            gpus=args.gpus,
+            method=args.method,
+            draft_cost_ratio=args.draft_cost_ratio,
+            ridge_batch=args.ridge_batch,
+            concurrency=args.concurrency,
+        )
+        control = None
+        if args.control:
+            control_before, control_after, _ = read_pages(args.control[0], args.control[1], seconds)
+            control = (control_before, control_after)
+        assessments = assess_pages(before, after, options, control)
+    except (AssessError, PriceTableError, ScrapeError) as exc:
+        print(f"spectax assess: {exc}", file=sys.stderr)
+        return 1
+    except ParseError as exc:
+        print(f"spectax assess: malformed /metrics page: {exc}", file=sys.stderr)
+        return 1
+    print(to_json(assessments) if args.format == "json" else to_text(assessments))
+    return 0
+
+
+def _usd_per_hour(args: argparse.Namespace) -> float | None:
+    """`--usd-per-hour`, or the price table's row for `--gpu` and `--provider`."""
+    given: float | None = args.usd_per_hour
+    if given is not None or not (args.gpu or args.provider):
+        return given
+    if not (args.gpu and args.provider):
+        raise AssessError("--gpu and --provider go together")
+    return float(PriceTable.load().find(args.provider, args.gpu, args.product).usd_per_hour)
+
+
+def read_pages(before: str, after: str, seconds: float | None) -> tuple[str, str, float | None]:
+    """Both pages and the seconds between them, blocking until they are read (a URL given
+    twice is fetched twice, `seconds` apart)."""
+    return asyncio.run(_gather_pages(before, after, seconds))
+
+
+async def _gather_pages(
+    before: str, after: str, seconds: float | None
+) -> tuple[str, str, float | None]:
+    """Files are read as they are; the same URL twice is fetched twice, `--seconds` apart."""
+    if _is_url(before) and before == after:
+        if seconds is None:
+            raise AssessError("give --seconds to fetch the same URL twice, that far apart")
+        first = await _fetch(before)
+        await asyncio.sleep(seconds)
+        return first, await _fetch(after), seconds
+    pages = [await _fetch(p) if _is_url(p) else _read_file(p) for p in (before, after)]
+    if seconds is None and not _is_url(before) and not _is_url(after):
+        elapsed = os.stat(after).st_mtime - os.stat(before).st_mtime
+        seconds = elapsed if elapsed > 0 else None
+    return pages[0], pages[1], seconds
+
+
+def _is_url(text: str) -> bool:
+    return text.startswith(("http://", "https://"))
+
+
+def _read_file(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise AssessError(f"{path}: no such file") from None
+    except UnicodeDecodeError:
+        raise AssessError(f"{path}: not a text /metrics page (not UTF-8)") from None
+    except OSError as exc:
+        raise AssessError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+async def _fetch(url: str) -> str:
+    async with scrape_session() as session:
+        return await fetch(session, metrics_url(url), timeout=10.0, max_bytes=10 * 1024 * 1024)

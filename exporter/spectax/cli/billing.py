@@ -15,13 +15,16 @@ import io
 import json
 import sys
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from spectax import logs
+from spectax.billing.prices import estimate_lines
 from spectax.billing.registry import SourceSpec
-from spectax.billing.types import BillingError, BillingLine
+from spectax.billing.types import BillingError, BillingLine, Fetched
 from spectax.config import Settings, load_config
+from spectax.store import Store
+from spectax.units import now_utc, parse_time
 
 COLUMNS = (
     "source",
@@ -37,7 +40,7 @@ COLUMNS = (
 )
 
 
-def add_parser(commands: Any, parse_time: Any) -> None:
+def add_parser(commands: Any) -> None:
     """`spectax billing fetch` on the CLI's subcommands."""
     billing = commands.add_parser("billing", help="billing sources: what they say")
     billing_commands = billing.add_subparsers(dest="billing_command", required=True)
@@ -54,7 +57,7 @@ def add_parser(commands: Any, parse_time: Any) -> None:
 
 def fetch_command(args: argparse.Namespace) -> int:
     settings = load_config(args.config)
-    until = args.until or datetime.now(UTC)
+    until = args.until or now_utc()
     since = args.since or until - timedelta(days=1)
     if since >= until:
         print("spectax billing fetch: --since must be before --until", file=sys.stderr)
@@ -79,24 +82,17 @@ async def fetch_all(
 ) -> int:
     """Read the sources one at a time, printing each one's lines; returns failures."""
     failed = 0
-    store = None
+    store: Store | None = None
     try:
         for spec in specs:
             try:
-                estimate = None
-                if spec.kind == "price_table":
+                if not spec.is_estimate:
+                    read = _read(spec, since, until)
+                else:
                     if store is None:
-                        from spectax.store import Store
-
                         store = await Store.open(settings.config.database_url)
-                    estimate = store.estimated_spend_by_hour
-                source = spec.build(estimate)
-                try:
-                    fetched = await asyncio.wait_for(
-                        source.fetch(since, until), spec.config.timeout
-                    )
-                finally:
-                    await source.close()
+                    read = _estimate(spec, store, since, until)
+                fetched = await asyncio.wait_for(read, spec.config.timeout)
             except TimeoutError:
                 failed += 1
                 _problem(spec, f"no answer within {spec.config.timeout:g} s")
@@ -118,13 +114,29 @@ async def fetch_all(
     return failed
 
 
+async def _read(spec: SourceSpec, since: datetime, until: datetime) -> Fetched:
+    """One read of the source's provider, as the daemon would make it."""
+    source = spec.build()
+    try:
+        return await source.fetch(since, until)
+    finally:
+        await source.close()
+
+
+async def _estimate(spec: SourceSpec, store: Store, since: datetime, until: datetime) -> Fetched:
+    """`price_table`: the estimate the history's windows hold, per endpoint and hour."""
+    fetched_at = now_utc()
+    hourly = await store.estimated_spend_by_hour(since, until)
+    return Fetched(estimate_lines(spec.name, hourly, fetched_at), [])
+
+
 def _describe(exc: BaseException) -> str:
     text = str(exc).splitlines()[0] if str(exc) else ""
     return f"{type(exc).__name__}: {text}"[:300]
 
 
 def _problem(spec: SourceSpec, message: str) -> None:
-    print(f"spectax billing fetch: {spec.name}: {logs.redact(message)}", file=sys.stderr)
+    print(f"spectax billing fetch: {spec.name}: {logs.blank_secrets(message)}", file=sys.stderr)
 
 
 def as_record(line: BillingLine) -> dict[str, Any]:

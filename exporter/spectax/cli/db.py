@@ -1,25 +1,33 @@
-"""`spectax db upgrade` and `spectax export`: the store from the command line.
+"""`spectax db upgrade`: bring the history database to this spectax's schema.
 
-Export gives the history as it is stored — windows, or their hourly and
-daily rollups — for spreadsheets, notebooks and audits. Money is printed
-as exact decimal strings, times as ISO 8601 UTC.
+`spectax run` creates the schema in an empty database but refuses an older
+one (it says to run this), so that an upgrade of the history is a step the
+operator takes on purpose, once, and sees the revision it left in force.
 """
 
 from __future__ import annotations
 
-import csv
-import io
-import json
-from datetime import UTC, datetime
-from decimal import Decimal
+import argparse
+import asyncio
+from pathlib import Path
 from typing import Any
 
-from sqlalchemy import inspect as sa_inspect
-
-from spectax.billing import ledger
-from spectax.config import Settings
+from spectax.config import Settings, load_config
 from spectax.store import Store
-from spectax.store.models import TABLES
+
+
+def add_parser(commands: Any) -> None:
+    db = commands.add_parser("db", help="the history database")
+    db_commands = db.add_subparsers(dest="db_command", required=True)
+    upgrade = db_commands.add_parser("upgrade", help="migrate the database to this schema")
+    upgrade.add_argument("--config", type=Path, help="YAML configuration file (storage_url)")
+    upgrade.set_defaults(func=upgrade_command)
+
+
+def upgrade_command(args: argparse.Namespace) -> int:
+    revision = asyncio.run(upgrade(load_config(args.config)))
+    print(f"database schema at revision {revision}")
+    return 0
 
 
 async def upgrade(settings: Settings) -> str:
@@ -29,52 +37,3 @@ async def upgrade(settings: Settings) -> str:
     store = await Store.open(settings.config.database_url, migrate=True)
     await store.close()
     return head_revision()
-
-
-async def export(
-    settings: Settings,
-    granularity: str,
-    since: datetime | None,
-    until: datetime | None,
-    output_format: str,
-    endpoints: list[str] | None = None,
-) -> str:
-    store = await Store.open(settings.config.database_url)
-    try:
-        if granularity != "window":
-            await store.rollup()  # so the rollups include the latest windows
-        based = await ledger.rows_with_basis(store, granularity, since, until, endpoints)
-    finally:
-        await store.close()
-    columns = [c.key for c in sa_inspect(TABLES[granularity]).columns if c.key != "id"]
-    # spend_usd is the estimate; billed_spend_usd the bill's share once final (spend_basis).
-    columns += ["billed_spend_usd", "spend_basis"]
-    records = [
-        {
-            **{c: _plain(getattr(row, c)) for c in columns[:-2]},
-            "billed_spend_usd": _plain(spend) if basis == "billed" else None,
-            "spend_basis": basis if spend is not None else "",
-        }
-        for row, spend, basis in based
-    ]
-    if output_format == "json":
-        return json.dumps(records, indent=1) + "\n"
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(records)
-    return buffer.getvalue()
-
-
-def parse_time(text: str) -> datetime:
-    """ISO 8601 date or date-time; without a zone it is UTC."""
-    value = datetime.fromisoformat(text)
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.astimezone(UTC).isoformat()
-    if isinstance(value, Decimal):
-        return str(value)
-    return value

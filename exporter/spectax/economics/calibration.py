@@ -14,12 +14,14 @@ Otherwise the configured B* stays in force.
 
 At fleet scale two costs matter: a day of points per endpoint is kept packed
 (`StepHistory`, 16 bytes a point), and Theil-Sen over a day's 288 points takes
-~12 ms (41,000 pairs), so a monitor refits once an hour, not every window.
+~12 ms (41,000 pairs), so an endpoint refits once an hour, not every window
+(`RidgeCalibration`).
 """
 
 from __future__ import annotations
 
 import statistics
+import zlib
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -30,6 +32,10 @@ MIN_WINDOWS = 8
 MIN_SPREAD = 1.5  # largest mean tokens/step at least 1.5x the smallest
 # A B* outside this range means the slope is noise (step time flat in tokens), not a GPU.
 PLAUSIBLE_RIDGE_BATCH = (1.0, 4096.0)
+REFIT_EVERY = 12  # new points (an hour of 5-minute windows) between two fits
+# Below this many points a fit costs under ~0.1 ms (Theil-Sen is quadratic): a refused fit
+# is retried at every window, so warm-up windows cannot hold a sound fit back an hour.
+CHEAP_FIT_POINTS = 48
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,3 +141,51 @@ def fit_ridge_batch(
     result = RidgeFit(a_seconds=a, b_seconds_per_token=b, points=len(points))
     low, high = PLAUSIBLE_RIDGE_BATCH
     return result if low <= result.ridge_batch <= high else None
+
+
+class RidgeCalibration:
+    """One endpoint's step points and the schedule of its fits.
+
+    Fits at every window until a fit holds, then hourly. A refused fit (as on
+    CPU vLLM's implausible B*) is retried hourly too once the history is
+    large: 2,000 endpoints refitting a day of points at each window boundary
+    would stall the event loop ~24 s. The hourly fits are staggered by
+    endpoint name: windows close at the same instant everywhere.
+    """
+
+    def __init__(self, endpoint: str, capacity: int, min_windows: int = MIN_WINDOWS):
+        self._steps = StepHistory(capacity)
+        self._min_windows = min_windows
+        self._phase = zlib.crc32(endpoint.encode()) % REFIT_EVERY
+        self._points_since_fit = self._phase
+        self._refused = False  # the last fit was computed and found unsound
+        self.fit: RidgeFit | None = None
+        self.fits = 0  # fits computed, sound or not: what the schedule costs
+
+    def __len__(self) -> int:
+        """The step points kept."""
+        return len(self._steps)
+
+    def add(self, windows: Iterable[Window]) -> bool:
+        """Add the windows' step points and fit if one is due; True when a fit was computed
+        (`fit` is then its result: a sound fit, or None)."""
+        points = [p for p in map(step_point, windows) if p is not None]
+        if not points:
+            return False
+        self._steps.extend(points)
+        self._points_since_fit += len(points)
+        refused = self._refused and len(self._steps) >= CHEAP_FIT_POINTS
+        if self.fit is not None or refused:
+            if self._points_since_fit < REFIT_EVERY:
+                return False
+            self._points_since_fit = 0
+        else:
+            # Until a fit is computed, at every window; the hourly cadence then starts at
+            # this endpoint's phase (a restart restores every endpoint's day of points at
+            # once: counted from there, all of them would refit at the same window).
+            self._points_since_fit = self._phase
+        history = self._steps.points()
+        self.fit = fit_ridge_batch(history, self._min_windows)
+        self._refused = self.fit is None and can_fit(history, self._min_windows)
+        self.fits += 1
+        return True

@@ -1,6 +1,9 @@
 """Engine parsers: one `parse(text) -> EngineSample` per inference engine.
 
-Usage: `get_parser("vllm")(page_text)` returns an `EngineSample`.
+Usage: `get_parser("vllm")(page_text)` returns an `EngineSample`. Adding an
+engine is one module beside `vllm.py` and one line in `ENGINES`: the
+configuration's `engine:` accepts the names registered here, and the README's
+list is tested against them.
 """
 
 from __future__ import annotations

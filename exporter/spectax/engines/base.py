@@ -7,11 +7,31 @@ adding an engine (SGLang, TensorRT-LLM) never touches the economics.
 Counter values stay cumulative here; the window tracker turns them into
 deltas. Values are floats because that is what the exposition format carries;
 counters are integer-valued in practice.
+
+`Counters` below is the one declared list of the counters spectax reads. The
+deltas, restart check, packing and row codec of every other room are derived
+from it, so adding a counter is one line there (plus its database column and
+migration).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
+
+#: How a counter is subtracted, summed, packed and stored:
+#: plain - a number, 0 when the page lacks it;
+#: speculation - a number, None when the engine does not speculate (different from 0: idle);
+#: histogram - a `Histogram` (sum and count), None when the page lacks it;
+#: per_position - a tuple of numbers, one per draft position (at most one such counter).
+CounterKind = Literal["plain", "speculation", "histogram", "per_position"]
+
+_EMPTY: dict[CounterKind, object] = {
+    "plain": 0.0,
+    "speculation": None,
+    "histogram": None,
+    "per_position": (),
+}
 
 
 class ParseError(ValueError):
@@ -33,27 +53,60 @@ class Histogram:
     count: float
 
 
-@dataclass(frozen=True, slots=True)
-class ModelSample:
-    """Cumulative counters and current gauges of one served model.
+def counter(kind: CounterKind, column: str | None = None) -> Any:
+    """A declared counter: a dataclass field of `kind`, stored in `column` of the windows
+    table (its name by default; a histogram in `<column>_sum` and `<column>_count`)."""
+    return field(default=_EMPTY[kind], metadata={"kind": kind, "column": column})
 
-    Summed over the `engine` label (data-parallel ranks). Speculation fields
-    are None when the page has no spec-decode families at all (speculation not
-    configured), which is different from 0 (configured but idle).
+
+@dataclass(frozen=True, slots=True)
+class Counters:
+    """The engine counters spectax reads, declared once: one line a counter.
+
+    Summed over the `engine` label (data-parallel ranks). Both an engine sample
+    (cumulative values) and a span's deltas (`spectax.pipeline.counts.Counts`)
+    are made of these fields.
     """
 
-    generation_tokens: float = 0.0
-    prompt_tokens: float = 0.0
-    requests_finished: float = 0.0
+    generation_tokens: float = counter("plain", column="output_tokens")
+    prompt_tokens: float = counter("plain")
+    requests_finished: float = counter("plain")
+    drafts: float | None = counter("speculation")
+    draft_tokens: float | None = counter("speculation")
+    accepted_tokens: float | None = counter("speculation")
+    accepted_per_position: tuple[float, ...] = counter("per_position")
+    iteration_tokens: Histogram | None = counter("histogram")
+    inter_token_latency: Histogram | None = counter("histogram")
+    time_per_output_token: Histogram | None = counter("histogram")
+
+
+@dataclass(frozen=True, slots=True)
+class CounterSpec:
+    """One declared counter as the other rooms read the declaration."""
+
+    name: str
+    kind: CounterKind
+    column: str
+
+
+#: The declared counters, in their declared order.
+COUNTERS: tuple[CounterSpec, ...] = tuple(
+    CounterSpec(f.name, f.metadata["kind"], f.metadata["column"] or f.name)
+    for f in fields(Counters)
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSample(Counters):
+    """Cumulative counters and current gauges of one served model.
+
+    Speculation fields are None when the page has no spec-decode families at
+    all (speculation not configured), which is different from 0 (configured
+    but idle).
+    """
+
     requests_running: float = 0.0
     requests_waiting: float = 0.0
-    drafts: float | None = None
-    draft_tokens: float | None = None
-    accepted_tokens: float | None = None
-    accepted_per_position: tuple[float, ...] = ()
-    iteration_tokens: Histogram | None = None
-    inter_token_latency: Histogram | None = None
-    time_per_output_token: Histogram | None = None
     # vLLM V0 only: gauges computed by the engine (its counters over-counted).
     legacy_acceptance_rate: float | None = None
     legacy_efficiency: float | None = None

@@ -20,7 +20,7 @@ from prometheus_client.registry import Collector
 
 from spectax import __version__
 from spectax.billing.coordinator import BillingSnapshot
-from spectax.economics.formulas import Assessment
+from spectax.economics import Assessment
 from spectax.endpoint import EndpointSnapshot
 from spectax.exposition.families import FAMILIES, AddSample, Family
 from spectax.exposition.text import TextEncoder

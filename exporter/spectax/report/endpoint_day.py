@@ -18,7 +18,7 @@ import json
 from collections.abc import Sequence
 from decimal import Decimal
 
-from spectax.economics import formulas as economics
+from spectax import economics
 from spectax.report.figures import EndpointInfo, Figures, HourPoint, add_positions
 from spectax.report.records import RollupRecord
 from spectax.report.spend import Spend

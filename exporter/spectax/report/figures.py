@@ -14,7 +14,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import NamedTuple
 
-from spectax.economics import formulas as economics
+from spectax import economics
 from spectax.report.spend import combined_basis
 
 SEMANTICS = {"provisioned": "capacity", "serverless": "invoice"}

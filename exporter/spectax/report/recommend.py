@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from spectax.economics import formulas as economics
+from spectax import economics
 from spectax.report.figures import EndpointInfo, Figures, HourPoint
 
 # A fix must be worth at least this much (and this share of the spend) to be advised.

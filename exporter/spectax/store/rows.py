@@ -1,42 +1,39 @@
-"""The row codec: a closed window and its assessments as `windows` table rows, a stored
-window back as a `Window`, and an engine sample as the cursor's JSON text. The only place
-that knows how a counter is spelled in the database."""
+"""The row codec: an assessed window as `windows` table rows, and a stored window back as a
+`Window`. The only place that knows how a counter is spelled in the database: each declared
+counter (spectax.engines.base.Counters) by the rule of its kind, in its declared column.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict
+from collections.abc import Callable, Iterable, Sequence
 from decimal import Decimal
 from typing import Any
 
-from spectax.economics.formulas import Assessment
-from spectax.engines.base import EngineSample, Histogram, ModelSample
-from spectax.pipeline.windows import Counts, Window
+from spectax.economics.assessment import AssessedWindow
+from spectax.engines.base import COUNTERS, CounterKind, EngineSample, Histogram
+from spectax.pipeline.counts import Counts
+from spectax.pipeline.windows import Window
 from spectax.store.models import WindowRow
+from spectax.store.writer import PendingWrite
 from spectax.units import from_timestamp as _utc
 
 
-def window_rows(
-    endpoint: str,
-    window: Window,
-    assessments: dict[str, Assessment],
-    money: dict[str, tuple[Decimal, Decimal, Decimal, Decimal]],  # empty when unpriced
-    ridge_batch: float,
-    ridge_batch_source: str,
-    draft_cost_ratio: float | None,
-) -> list[dict[str, Any]]:
-    """The rows for one window: one per model, or one with model "" when the page had none.
+def pending_write(
+    endpoint: str, closed: Iterable[AssessedWindow], cursor: tuple[float, EngineSample] | None
+) -> PendingWrite:
+    """What the store must write for these closed windows and the cursor that goes with them."""
+    return PendingWrite(endpoint, [row for w in closed for row in window_rows(endpoint, w)], cursor)
 
-    `money` holds (spend, busy spend, draft-load spend, cold-start spend) per model.
-    """
+
+def window_rows(endpoint: str, closed: AssessedWindow) -> list[dict[str, Any]]:
+    """The rows for one window: one per model, or one with model "" when the page had none."""
+    window = closed.window
     models = window.models or {"": Counts()}
     rows = []
     for model, counts in models.items():
-        assessment = assessments.get(model)
-        spend_usd, busy_usd, draft_load_usd, cold_start_usd = money.get(
-            model, (None, None, None, None)
-        )
+        assessment = closed.assessments.get(model)
+        spend = closed.spend.get(model)
         rows.append(
             {
                 "endpoint": endpoint,
@@ -46,32 +43,20 @@ def window_rows(
                 "seconds": window.seconds,
                 "busy_seconds": window.busy_seconds,
                 "restarts": window.restarts,
-                "output_tokens": round(counts.generation_tokens),
-                "prompt_tokens": round(counts.prompt_tokens),
-                "requests_finished": round(counts.requests_finished),
-                "drafts": _round(counts.drafts),
-                "draft_tokens": _round(counts.draft_tokens),
-                "accepted_tokens": _round(counts.accepted_tokens),
-                "accepted_per_position": json.dumps(
-                    [round(a) for a in counts.accepted_per_position]
-                ),
-                "running_seconds": counts.running_seconds,
-                **_histogram_columns("iteration_tokens", counts.iteration_tokens),
-                **_histogram_columns("inter_token_latency", counts.inter_token_latency),
-                **_histogram_columns("time_per_output_token", counts.time_per_output_token),
-                "spend_usd": spend_usd,
-                "busy_spend_usd": busy_usd,
-                "cold_start_usd": cold_start_usd,
-                "draft_load_usd": draft_load_usd,
+                **counter_columns(counts),
+                "spend_usd": spend.spend_usd if spend else None,
+                "busy_spend_usd": spend.busy_usd if spend else None,
+                "cold_start_usd": spend.cold_start_usd if spend else None,
+                "draft_load_usd": spend.draft_load_usd if spend else None,
                 "concurrency_requests": window.concurrency(model),
                 "acceptance_ratio": assessment.acceptance_ratio if assessment else None,
                 "breakeven_acceptance_ratio": (
                     assessment.breakeven_acceptance_ratio if assessment else None
                 ),
                 "speedup_ratio": assessment.speedup_ratio if assessment else None,
-                "ridge_batch_requests": ridge_batch,
-                "ridge_batch_source": ridge_batch_source,
-                "draft_cost_ratio": draft_cost_ratio,
+                "ridge_batch_requests": closed.ridge_batch,
+                "ridge_batch_source": closed.ridge_batch_source,
+                "draft_cost_ratio": closed.draft_cost_ratio,
                 "speculation_savings_usd": (
                     assessment.speculation_savings_usd if assessment else None
                 ),
@@ -84,27 +69,6 @@ def window_rows(
 def window_from_rows(rows: Sequence[WindowRow]) -> Window:
     """Rebuild the in-memory window from its stored rows (the inverse of `window_rows`)."""
     first = rows[0]
-    models = {
-        row.model: Counts(
-            generation_tokens=float(row.output_tokens),
-            prompt_tokens=float(row.prompt_tokens),
-            requests_finished=float(row.requests_finished),
-            drafts=_float(row.drafts),
-            draft_tokens=_float(row.draft_tokens),
-            accepted_tokens=_float(row.accepted_tokens),
-            accepted_per_position=tuple(float(a) for a in json.loads(row.accepted_per_position)),
-            iteration_tokens=_histogram(row.iteration_tokens_sum, row.iteration_tokens_count),
-            inter_token_latency=_histogram(
-                row.inter_token_latency_sum, row.inter_token_latency_count
-            ),
-            time_per_output_token=_histogram(
-                row.time_per_output_token_sum, row.time_per_output_token_count
-            ),
-            running_seconds=row.running_seconds,
-        )
-        for row in rows
-        if row.model
-    }
     return Window(
         start=first.start.timestamp(),
         end=first.end.timestamp(),
@@ -114,48 +78,79 @@ def window_from_rows(rows: Sequence[WindowRow]) -> Window:
         spend_usd=sum_usd(row.spend_usd for row in rows),
         cold_start_usd=sum_usd(row.cold_start_usd for row in rows),
         draft_load_usd=sum_usd(row.draft_load_usd for row in rows),
-        models=models,
+        models={row.model: counts_from_row(row) for row in rows if row.model},
     )
 
 
-def encode_sample(sample: EngineSample) -> str:
-    return json.dumps(asdict(sample))
+def counter_columns(counts: Counts) -> dict[str, Any]:
+    """A model's counter deltas as the windows table spells them (counts rounded: they are
+    whole numbers, summed from float-valued pages), in the table's column order: the order
+    the spool's rows have always had."""
+    columns: dict[str, Any] = {"running_seconds": counts.running_seconds}
+    for counter in COUNTERS:
+        columns.update(_ENCODE[counter.kind](counter.column, getattr(counts, counter.name)))
+    return dict(sorted(columns.items(), key=lambda column: _TABLE_ORDER[column[0]]))
 
 
-def decode_sample(text: str) -> EngineSample:
-    data = json.loads(text)
-    models = {}
-    for name, fields in data["models"].items():
-        for key in ("iteration_tokens", "inter_token_latency", "time_per_output_token"):
-            if fields.get(key) is not None:
-                fields[key] = Histogram(**fields[key])
-        fields["accepted_per_position"] = tuple(fields.get("accepted_per_position", ()))
-        models[name] = ModelSample(**fields)
-    return EngineSample(
-        engine=data["engine"],
-        models=models,
-        process_start_time_seconds=data.get("process_start_time_seconds"),
-    )
+def counts_from_row(row: WindowRow) -> Counts:
+    values = {c.name: _DECODE[c.kind](row, c.column) for c in COUNTERS}
+    return Counts(**values, running_seconds=row.running_seconds)
 
 
 def sum_usd(values: Iterable[Decimal | None]) -> Decimal:
     return sum((v or Decimal(0) for v in values), Decimal(0))
 
 
-def _round(value: float | None) -> int | None:
-    return None if value is None else round(value)
+# ---------------------------------------------------------------- per kind: columns and back
 
 
-def _float(value: int | None) -> float | None:
+def _number_column(column: str, value: float) -> dict[str, Any]:
+    return {column: round(value)}
+
+
+def _optional_column(column: str, value: float | None) -> dict[str, Any]:
+    return {column: None if value is None else round(value)}
+
+
+def _histogram_columns(column: str, value: Histogram | None) -> dict[str, Any]:
+    return {
+        f"{column}_sum": value.sum if value else None,
+        f"{column}_count": value.count if value else None,
+    }
+
+
+def _positions_column(column: str, value: tuple[float, ...]) -> dict[str, Any]:
+    return {column: json.dumps([round(a) for a in value])}
+
+
+def _number_of(row: WindowRow, column: str) -> float:
+    return float(getattr(row, column))
+
+
+def _optional_of(row: WindowRow, column: str) -> float | None:
+    value = getattr(row, column)
     return None if value is None else float(value)
 
 
-def _histogram(total: float | None, count: float | None) -> Histogram | None:
+def _histogram_of(row: WindowRow, column: str) -> Histogram | None:
+    total, count = getattr(row, f"{column}_sum"), getattr(row, f"{column}_count")
     return None if total is None or count is None else Histogram(sum=total, count=count)
 
 
-def _histogram_columns(prefix: str, histogram: Histogram | None) -> dict[str, float | None]:
-    return {
-        f"{prefix}sum_usd": histogram.sum if histogram else None,
-        f"{prefix}_count": histogram.count if histogram else None,
-    }
+def _positions_of(row: WindowRow, column: str) -> tuple[float, ...]:
+    return tuple(float(a) for a in json.loads(getattr(row, column)))
+
+
+_TABLE_ORDER = {column.name: i for i, column in enumerate(WindowRow.__table__.columns)}
+_ENCODE: dict[CounterKind, Callable[[str, Any], dict[str, Any]]] = {
+    "plain": _number_column,
+    "speculation": _optional_column,
+    "histogram": _histogram_columns,
+    "per_position": _positions_column,
+}
+_DECODE: dict[CounterKind, Callable[[WindowRow, str], Any]] = {
+    "plain": _number_of,
+    "speculation": _optional_of,
+    "histogram": _histogram_of,
+    "per_position": _positions_of,
+}

@@ -13,6 +13,7 @@ from sqlalchemy import func, select
 
 from spectax.engines.base import EngineSample
 from spectax.pipeline.windows import Window
+from spectax.store.cursor import decode_sample, encode_sample
 from spectax.store.db import (
     DATABASE_ERRORS,
     Database,
@@ -24,7 +25,7 @@ from spectax.store.db import (
 )
 from spectax.store.models import Cursor, WindowRow
 from spectax.store.rollup import period_start
-from spectax.store.rows import decode_sample, encode_sample, window_from_rows
+from spectax.store.rows import window_from_rows
 from spectax.units import from_timestamp
 
 # One write of closed windows: the endpoint, its window rows, and the cursor that goes with them.

@@ -25,16 +25,19 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spectax.engines.base import EngineSample
 from spectax.health import LogOnce
-from spectax.store import Store, StoreError
-from spectax.store.rows import decode_sample, encode_sample
+from spectax.store.cursor import decode_sample, encode_sample
+from spectax.store.db import StoreError
+
+if TYPE_CHECKING:  # the store's rooms import the row codec, which imports PendingWrite
+    from spectax.store import Store
 
 STORE_BATCH_ROWS = 200  # window rows per transaction (~40 ms on the event loop)
 RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)  # waits after the 1st, 2nd, ... failure in a row
@@ -187,18 +190,19 @@ class StoreWriter:
 
     def __init__(
         self,
-        url: str,
+        open_store: Callable[[], Awaitable[Store]],
         spool_path: Path,
         max_rows: int,
         stopping: asyncio.Event,
         log: logging.Logger,
     ):
-        """`stopping` set: stop waiting for the database (connect, drain without deadline)."""
+        """`open_store` connects (`Store.open` of the configured URL); `stopping` set: stop
+        waiting for the database (connect, drain without deadline)."""
         self.queue = WriteQueue(spool_path, max_rows)
         self.store: Store | None = None
         self.write_errors = 0
         self.up = False
-        self._url = url
+        self._open_store = open_store
         self._stopping = stopping
         self._log = log
         self._wakeup = asyncio.Event()
@@ -211,7 +215,7 @@ class StoreWriter:
         attempt = 0
         while not self._stopping.is_set():
             try:
-                store = await Store.open(self._url)
+                store = await self._open_store()
             except StoreError as exc:
                 health.failed("%s; retrying until it answers", exc, level=logging.ERROR)
                 attempt += 1

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, ClassVar, Literal
@@ -36,9 +36,8 @@ from spectax.billing.types import (
     Source,
     SourceConfig,
     decimal,
-    parse_time,
+    provider_time,
 )
-from spectax.credentials import resolve
 from spectax.units import Duration, ceil_time, floor_time, now_utc
 
 THROTTLED = {
@@ -73,15 +72,29 @@ class AwsCostExplorerConfig(SourceConfig):
     session_token_file: str | None = None
 
     min_interval: ClassVar[float] = 3600.0
+    min_interval_reason: ClassVar[str] = "each GetCostAndUsage request costs USD 0.01"
     secret_fields: ClassVar[tuple[str, ...]] = (
         "access_key_id",
         "secret_access_key",
         "session_token",
     )
 
+    def checks(self, secrets: Mapping[str, str | None]) -> list[str]:
+        problems: list[str] = []
+        try:
+            import boto3  # noqa: F401
+        except ImportError:
+            problems.append("type: aws_cost_explorer needs boto3: pip install 'spectax[aws]'")
+        given = [n for n in ("access_key_id", "secret_access_key") if secrets.get(n)]
+        if len(given) == 1:
+            problems.append("secret_access_key: access_key_id and secret_access_key go together")
+        return problems
+
+    def build(self, secrets: Mapping[str, str | None]) -> Source:
+        return AwsCostExplorerSource(self, dict(secrets))
+
 
 class AwsCostExplorerSource(Source):
-    kind = "aws_cost_explorer"
     config: AwsCostExplorerConfig
 
     def __init__(
@@ -91,7 +104,11 @@ class AwsCostExplorerSource(Source):
         policy: RetryPolicy | None = None,
     ):
         super().__init__(config)
-        self._secrets = secrets if secrets is not None else resolve_secrets(config)
+        if secrets is None:
+            secrets, problems = config.resolve_secrets()
+            if problems:
+                raise BillingError("; ".join(problems))
+        self._secrets = secrets
         self._policy = policy or RetryPolicy(attempts=6, base=1.0, cap=30.0)
         self._client: Any = None
         self.requests = 0  # paid GetCostAndUsage requests made (throttled ones included)
@@ -186,7 +203,7 @@ class AwsCostExplorerSource(Source):
             for result in results:
                 try:
                     period = result["TimePeriod"]
-                    start, end = parse_time(period["Start"]), parse_time(period["End"])
+                    start, end = provider_time(period["Start"]), provider_time(period["End"])
                 except (KeyError, TypeError):
                     raise BillingError("GetCostAndUsage: a result without TimePeriod") from None
                 key = (start, end)
@@ -222,20 +239,14 @@ class AwsCostExplorerSource(Source):
             await asyncio.to_thread(client.close)
 
 
-def resolve_secrets(config: AwsCostExplorerConfig) -> dict[str, str | None]:
-    return {
-        name: resolve(getattr(config, name), getattr(config, f"{name}_file"))
-        for name in AwsCostExplorerConfig.secret_fields
-    }
-
-
 def _billing_error(exc: Exception) -> BillingError:
     """botocore's exception as a BillingError: the error code and AWS's message only."""
     response = getattr(exc, "response", None)
     if isinstance(response, dict):
         error = response.get("Error") or {}
         code = str(error.get("Code") or "")
-        message = logs.redact(str(error.get("Message") or "")[:200])  # AWS may quote a key id
+        # AWS may quote a key id in its message.
+        message = logs.blank_secrets(str(error.get("Message") or "")[:200])
         status = int((response.get("ResponseMetadata") or {}).get("HTTPStatusCode") or 0)
         headers = (response.get("ResponseMetadata") or {}).get("HTTPHeaders") or {}
         retry_after = parse_retry_after(headers.get("retry-after"))

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 from spectax.billing.types import (
     BillingError,
@@ -37,7 +37,7 @@ from spectax.billing.types import (
     Source,
     SourceConfig,
     decimal,
-    parse_time,
+    provider_time,
 )
 from spectax.credentials import CredentialError, expand_path
 from spectax.units import Duration, now_utc, utc
@@ -55,7 +55,16 @@ class FocusConfig(SourceConfig):
     lookback: Duration = 40 * 86400.0
     final_after: Duration = 5 * 86400.0
 
-    secret_fields: ClassVar[tuple[str, ...]] = ()
+    def checks(self, secrets: Mapping[str, str | None]) -> list[str]:
+        try:
+            if not Path(expand_path(self.path)).exists():
+                return [f"path: {self.path} does not exist"]
+        except CredentialError as exc:
+            return [f"path: {exc}"]
+        return []
+
+    def build(self, secrets: Mapping[str, str | None]) -> Source:
+        return FocusSource(self)
 
 
 @dataclass
@@ -67,7 +76,6 @@ class _Group:
 
 
 class FocusSource(Source):
-    kind = "focus"
     config: FocusConfig
 
     async def fetch(self, since: datetime, until: datetime) -> Fetched:
@@ -184,7 +192,7 @@ def _time(row: Mapping[str, Any], column: str, where: str) -> datetime:
     if not isinstance(value, str) or not value.strip():
         raise BillingError(f"{where}: no {column}")
     try:
-        return parse_time(value)
+        return provider_time(value)
     except BillingError:
         raise BillingError(f"{where}: {column} is not a date-time") from None
 

@@ -33,7 +33,7 @@ from spectax.billing.types import (
     Source,
     SourceConfig,
     decimal,
-    parse_time,
+    provider_time,
 )
 from spectax.credentials import BasicAuthConfig, TLSClientConfig, build_target_auth
 from spectax.units import Duration, ceil_time, floor_time, now_utc
@@ -65,6 +65,15 @@ class OpenCostConfig(SourceConfig):
             raise ValueError("must be an http:// or https:// URL")
         return value.rstrip("/")
 
+    def checks(self, secrets: Mapping[str, str | None]) -> list[str]:
+        _, problems = build_target_auth(
+            self.bearer_token, self.bearer_token_file, self.basic_auth, self.tls
+        )
+        return [f"{key}: {message}" for key, message in problems]
+
+    def build(self, secrets: Mapping[str, str | None]) -> Source:
+        return OpenCostSource(self)  # it resolves its own credentials (build_target_auth)
+
 
 def duration_text(seconds: float) -> str:
     """OpenCost's duration syntax: `1h`, `30m`, `1d`."""
@@ -77,7 +86,6 @@ def duration_text(seconds: float) -> str:
 
 
 class OpenCostSource(Source):
-    kind = "opencost"
     config: OpenCostConfig
 
     def __init__(
@@ -195,7 +203,7 @@ def _window(allocation: Mapping[str, Any], where: str) -> tuple[datetime, dateti
         start, end = allocation.get("start"), allocation.get("end")
     if not isinstance(start, str) or not isinstance(end, str):
         raise BillingError(f"{where}: no window")
-    first, last = parse_time(start), parse_time(end)
+    first, last = provider_time(start), provider_time(end)
     if last <= first:
         raise BillingError(f"{where}: an empty window")
     return first, last

@@ -33,7 +33,7 @@ from spectax.billing.types import (
     Source,
     SourceConfig,
     decimal,
-    parse_time,
+    provider_time,
 )
 from spectax.credentials import resolve
 from spectax.units import Duration, ceil_time, floor_time, now_utc
@@ -65,9 +65,16 @@ class RunpodConfig(SourceConfig):
             raise ValueError("must be an http:// or https:// URL")
         return value.rstrip("/")
 
+    def checks(self, secrets: Mapping[str, str | None]) -> list[str]:
+        if self.api_key is None and self.api_key_file is None:
+            return ["api_key: required (or api_key_file)"]
+        return []
+
+    def build(self, secrets: Mapping[str, str | None]) -> Source:
+        return RunpodSource(self, secrets.get("api_key"))
+
 
 class RunpodSource(Source):
-    kind = "runpod"
     config: RunpodConfig
 
     def __init__(
@@ -136,7 +143,7 @@ class RunpodSource(Source):
                     raise BillingError(f"{where}: no {id_field}")
                 if not isinstance(record.get("time"), str):
                     raise BillingError(f"{where}: no time")
-                bucket = floor_time(parse_time(record["time"]), HOUR)
+                bucket = floor_time(provider_time(record["time"]), HOUR)
                 amount = decimal(record.get("amount"), f"{where}.amount")
                 tags = {"kind": kind}
                 if isinstance(record.get("gpuTypeId"), str):

@@ -1,0 +1,309 @@
+"""The assessment of a window: ECONOMICS.md's quantities composed per model, with a verdict.
+
+`assess_model` composes the pure formulas for one model; `assess_window` does
+it for every model of a window, with the money split by model and the speedup
+measured against a control endpoint when there is one. `AssessedWindow` is
+what a closed window leaves for history: the window and all that was
+concluded about it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from spectax.economics.formulas import (
+    DEFAULT_RIDGE_BATCH,
+    acceptance_length,
+    acceptance_ratio,
+    breakeven_acceptance,
+    cost_per_million,
+    cost_per_million_without_speculation,
+    crossover_concurrency,
+    draft_compute_share,
+    modelled_speedup,
+    position_acceptance,
+    recommended_speculative_tokens,
+    rejected_share,
+    relative_batch,
+    speculation_savings_usd,
+    vram_opportunity_usd,
+)
+from spectax.economics.pricing import ModelSpend
+from spectax.pipeline.counts import Counts
+from spectax.pipeline.windows import Window
+
+Verdict = Literal["pays", "tax", "no_speculation", "no_drafts", "no_traffic"]
+
+#: Finished requests each side needs for a measured speedup: a ratio of two or three
+#: requests' timings says more about those requests than about speculation.
+MIN_MEASURED_REQUESTS = 10
+
+
+@dataclass(frozen=True, slots=True)
+class Traffic:
+    """The engine's side of one window: counter deltas and mean concurrency.
+
+    Speculation counters are None when the engine does not speculate.
+    """
+
+    output_tokens: float
+    prompt_tokens: float
+    concurrency: float
+    drafts: float | None = None
+    draft_tokens: float | None = None
+    accepted_tokens: float | None = None
+    accepted_per_position: tuple[float, ...] = ()
+    restarted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Parameters:
+    """Per-endpoint settings the formulas need (ECONOMICS.md §5)."""
+
+    draft_cost_ratio: float = 0.0
+    ridge_batch: float = DEFAULT_RIDGE_BATCH
+    draft_weight_bytes: int | None = None
+    gpu_memory_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Money:
+    """Spend over the window: all of it, and the part spent while busy.
+
+    None for an endpoint without a price: its money figures are then left
+    out rather than shown as a $0 that looks real. `draft_load_usd` is the
+    part of serverless cold-start spend spent loading the draft's weights:
+    without speculation it would not have been paid.
+    """
+
+    seconds: float
+    spend_usd: float | None
+    busy_spend_usd: float | None
+    draft_load_usd: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Assessment:
+    """Everything spectax says about one endpoint and model over one window."""
+
+    model: str
+    output_tokens: float
+    prompt_tokens: float
+    drafts: float | None
+    draft_tokens: float | None
+    accepted_tokens: float | None
+    concurrency_requests: float
+    restarted: bool
+    acceptance_ratio: float | None
+    acceptance_length_tokens: float | None
+    position_acceptance_ratio: tuple[float, ...]
+    breakeven_acceptance_ratio: float | None
+    speedup_ratio: float | None
+    speedup_measured_ratio: float | None
+    crossover_concurrency_requests: float | None
+    recommended_speculative_tokens: int | None
+    draft_compute_share_ratio: float | None
+    rejected_share_ratio: float | None
+    seconds: float
+    spend_usd: float | None
+    busy_spend_usd: float | None
+    cost_per_million_output_tokens_usd: float | None
+    cost_per_million_output_tokens_no_speculation_usd: float | None
+    cost_per_million_tokens_usd: float | None
+    speculation_savings_usd: float | None
+    draft_compute_usd: float | None
+    rejected_usd: float | None
+    vram_usd: float | None
+    verdict: Verdict
+
+    @property
+    def speedup_in_force(self) -> float | None:
+        """The measured speedup when there is one, else the modelled one."""
+        if self.speedup_measured_ratio is not None:
+            return self.speedup_measured_ratio
+        return self.speedup_ratio
+
+    def per_hour(self, usd: float | None) -> float | None:
+        """A dollar amount over this window as a rate in $/h."""
+        if usd is None or self.seconds <= 0:
+            return None
+        return usd * 3600.0 / self.seconds
+
+
+def verdict_for(traffic: Traffic, speedup: float | None) -> Verdict:
+    """pays | tax | no_speculation | no_drafts | no_traffic, in that order of precedence."""
+    if traffic.draft_tokens is None:
+        return "no_speculation"
+    if traffic.output_tokens <= 0:
+        return "no_traffic"
+    if traffic.draft_tokens <= 0 or speedup is None:
+        return "no_drafts"
+    return "pays" if speedup > 1.0 else "tax"
+
+
+def assess_model(
+    model: str,
+    traffic: Traffic,
+    params: Parameters,
+    money: Money,
+    measured_speedup: float | None = None,
+) -> Assessment:
+    """Compose the quantities of ECONOMICS.md §2-§4 for one model over one window.
+
+    A window without output or without drafts has no acceptance, speedup or
+    savings: those are None rather than a 0 that looks like a real value.
+    The verdict uses the measured speedup when one is given.
+    """
+    g, c, b_star = traffic.output_tokens, params.draft_cost_ratio, params.ridge_batch
+    speculating = traffic.draft_tokens is not None
+    dt = traffic.draft_tokens or 0.0
+    a = traffic.accepted_tokens or 0.0
+    dr = traffic.drafts or 0.0
+    drafting = speculating and g > 0 and dt > 0
+
+    alpha = acceptance_ratio(a, dt) if drafting else None
+    tau = acceptance_length(a, dr) if drafting else None
+    positions = position_acceptance(traffic.accepted_per_position, dr) if drafting else ()
+    breakeven = breakeven_acceptance(traffic.concurrency, b_star, c) if speculating else None
+    r = relative_batch(b_star, traffic.concurrency)
+
+    speedup = shares = None
+    if drafting:
+        speedup = modelled_speedup(g, a, dt, traffic.concurrency, b_star, c)
+        shares = (draft_compute_share(g, a, dt, r, c), rejected_share(g, a, dt, r, c))
+    # A measured speedup speaks for speculation only in a window that drafted.
+    if not drafting:
+        measured_speedup = None
+    in_force = measured_speedup if measured_speedup is not None else speedup
+    crossover = crossover_concurrency(alpha, b_star, c) if alpha is not None else None
+    recommended = None
+    if breakeven is not None and positions:
+        recommended = recommended_speculative_tokens(positions, breakeven)
+
+    spend, busy = money.spend_usd, money.busy_spend_usd
+    savings = counterfactual = None
+    if in_force is not None and spend is not None and busy is not None:
+        savings = speculation_savings_usd(busy, in_force, money.draft_load_usd)
+        counterfactual = cost_per_million_without_speculation(
+            spend, busy, in_force, g, money.draft_load_usd
+        )
+    overhead = shares if shares and busy is not None else None
+    return Assessment(
+        model=model,
+        output_tokens=g,
+        prompt_tokens=traffic.prompt_tokens,
+        drafts=traffic.drafts,
+        draft_tokens=traffic.draft_tokens,
+        accepted_tokens=traffic.accepted_tokens,
+        concurrency_requests=traffic.concurrency,
+        restarted=traffic.restarted,
+        acceptance_ratio=alpha,
+        acceptance_length_tokens=tau,
+        position_acceptance_ratio=positions,
+        breakeven_acceptance_ratio=breakeven,
+        speedup_ratio=speedup,
+        speedup_measured_ratio=measured_speedup,
+        crossover_concurrency_requests=crossover,
+        recommended_speculative_tokens=recommended,
+        draft_compute_share_ratio=shares[0] if shares else None,
+        rejected_share_ratio=shares[1] if shares else None,
+        seconds=money.seconds,
+        spend_usd=spend,
+        busy_spend_usd=busy,
+        cost_per_million_output_tokens_usd=(
+            cost_per_million(spend, g) if spend is not None else None
+        ),
+        cost_per_million_output_tokens_no_speculation_usd=counterfactual,
+        cost_per_million_tokens_usd=(
+            cost_per_million(spend, g + traffic.prompt_tokens) if spend is not None else None
+        ),
+        speculation_savings_usd=savings,
+        draft_compute_usd=busy * overhead[0] if busy is not None and overhead else None,
+        rejected_usd=busy * overhead[1] if busy is not None and overhead else None,
+        vram_usd=(
+            vram_opportunity_usd(spend, params.draft_weight_bytes, params.gpu_memory_bytes)
+            if speculating and spend is not None
+            else None
+        ),
+        verdict=verdict_for(traffic, in_force),
+    )
+
+
+def traffic_of(counts: Counts, concurrency: float, restarted: bool) -> Traffic:
+    """The economics' input from one model's counter deltas."""
+    return Traffic(
+        output_tokens=counts.generation_tokens,
+        prompt_tokens=counts.prompt_tokens,
+        concurrency=concurrency,
+        drafts=counts.drafts,
+        draft_tokens=counts.draft_tokens,
+        accepted_tokens=counts.accepted_tokens,
+        accepted_per_position=counts.accepted_per_position,
+        restarted=restarted,
+    )
+
+
+def measured_speedup(
+    window: Window, control: Window | None, model: str, min_requests: int = MIN_MEASURED_REQUESTS
+) -> float | None:
+    """Measured speedup: the control's time per output token / this endpoint's, same span.
+
+    The control serves the same model without speculation. Its model is
+    matched by name, or taken as it is when both serve exactly one model.
+    Each side needs `min_requests` finished requests.
+    """
+    if control is None:
+        return None
+    counterpart = model
+    if model not in control.models and len(control.models) == 1 and len(window.models) == 1:
+        counterpart = next(iter(control.models))
+    ours, theirs = window.models.get(model), control.models.get(counterpart)
+    for side in (ours, theirs):
+        timing = side.time_per_output_token if side is not None else None
+        if timing is None or timing.count < min_requests or timing.sum <= 0:
+            return None
+    ours_tpot = window.time_per_output_token(model)
+    theirs_tpot = control.time_per_output_token(counterpart)
+    assert ours_tpot is not None and theirs_tpot is not None
+    return theirs_tpot / ours_tpot
+
+
+def assess_window(
+    window: Window,
+    params: Parameters,
+    spend: dict[str, ModelSpend],
+    control: Window | None = None,
+) -> dict[str, Assessment]:
+    """Every model of the window; `spend` is its money per model (empty when unpriced),
+    `control` the control endpoint's window over the same span, if any."""
+    result = {}
+    for model, counts in window.models.items():
+        share = spend.get(model)
+        money = Money(
+            window.seconds,
+            float(share.spend_usd) if share else None,
+            float(share.busy_usd) if share else None,
+            float(share.draft_load_usd) if share else 0.0,
+        )
+        result[model] = assess_model(
+            model,
+            traffic_of(counts, window.concurrency(model), window.restarts > 0),
+            params,
+            money,
+            measured_speedup(window, control, model),
+        )
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class AssessedWindow:
+    """A closed window and what was concluded about it, as history keeps it: the
+    assessments and money per model, and the parameters they were computed with."""
+
+    window: Window
+    assessments: dict[str, Assessment]
+    spend: dict[str, ModelSpend]  # empty when the endpoint has no price
+    ridge_batch: float
+    ridge_batch_source: str
+    draft_cost_ratio: float | None

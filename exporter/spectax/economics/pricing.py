@@ -1,0 +1,122 @@
+"""What an endpoint's GPU time costs: interval spend, cold starts, and the per-model split.
+
+Provisioned GPUs bill every second; serverless ones only busy seconds, plus
+the load time of each cold start, of which the draft's weights' load time is
+speculation's share. Amounts are Decimals quantized to the nano-dollar, so
+the sums reported later are exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from decimal import Decimal
+from typing import Literal
+
+from spectax.pipeline.intervals import Interval
+from spectax.pipeline.windows import Window
+from spectax.units import NANO
+
+BillingMode = Literal["provisioned", "serverless"]
+
+FETCH_SLACK_SECONDS = 10.0  # the longest a fetch may take (the default scrape timeout)
+ZERO = Decimal(0)
+
+
+@dataclass(frozen=True, slots=True)
+class Tariff:
+    """How one endpoint is billed. No price (`usd_per_hour` None): nothing is priced."""
+
+    usd_per_hour: Decimal | None
+    gpus: int
+    billing_mode: BillingMode
+    cold_start_seconds: float | None = None  # configured: used when it cannot be measured
+    draft_load_seconds: float | None = None  # loading the draft's weights at a cold start
+
+    @property
+    def priced(self) -> bool:
+        return self.usd_per_hour is not None
+
+    def cost(self, seconds: float) -> Decimal:
+        """GPU price x GPUs x time."""
+        if self.usd_per_hour is None:
+            return ZERO
+        hours = Decimal(repr(seconds)) / 3600
+        return (self.usd_per_hour * self.gpus * hours).quantize(NANO)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpend:
+    """One model's share of a window's spend: all of it, the part spent while busy, the
+    part spent loading the draft's weights at cold starts, and the cold starts' part."""
+
+    spend_usd: Decimal
+    busy_usd: Decimal
+    draft_load_usd: Decimal
+    cold_start_usd: Decimal
+
+
+def cold_start_seconds(
+    tariff: Tariff, process_start: float | None, previous: float, now: float
+) -> float | None:
+    """First successful scrape (at `now`) minus the new process's start, when the start fell
+    between the two scrapes; otherwise the configured duration (or None: unknown).
+
+    A scrape is stamped when its answer has arrived, so the old process's last page
+    may carry a stamp up to one fetch later than the moment it was rendered: a restart
+    inside that fetch still counts as between the two scrapes.
+    """
+    if process_start is not None and previous - FETCH_SLACK_SECONDS <= process_start <= now:
+        return now - process_start
+    return tariff.cold_start_seconds
+
+
+def price_interval(interval: Interval, tariff: Tariff, cold_start: float | None = None) -> Interval:
+    """The interval with its estimated spend; `cold_start` is the seconds of the restart it
+    spans (None: none, or of unknown length), billed on serverless endpoints."""
+    billed = tariff.billing_mode == "provisioned" or interval.busy
+    spend = tariff.cost(interval.seconds) if billed else ZERO
+    if not interval.restarted:
+        return replace(interval, spend_usd=spend)
+    cold = draft = ZERO
+    if tariff.billing_mode == "serverless" and cold_start is not None:
+        cold = tariff.cost(cold_start)
+        if tariff.draft_load_seconds is not None:
+            draft = tariff.cost(min(cold_start, tariff.draft_load_seconds))
+    return replace(interval, spend_usd=spend + cold, cold_start_usd=cold, draft_load_usd=draft)
+
+
+def spend_by_model(window: Window, tariff: Tariff) -> dict[str, ModelSpend]:
+    """The window's money per model, split by output tokens (evenly when there were none);
+    empty for an endpoint without a price. Keyed "" when the window saw no model."""
+    if not tariff.priced:
+        return {}
+    models = list(window.models) or [""]
+    busy_fraction = (
+        Decimal(window.busy_seconds / window.seconds) if window.seconds > 0 else Decimal(0)
+    )
+    running = window.spend_usd - window.cold_start_usd
+    busy = running if tariff.billing_mode == "serverless" else running * busy_fraction
+    tokens = [window.models[m].generation_tokens if m in window.models else 0.0 for m in models]
+    weights = tokens if sum(tokens) > 0 else [1.0] * len(models)
+    fractions = [Decimal(weight / sum(weights)) for weight in weights]
+    parts = zip(
+        split_exactly(window.spend_usd, fractions),
+        split_exactly(busy.quantize(NANO), fractions),
+        split_exactly(window.draft_load_usd, fractions),
+        split_exactly(window.cold_start_usd, fractions),
+        strict=True,
+    )
+    return {model: ModelSpend(*part) for model, part in zip(models, parts, strict=True)}
+
+
+def split_exactly(
+    amount: Decimal, weights: Sequence[Decimal], total: Decimal = Decimal(1)
+) -> list[Decimal]:
+    """`amount` shared in proportion to `weights` (out of `total`; by default the weights
+    are fractions), each share but the last rounded to the nano-dollar and the last taking
+    the rounding remainder: the shares add up to `amount` exactly."""
+    shares = [
+        (amount * weight / total).quantize(NANO) if total else ZERO for weight in weights[:-1]
+    ]
+    return [*shares, amount - sum(shares, ZERO)]

@@ -1,0 +1,75 @@
+"""Intervals: what happened on one endpoint between two consecutive successful scrapes.
+
+Scrapes arrive as cumulative `EngineSample`s. Between two consecutive samples
+there is an `Interval`: per model, the counter deltas with Prometheus `rate()`
+semantics, the mean number of running requests, and whether the engine
+restarted in between.
+
+Restarts: a changed `process_start_time_seconds`, or any counter going down
+(data-parallel pages carry no process metrics). Across a restart every
+counter's delta is its new value: the new process counted from zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+from spectax.engines.base import EngineSample, ModelSample
+from spectax.pipeline.counts import Counts, any_counter_down, delta
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """What happened on one endpoint between two consecutive successful scrapes.
+
+    The money is the estimated spend over the interval (spectax.economics.pricing), cold
+    start included; zero until the interval is priced.
+    """
+
+    start: float
+    end: float
+    models: dict[str, Counts]
+    restarted: bool
+    busy: bool
+    spend_usd: Decimal = Decimal(0)
+    cold_start_usd: Decimal = Decimal(0)
+    draft_load_usd: Decimal = Decimal(0)
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+def restarted(previous: EngineSample, current: EngineSample) -> bool:
+    """A new process: a changed start time, or any counter that went down."""
+    before, after = previous.process_start_time_seconds, current.process_start_time_seconds
+    if before is not None and after is not None and before != after:
+        return True
+    for name, now in current.models.items():
+        then = previous.models.get(name)
+        if then is not None and any_counter_down(then, now):
+            return True
+    return False
+
+
+def interval_between(
+    previous: EngineSample, current: EngineSample, start: float, end: float
+) -> Interval:
+    """The deltas from `previous` (scraped at `start`) to `current` (scraped at `end`).
+
+    A model seen for the first time in the same process has no delta yet (like
+    a new series in Prometheus); after a restart every model counts from zero.
+    """
+    reset = restarted(previous, current)
+    seconds = max(end - start, 0.0)
+    models: dict[str, Counts] = {}
+    for name, now in current.models.items():
+        then = previous.models.get(name)
+        if then is None and not reset:
+            continue
+        base = ModelSample() if reset or then is None else then
+        running_before = then.requests_running if then is not None and not reset else 0.0
+        models[name] = delta(base, now, (running_before + now.requests_running) / 2 * seconds)
+    busy = any(c.generation_tokens > 0 or c.running_seconds > 0 for c in models.values())
+    return Interval(start=start, end=end, models=models, restarted=reset, busy=busy)

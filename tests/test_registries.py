@@ -1,0 +1,38 @@
+"""The registries are the one list of engines and of billing sources: the configuration
+accepts what they hold, and the README lists what they hold (DESIGN.md, "A registry")."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import get_args
+
+from spectax.billing.registry import SOURCES, BillingConfig
+from spectax.config import EndpointConfig
+from spectax.engines import ENGINES
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def readme_list(label: str) -> list[str]:
+    """The `names` after `label` in the README, up to the end of its sentence."""
+    text = README.read_text(encoding="utf-8")
+    assert text.count(label) == 1, f"the README should hold {label!r} once"
+    sentence = text.split(label, 1)[1].split(".\n", 1)[0].split(". ", 1)[0]
+    return re.findall(r"`([a-z0-9_]+)`", sentence)
+
+
+def test_the_readme_lists_the_registered_engines() -> None:
+    assert readme_list("Engines (`engine:`):") == list(ENGINES)
+
+
+def test_the_readme_lists_the_registered_billing_sources() -> None:
+    assert readme_list("Source types (`type:`):") == list(SOURCES)
+
+
+def test_the_configuration_accepts_what_the_registries_hold() -> None:
+    assert get_args(EndpointConfig.model_fields["engine"].annotation) == tuple(ENGINES)
+    union = get_args(get_args(BillingConfig)[0])
+    assert union == tuple(SOURCES.values())
+    for name, model in SOURCES.items():
+        assert get_args(model.model_fields["type"].annotation) == (name,)
