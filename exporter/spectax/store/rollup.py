@@ -19,37 +19,33 @@ from typing import Any
 from sqlalchemy import bindparam, delete, func, select
 from sqlalchemy import inspect as sa_inspect
 
+from spectax.engines.base import COUNTERS
 from spectax.store.db import Database, mark_due_statement, upsert_statement
 from spectax.store.models import TABLES, HourlyRow, RollupDue, Sums, WindowRow
 from spectax.units import floor_time
 
 PERIOD = {"hour": timedelta(hours=1), "day": timedelta(days=1)}
 ROLLUP_BATCH_PERIODS = 100  # periods rolled per transaction (~30 ms of CPU on the loop)
+# The columns a rollup sums: the window's own, then every declared counter's (by its kind:
+# a plain counter is always there, a speculation counter or a histogram may be NULL; the
+# per-position counts are JSON, added by `_add_positions`), then money.
 _ADDED = (
     "seconds",
     "busy_seconds",
     "restarts",
-    "output_tokens",
-    "prompt_tokens",
-    "requests_finished",
+    *(c.column for c in COUNTERS if c.kind == "plain"),
     "running_seconds",
 )
 _OPTIONAL_ADDED = (
-    "drafts",
-    "draft_tokens",
-    "accepted_tokens",
-    "iteration_tokens_sum",
-    "iteration_tokens_count",
-    "inter_token_latency_sum",
-    "inter_token_latency_count",
-    "time_per_output_token_sum",
-    "time_per_output_token_count",
+    *(c.column for c in COUNTERS if c.kind == "speculation"),
+    *(f"{c.column}_{part}" for c in COUNTERS if c.kind == "histogram" for part in ("sum", "count")),
     "spend_usd",
     "busy_spend_usd",
     "cold_start_usd",
     "draft_load_usd",
     "speculation_savings_usd",
 )
+_POSITIONS = next(c.column for c in COUNTERS if c.kind == "per_position")
 
 
 class Rollups(Database):
@@ -193,7 +189,7 @@ def rollup_rows(
             "start": start,
             "end": start + PERIOD[granularity],
             "windows": sum(getattr(r, "windows", 1) for r in group),
-            "accepted_per_position": json.dumps(_add_positions(group)),
+            _POSITIONS: json.dumps(_add_positions(group)),
             "draft_cost_ratio": group[-1].draft_cost_ratio,
             "ridge_batch_requests": group[-1].ridge_batch_requests,
         }
@@ -210,7 +206,7 @@ def rollup_rows(
 def _add_positions(rows: Sequence[Sums]) -> list[int]:
     total: list[int] = []
     for row in rows:
-        for i, accepted in enumerate(json.loads(row.accepted_per_position)):
+        for i, accepted in enumerate(json.loads(getattr(row, _POSITIONS))):
             if i == len(total):
                 total.append(0)
             total[i] += int(accepted)
