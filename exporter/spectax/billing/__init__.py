@@ -4,6 +4,7 @@
 `sources/` holds one module per provider (`aws_cost_explorer`, `runpod`,
 `opencost`, `focus`), each normalising its answers into `types.BillingLine`s;
 `registry` maps a config `type:` to its settings model, one line per source;
-`reconcile` compares estimate and bill; `coordinator` runs the sources inside
+`reconcile` holds the pure rules comparing estimate and bill, `ledger` applies them to
+what the store holds; `coordinator` runs the sources inside
 the daemon. `spectax billing fetch` is `spectax.cli.billing`.
 """
