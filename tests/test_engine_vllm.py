@@ -28,7 +28,7 @@ from spectax.engines import (
     get_parser,
     vllm,
 )
-from spectax.engines.vllm import MAX_MODELS, parse
+from spectax.engines.vllm import MAX_MODEL_NAME, MAX_MODELS, MAX_VALUE, parse
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm-0.32.0"
 PAGES = sorted(
@@ -493,6 +493,65 @@ def test_too_many_models() -> None:
     assert info.value.line_number == MAX_MODELS + 1
 
 
+def test_a_counter_the_store_cannot_hold_exactly_is_a_parse_error_naming_its_line() -> None:
+    """A recorded page with one counter at 1e19 (over the store's BIGINT, 2**63): refused
+    whole, so the value never reaches a window row and the endpoint is down with "parse"."""
+    good = page("spec_ngram_2_mid.txt")
+    line = 'vllm:generation_tokens_total{engine="0",model_name="tiny-llama"} 1168.0'
+    assert line in good
+    number = good[: good.index(line)].count("\n") + 1
+    with pytest.raises(ParseError, match=r"at most 2\*\*53, got 1e19") as info:
+        parse(good.replace(line, line.replace("1168.0", "1e19")))
+    assert info.value.line_number == number
+    assert parse(good.replace("1168.0", repr(MAX_VALUE))).models["tiny-llama"].generation_tokens
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["vllm:prompt_tokens_total", "vllm:iteration_tokens_total_sum", "vllm:num_requests_waiting"],
+)
+def test_every_cumulative_value_and_request_count_is_bounded(name: str) -> None:
+    with pytest.raises(ParseError, match=r"^line 1: .*at most 2\*\*53"):
+        parse(f'{name}{{model_name="m"}} {MAX_VALUE * 2}\n')
+
+
+def test_series_that_sum_past_the_bound_over_ranks_are_a_parse_error() -> None:
+    half = f"{MAX_VALUE / 2 + 1:.1f}"
+    with pytest.raises(ParseError, match=r"^line 2: .*sums to more than 2\*\*53"):
+        parse(f'{_G}{{engine="0",model_name="m"}} {half}\n{_G}{{engine="1",model_name="m"}} {half}\n')
+    per_pos = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+    with pytest.raises(ParseError, match=r"^line 2: .*sums to more than 2\*\*53"):
+        parse(
+            f'{per_pos}{{engine="0",model_name="m",position="0"}} {half}\n'
+            f'{per_pos}{{engine="1",model_name="m",position="0"}} {half}\n'
+        )
+
+
+def test_a_model_name_longer_than_the_store_column_is_a_parse_error() -> None:
+    """The store's `model` column is String(256): a longer name would block every
+    endpoint's history on PostgreSQL. The message says what to change, not the name."""
+    assert list(parse(f'{_G}{{model_name="{"m" * MAX_MODEL_NAME}"}} 1\n').models) == [
+        "m" * MAX_MODEL_NAME
+    ]
+    with pytest.raises(ParseError, match=r"^line 2: model_name is 257 characters long") as info:
+        parse(_OK + f'{_G}{{model_name="{"m" * (MAX_MODEL_NAME + 1)}"}} 1\n')
+    assert "--served-model-name" in str(info.value)
+    # Counted after unescaping, as the store counts them: 200 escaped quotes are 200 characters.
+    escaped = '\\"' * 200
+    assert list(parse(f'{_G}{{model_name="{escaped}"}} 1\n').models) == ['"' * 200]
+
+
+def test_a_five_megabyte_model_name_is_refused_quickly_and_not_cached() -> None:
+    from spectax.engines import vllm as module
+
+    huge = "x" * 5_000_000
+    before = len(module._LABEL_CACHE)
+    with pytest.raises(ParseError, match="5000000 characters long") as info:
+        parse(f'{_G}{{model_name="{huge}"}} 1\n')
+    assert len(str(info.value)) < 500
+    assert len(module._LABEL_CACHE) <= before
+
+
 def test_legacy_gauge_twice() -> None:
     text = (
         'vllm:spec_decode_efficiency{model_name="m"} 0.5\n'
@@ -586,8 +645,9 @@ def test_model_names_round_trip(models: list[tuple[str, int, int]]) -> None:
 
 
 @settings(max_examples=200)
-@given(st.floats(min_value=0.0, allow_nan=False, allow_infinity=False))
+@given(st.floats(min_value=0.0, max_value=MAX_VALUE, allow_nan=False, allow_infinity=False))
 def test_counter_values_round_trip(value: float) -> None:
+    """Every value the store can hold exactly comes through unchanged (above: see below)."""
     text = _exposed([("m", 0, 0)]).replace(
         'vllm:generation_tokens_total{engine="0",model_name="m"} 0.0',
         f'vllm:generation_tokens_total{{engine="0",model_name="m"}} {value!r}',

@@ -11,10 +11,11 @@ Covers vLLM V1 (0.11 - 0.33) and the V0 legacy names (before 0.11); see
 label (`engine` = data-parallel rank, `finished_reason`, ...).
 
 Strictness on the lines that are read: a bad value, an unterminated label set
-or quote, a missing/empty `model_name`, a bad `position`, a duplicate series,
-and a cumulative value (counter, histogram `_sum`/`_count`) or request-count
-gauge that is negative, NaN or infinite raise `ParseError` naming the 1-based
-line. The V0 legacy gauges are passed through as reported (vLLM V0 could report
+or quote, a missing/empty or over-long `model_name`, a bad `position`, a
+duplicate series, and a cumulative value (counter, histogram `_sum`/`_count`)
+or request-count gauge that is negative, NaN, infinite or above `MAX_VALUE`
+raise `ParseError` naming the 1-based line. What passes fits the store's
+columns, so one target's page can never stop the history of the others. The V0 legacy gauges are passed through as reported (vLLM V0 could report
 NaN there before the first draft).
 """
 
@@ -26,7 +27,7 @@ from typing import Final
 
 from spectax.engines.base import EngineSample, Histogram, ModelSample, ParseError
 
-__all__ = ["MAX_MODELS", "MAX_POSITIONS", "parse"]
+__all__ = ["MAX_MODEL_NAME", "MAX_MODELS", "MAX_POSITIONS", "MAX_VALUE", "parse"]
 
 ENGINE: Final = "vllm"
 
@@ -34,6 +35,15 @@ ENGINE: Final = "vllm"
 MAX_MODELS: Final = 64
 #: Largest number of speculative positions accepted (vLLM K is typically 1-10).
 MAX_POSITIONS: Final = 256
+#: Longest `model_name` accepted, in characters: the store's `model` column is
+#: String(256) (PostgreSQL refuses longer), and a served name is a Hugging Face id
+#: (at most 96 + 1 + 96 characters) or a local path, well under it.
+MAX_MODEL_NAME: Final = 256
+#: Largest cumulative value or request count accepted, 2**53: above it a float no longer
+#: holds every integer, so deltas (and the stored sums) stop being exact; and the store's
+#: BIGINT columns (2**63) keep 2**10 times that as headroom for rollups summing windows.
+#: 2**53 tokens is 285 years at a million tokens a second.
+MAX_VALUE: Final = float(2**53)
 
 # Accumulator slots, one list of these per model.
 (
@@ -142,12 +152,13 @@ _PAIR: Final = re.compile(
 _ESCAPE: Final = re.compile(r"\\[\\n\"]")
 _UNESCAPE: Final = {"\\\\": "\\", "\\n": "\n", '\\"': '"'}
 
-_INF: Final = math.inf
-
 # Raw label-set text -> (model_name or None, position or None). Label sets repeat
-# on every page, so they are parsed once per process. Bounded: cleared when full.
+# on every page, so they are parsed once per process. Bounded: cleared when full, and
+# only sets up to 1 KiB are kept (a real one is ~100 characters), so a hostile page
+# cannot make the cache hold 4,096 copies of a megabyte-long label set.
 _LABEL_CACHE: dict[str, tuple[str | None, str | None]] = {}
 _LABEL_CACHE_MAX: Final = 4096
+_LABEL_CACHE_KEY_MAX: Final = 1024
 
 
 def _unescape(value: str) -> str:
@@ -170,9 +181,15 @@ def _parse_labels(labels: str) -> tuple[str | None, str | None] | str:
         _unescape(model) if model else None,
         _unescape(position) if position is not None else None,
     )
-    if len(_LABEL_CACHE) >= _LABEL_CACHE_MAX:
-        _LABEL_CACHE.clear()
-    _LABEL_CACHE[labels] = result
+    if result[0] is not None and len(result[0]) > MAX_MODEL_NAME:
+        return (
+            f"model_name is {len(result[0])} characters long, more than {MAX_MODEL_NAME}: "
+            "serve the model under a shorter name (vLLM --served-model-name)"
+        )
+    if len(labels) <= _LABEL_CACHE_KEY_MAX:
+        if len(_LABEL_CACHE) >= _LABEL_CACHE_MAX:
+            _LABEL_CACHE.clear()
+        _LABEL_CACHE[labels] = result
     return result
 
 
@@ -231,9 +248,9 @@ def parse(text: str | bytes) -> EngineSample:
             ) from None
         slot, kind = families[name]
 
-        if kind != _LEGACY_GAUGE and not 0.0 <= value < _INF:
+        if kind != _LEGACY_GAUGE and not 0.0 <= value <= MAX_VALUE:
             raise ParseError(
-                f"{name} must be a finite non-negative number, got {raw_value}",
+                f"{name} must be a finite non-negative number at most 2**53, got {raw_value}",
                 *_line_of(body, match.start()),
             )
         if slot == _PROCESS_START:
@@ -276,7 +293,12 @@ def parse(text: str | bytes) -> EngineSample:
                 )
             per_pos = positions.setdefault(model, {})
             index = int(position)
-            per_pos[index] = per_pos.get(index, 0.0) + value
+            per_pos[index] = total = per_pos.get(index, 0.0) + value
+            if total > MAX_VALUE:
+                raise ParseError(
+                    f"{name} of model {model!r} sums to more than 2**53",
+                    *_line_of(body, match.start()),
+                )
             continue
 
         previous = acc[slot]
@@ -287,7 +309,12 @@ def parse(text: str | bytes) -> EngineSample:
                 f"{name} appears twice for model {model!r}", *_line_of(body, match.start())
             )
         else:
-            acc[slot] = previous + value
+            acc[slot] = previous = previous + value
+            if previous > MAX_VALUE:  # each series passed, their sum over ranks does not
+                raise ParseError(
+                    f"{name} of model {model!r} sums to more than 2**53",
+                    *_line_of(body, match.start()),
+                )
 
     out: dict[str, ModelSample] = {}
     for model, acc in models.items():
