@@ -516,9 +516,9 @@ def test_every_cumulative_value_and_request_count_is_bounded(name: str) -> None:
 
 
 def test_series_that_sum_past_the_bound_over_ranks_are_a_parse_error() -> None:
-    half = f"{MAX_VALUE / 2 + 1:.1f}"
+    half = f"{MAX_VALUE - 1:.1f}"
     with pytest.raises(ParseError, match=r"^line 2: .*sums to more than 2\*\*53"):
-        parse(f'{_G}{{engine="0",model_name="m"}} {half}\n{_G}{{engine="1",model_name="m"}} {half}\n')
+        parse(f'{_G}{{engine="0",model_name="m"}} {half}\n{_G}{{engine="1",model_name="m"}} 1000\n')
     per_pos = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
     with pytest.raises(ParseError, match=r"^line 2: .*sums to more than 2\*\*53"):
         parse(

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 
-from spectax import economics
+from spectax import economics, logs
 from spectax.config import EndpointConfig
 from spectax.economics import (
     AssessedWindow,
@@ -85,6 +85,8 @@ class EndpointMonitor:
         self._parse = get_parser(config.engine)
         self._tariff = tariff_of(config, usd_per_hour)
         self._health = LogOnce(log, "endpoint", config.name)
+        self._clean_models: frozenset[str] = frozenset()  # checked for secrets ...
+        self._clean_against = -1  # ... when this many secrets were registered
         self._last = restored.cursor
         self._sliding = SlidingWindow(window_seconds)
         self._aligned = AlignedWindows(window_seconds, restored.open_window)
@@ -119,6 +121,17 @@ class EndpointMonitor:
             sample = self._parse(text)
         except ParseError as exc:
             self.observe_failure(ScrapeError("parse", f"malformed /metrics page: {exc}"), duration)
+            return None
+        if self._reflects_a_secret(sample):
+            self.observe_failure(
+                ScrapeError(
+                    "parse",
+                    "refused /metrics page: a model_name holds a credential spectax holds "
+                    "(the target echoes a secret it was sent); nothing of it is exported or "
+                    "stored: fix the target",
+                ),
+                duration,
+            )
             return None
         self._health.recovered("scraping again")
         if not sample.has_engine_metrics and (self.snapshot.engine_metrics or not self.snapshot.up):
@@ -181,6 +194,22 @@ class EndpointMonitor:
         self.snapshot = replace(self.snapshot, ridge_batch=ridge, ridge_fit=fit)
 
     # ------------------------------------------------------------ internals
+
+    def _reflects_a_secret(self, sample: EngineSample) -> bool:
+        """Whether a model name holds a registered secret. Model names become labels in
+        /metrics and rows in the store, where no log filter blanks them. A page's names are
+        few (at most 64) and the same from scrape to scrape, so each is checked once, and
+        again only when a secret is added (a reload)."""
+        registered = logs.secrets_registered()
+        if registered != self._clean_against:
+            self._clean_models, self._clean_against = frozenset(), registered
+        names = sample.models.keys()
+        if names <= self._clean_models:
+            return False
+        if any(logs.blank_secrets(name) != name for name in names - self._clean_models):
+            return True
+        self._clean_models = frozenset(names)
+        return False
 
     def _observe(self, now: float, sample: EngineSample) -> list[Window]:
         """Add the interval since the last sample; returns the history windows it closed."""

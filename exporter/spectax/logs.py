@@ -34,6 +34,11 @@ def register_secret(value: str) -> None:
             _secrets.add(value)
 
 
+def secrets_registered() -> int:
+    """How many secrets are registered; none is ever removed, so a change means a new one."""
+    return len(_secrets)
+
+
 def blank_secrets(text: str) -> str:
     """`text` with every registered secret replaced by `<secret>`."""
     if not _secrets:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import re
 import resource
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit, urlunsplit
@@ -30,6 +31,10 @@ REASONS: tuple[Reason, ...] = (
     "decode",
 )
 ACCEPT = "text/plain;version=0.0.4;q=0.9,*/*;q=0.1"
+# A metrics page starts with "#" or a metric name, never "<": an HTML page answered with
+# 200 (a login page, a proxy's error page, a UI at the wrong path) is not "up".
+_HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
+_HTML_START = re.compile(r"\s*+<")
 
 
 class ScrapeError(Exception):
@@ -105,6 +110,8 @@ async def fetch(
             async with session.get(url, headers=headers, ssl=ssl) as response:
                 if response.status != 200:
                     raise ScrapeError("http_status", f"HTTP {response.status} from {redact(url)}")
+                if response.content_type in _HTML_TYPES:
+                    raise _html(url, f"Content-Type {response.content_type}")
                 if response.content_length is not None and response.content_length > max_bytes:
                     raise _too_large(url, max_bytes)
                 body = bytearray()
@@ -125,11 +132,22 @@ async def fetch(
             "connection", f"{redact(url)}: {exc.strerror or type(exc).__name__}"
         ) from None
     try:
-        return body.decode("utf-8")
+        text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ScrapeError(
             "decode", f"{redact(url)}: body is not UTF-8 (byte {exc.start})"
         ) from None
+    if _HTML_START.match(text):
+        raise _html(url, "a body that starts with '<'")
+    return text
+
+
+def _html(url: str | URL, why: str) -> ScrapeError:
+    return ScrapeError(
+        "parse",
+        f"{redact(url)} answered 200 with an HTML page ({why}), not Prometheus metrics: "
+        "check the endpoint's url (vLLM serves them at /metrics)",
+    )
 
 
 def _too_large(url: str | URL, max_bytes: int) -> ScrapeError:

@@ -15,8 +15,9 @@ or quote, a missing/empty or over-long `model_name`, a bad `position`, a
 duplicate series, and a cumulative value (counter, histogram `_sum`/`_count`)
 or request-count gauge that is negative, NaN, infinite or above `MAX_VALUE`
 raise `ParseError` naming the 1-based line. What passes fits the store's
-columns, so one target's page can never stop the history of the others. The V0 legacy gauges are passed through as reported (vLLM V0 could report
-NaN there before the first draft).
+columns, so one target's page can never stop the history of the others. The
+V0 legacy gauges are passed through as reported (vLLM V0 could report NaN
+there before the first draft).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Final
 
 from spectax.engines.base import EngineSample, Histogram, ModelSample, ParseError
 
-__all__ = ["MAX_MODEL_NAME", "MAX_MODELS", "MAX_POSITIONS", "MAX_VALUE", "parse"]
+__all__ = ["MAX_MODELS", "MAX_MODEL_NAME", "MAX_POSITIONS", "MAX_VALUE", "parse"]
 
 ENGINE: Final = "vllm"
 
