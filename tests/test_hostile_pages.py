@@ -51,6 +51,15 @@ def test_a_page_whose_model_name_echoes_the_token_is_refused_without_repeating_i
     assert monitor.snapshot.up
 
 
+def test_a_malformed_line_that_echoes_the_token_is_not_kept_in_the_last_error() -> None:
+    """A ParseError quotes the offending line; the snapshot keeps it with secrets blanked."""
+    monitor = monitor_with_token(f"{CANARY}-value")
+    monitor.observe_page(0.0, f'{G}{{model_name="m"}} Bearer {CANARY}-value\n', 0.01)
+    assert monitor.snapshot.failures == {"parse": 1}
+    error = monitor.snapshot.last_error or ""
+    assert "cannot parse" in error and "<secret>" in error and CANARY not in error
+
+
 def test_a_secret_registered_later_is_checked_against_names_already_seen() -> None:
     """A reload can add a credential; a model name found clean before is checked again."""
     monitor = monitor_with_token(f"{CANARY}-first")

@@ -159,7 +159,7 @@ class EndpointMonitor:
             self.snapshot,
             up=False,
             scrape_duration_seconds=duration,
-            last_error=str(error),
+            last_error=logs.blank_secrets(str(error)),  # a ParseError quotes the page's line
             failures=failures,
         )
 
