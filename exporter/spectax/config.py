@@ -239,7 +239,6 @@ def validate(raw: Any, source: str = "<config>") -> Settings:
         raise ConfigError(source, problems)
     # Every name as written, even of an endpoint with a bad field: a reference to it is good.
     names = [_name(e) for e in _list(raw.get("endpoints"))]  # by position in the file
-
     prices = PriceTable.load(None)
     if config.price_table:
         try:
@@ -247,16 +246,17 @@ def validate(raw: Any, source: str = "<config>") -> Settings:
         except PriceTableError as exc:
             problems.append(f"price_table: {exc}")
 
+    for i, entry in enumerate(_list(raw.get("endpoints"))):
+        name, control = names[i], entry.get("control") if isinstance(entry, dict) else None
+        if name and names.index(name) != i:
+            problems.append(f"endpoints[{i}].name: {name!r} is used by an earlier endpoint")
+        if isinstance(control, str) and control == name:
+            problems.append(f"endpoints[{i}].control: an endpoint cannot be its own control")
+        elif isinstance(control, str) and control not in names:
+            problems.append(f"endpoints[{i}].control: no endpoint named {control!r}")
     usd_per_hour: dict[str, Decimal] = {}
     for i, endpoint in zip(valid.endpoints, config.endpoints, strict=True):
         where = f"endpoints[{i}]"
-        if names.count(endpoint.name) > 1 and names.index(endpoint.name) != i:
-            problems.append(f"{where}.name: {endpoint.name!r} is used by an earlier endpoint")
-        if endpoint.control is not None:
-            if endpoint.control == endpoint.name:
-                problems.append(f"{where}.control: an endpoint cannot be its own control")
-            elif endpoint.control not in names:
-                problems.append(f"{where}.control: no endpoint named {endpoint.control!r}")
         spec = endpoint.speculation
         if (
             spec is not None
@@ -303,8 +303,7 @@ def validate(raw: Any, source: str = "<config>") -> Settings:
 
 @dataclass(frozen=True)
 class _Validated:
-    """Which parts of the file `_validate_fields` kept: the file's index of each endpoint and
-    billing source that validated, and the top-level keys dropped for a bad value."""
+    """What validated: the file's index of each endpoint and source, the keys dropped."""
 
     endpoints: list[int]
     billing: list[int]
@@ -312,9 +311,8 @@ class _Validated:
 
 
 def _validate_fields(raw: dict[str, Any], problems: list[str]) -> tuple[Config | None, _Validated]:
-    """The field errors, and a Config of the parts that validated, so that the cross-field
-    checks still run on those: one run lists every problem (a file with 14 problems had 6
-    more found only once the first 14 were fixed, issue 16)."""
+    """The field errors, and a Config of the parts that validated for the cross-field checks:
+    a file with 14 problems listed had 6 more, found once those were fixed (issue 16)."""
     lists: dict[str, list[Any]] = {key: _list(raw.get(key)) for key in _LISTS}
     try:
         whole = Config.model_validate(raw)
@@ -345,8 +343,7 @@ def _list(value: Any) -> list[Any]:
 
 
 def _name(endpoint: Any) -> str:
-    name = endpoint.get("name") if isinstance(endpoint, dict) else None
-    return name if isinstance(name, str) else ""
+    return str(endpoint.get("name") or "") if isinstance(endpoint, dict) else ""
 
 
 def _url_password(url: str | None) -> str | None:
