@@ -223,6 +223,7 @@ def test_check_config_lists_each_problem_of_a_bad_file_once_with_its_path_and_no
             "postgresql+asyncpg://u:p%40ss@db/h?ssl=disable",
         ),
         ("sqlite:///{tmp}/h.sqlite", "sqlite+aiosqlite:///{tmp}/h.sqlite"),
+        ("sqlite+aiosqlite:///:memory:", "sqlite+aiosqlite:///:memory:"),  # as written
     ],
 )
 def test_a_libpq_or_driverless_storage_url_is_taken_in_the_drivers_terms(

@@ -68,10 +68,10 @@ def database_url(text: str) -> str:
         )
     if url.port is not None and not 0 < url.port < 65536:
         raise ValueError(f"port {url.port} is out of range 1-65535")
-    url = url.set(drivername=driver)
-    if backend == "postgresql":
-        url = _asyncpg_query(url)
-    return url.render_as_string(hide_password=False)
+    if backend == "sqlite":  # only the scheme: rendering would percent-encode `:memory:`
+        return f"{driver}:{text.split(':', 1)[1]}"
+    taken = _asyncpg_query(url.set(drivername=driver))
+    return text if taken == url else taken.render_as_string(hide_password=False)
 
 
 def _asyncpg_query(url: URL) -> URL:
