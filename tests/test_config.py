@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
+from e2e import Spectax, free_port, write_config
 from spectax.cli.main import main
 from spectax.config import ConfigError, load_config
+from spectax.store import Store
 
 GOOD = """
 listen: 127.0.0.1:19837
@@ -172,3 +177,88 @@ def test_scrape_timeout_defaults_within_a_short_interval(tmp_path: Path) -> None
     from spectax.simulate.fleet import DEMO_DEFAULTS
 
     assert validate(DEMO_DEFAULTS).config.scrape_interval == 5  # the demo's defaults are valid
+
+
+CONFIGS = Path(__file__).parent / "fixtures" / "config"  # one bad file per case
+CANARY = "CANARY-pw-7f3a"  # the password in every bad storage_url there
+
+
+def header(path: Path, key: str) -> list[str]:
+    """The `# key: value` lines at the top of a test file (`expect`, `env`)."""
+    lines = path.read_text().splitlines()
+    return [line.split(": ", 1)[1] for line in lines if line.startswith(f"# {key}: ")]
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yml")), ids=lambda p: p.stem)
+def test_check_config_lists_each_problem_of_a_bad_file_once_with_its_path_and_no_password(
+    path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for assignment in header(path, "env"):
+        monkeypatch.setenv(*assignment.split("=", 1))
+    expected = header(path, "expect")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    problems = caught.value.problems
+    assert [e for e in expected if not any(p.startswith(e) for p in problems)] == [], problems
+    assert len(problems) == len(expected), problems  # and nothing made up
+    assert main(["check-config", str(path)]) == 2
+    shown = capsys.readouterr()
+    assert all(e in shown.err for e in expected)
+    assert CANARY not in shown.err + shown.out + str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("written", "taken"),
+    [
+        (
+            f"postgresql://spectax:{CANARY}@db:5432/h?sslmode=require",
+            f"postgresql+asyncpg://spectax:{CANARY}@db:5432/h?ssl=require",
+        ),
+        (
+            "postgres://spectax@db/h?sslmode=verify-full",
+            "postgresql+asyncpg://spectax@db/h?ssl=verify-full",
+        ),
+        (
+            "postgresql+asyncpg://u:p%40ss@db/h?ssl=disable",
+            "postgresql+asyncpg://u:p%40ss@db/h?ssl=disable",
+        ),
+        ("sqlite:///{tmp}/h.sqlite", "sqlite+aiosqlite:///{tmp}/h.sqlite"),
+        ("sqlite+aiosqlite:///:memory:", "sqlite+aiosqlite:///:memory:"),  # as written
+    ],
+)
+def test_a_libpq_or_driverless_storage_url_is_taken_in_the_drivers_terms(
+    tmp_path: Path, written: str, taken: str
+) -> None:
+    config = load_config(write(tmp_path, f"storage_url: '{written.format(tmp=tmp_path)}'\n")).config
+    assert config.database_url == taken.format(tmp=tmp_path)
+
+
+async def test_a_libpq_storage_url_with_sslmode_opens_the_postgresql_store(
+    pg_server: Any, tmp_path: Path
+) -> None:
+    """What a provider's console gives (`postgresql://...?sslmode=prefer`) just works."""
+    url = pg_server.database().replace("postgresql+asyncpg://", "postgresql://")
+    config = load_config(write(tmp_path, f"storage_url: '{url}?sslmode=prefer'\n")).config
+    store = await Store.open(config.database_url)
+    try:
+        assert store.backend == "postgresql"
+    finally:
+        await store.close()
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("name", ["storage-url-port", "storage-url-sslmode-bogus"])
+async def test_run_refuses_a_bad_storage_url_at_start_saying_what_to_write(
+    tmp_path: Path, name: str
+) -> None:
+    """Before the fix `run` died on these with a raw traceback after check-config said OK."""
+    path = CONFIGS / f"{name}.yml"
+    url = yaml.safe_load(path.read_text())["storage_url"]
+    port = free_port()
+    endpoints = [{"name": "chat", "url": "http://127.0.0.1:1/metrics"}]
+    spectax = Spectax(write_config(tmp_path, port, endpoints, storage_url=url), port)
+    await spectax.start()
+    assert spectax.process is not None
+    assert await asyncio.wait_for(spectax.process.wait(), 60) == 2, spectax.log_tail()
+    assert all(e in spectax.log for e in header(path, "expect")), spectax.log_tail()
+    assert "Traceback" not in spectax.log and CANARY not in spectax.log

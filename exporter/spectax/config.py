@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -30,7 +31,6 @@ from spectax.billing.prices import PriceTable, PriceTableError
 from spectax.billing.registry import BillingConfig, SourceSpec, resolve_billing
 from spectax.credentials import (
     BasicAuthConfig,
-    CredentialError,
     TargetAuth,
     TLSClientConfig,
     build_target_auth,
@@ -43,6 +43,7 @@ from spectax.economics.formulas import (
     draft_cost_ratio_for,
 )
 from spectax.engines import ENGINES
+from spectax.store.db import database_url
 from spectax.units import NAME, Duration, InvalidFile, StrictModel, parse_duration
 
 DEFAULT_LISTEN = "127.0.0.1:9837"
@@ -233,14 +234,11 @@ def validate(raw: Any, source: str = "<config>") -> Settings:
     if not isinstance(raw, dict):
         raise ConfigError(source, ["the top level must be a mapping of settings"])
     problems: list[str] = []
-    config: Config | None = None
-    try:
-        config = Config.model_validate(raw)
-    except ValidationError as exc:
-        problems += [_describe(error) for error in exc.errors()]
+    config, valid = _validate_fields(raw, problems)
     if config is None:
         raise ConfigError(source, problems)
-
+    # Every name as written, even of an endpoint with a bad field: a reference to it is good.
+    names = [_name(e) for e in _list(raw.get("endpoints"))]  # by position in the file
     prices = PriceTable.load(None)
     if config.price_table:
         try:
@@ -248,17 +246,17 @@ def validate(raw: Any, source: str = "<config>") -> Settings:
         except PriceTableError as exc:
             problems.append(f"price_table: {exc}")
 
-    names = [e.name for e in config.endpoints]
+    for i, entry in enumerate(_list(raw.get("endpoints"))):
+        name, control = names[i], entry.get("control") if isinstance(entry, dict) else None
+        if name and names.index(name) != i:
+            problems.append(f"endpoints[{i}].name: {name!r} is used by an earlier endpoint")
+        if isinstance(control, str) and control == name:
+            problems.append(f"endpoints[{i}].control: an endpoint cannot be its own control")
+        elif isinstance(control, str) and control not in names:
+            problems.append(f"endpoints[{i}].control: no endpoint named {control!r}")
     usd_per_hour: dict[str, Decimal] = {}
-    for i, endpoint in enumerate(config.endpoints):
+    for i, endpoint in zip(valid.endpoints, config.endpoints, strict=True):
         where = f"endpoints[{i}]"
-        if names.count(endpoint.name) > 1 and names.index(endpoint.name) != i:
-            problems.append(f"{where}.name: {endpoint.name!r} is used by an earlier endpoint")
-        if endpoint.control is not None:
-            if endpoint.control == endpoint.name:
-                problems.append(f"{where}.control: an endpoint cannot be its own control")
-            elif endpoint.control not in names:
-                problems.append(f"{where}.control: no endpoint named {endpoint.control!r}")
         spec = endpoint.speculation
         if (
             spec is not None
@@ -270,12 +268,12 @@ def validate(raw: Any, source: str = "<config>") -> Settings:
                 "(or give draft_params and target_params)"
             )
         price, problem = _resolve_price(endpoint, prices)
-        if problem:
+        if problem and "price_table" not in valid.dropped:
             problems.append(f"{where}.price: {problem}")
         elif price is not None:
             usd_per_hour[endpoint.name] = price
     target_auth: dict[str, TargetAuth] = {}
-    for i, endpoint in enumerate(config.endpoints):
+    for i, endpoint in zip(valid.endpoints, config.endpoints, strict=True):
         auth, auth_problems = build_target_auth(
             endpoint.bearer_token, endpoint.bearer_token_file, endpoint.basic_auth, endpoint.tls
         )
@@ -285,21 +283,67 @@ def validate(raw: Any, source: str = "<config>") -> Settings:
         url = resolve(
             SecretStr(config.storage_url) if config.storage_url else None, config.storage_url_file
         )
-        config._database_url = url
         password = _url_password(url)
         if password:
             logs.register_secret(password)
-    except CredentialError as exc:
+        config._database_url = database_url(url) if url else None
+    except ValueError as exc:  # a CredentialError, or a URL `run` would die on
         problems.append(f"storage_url{'_file' if config.storage_url_file else ''}: {exc}")
-    billing, billing_problems = resolve_billing(config.billing, names)
+    billing, billing_problems = resolve_billing(config.billing, names, valid.billing)
     problems += billing_problems
-    if config.scrape_timeout > config.scrape_interval:
+    timing = {"scrape_interval", "scrape_timeout", "window"} & valid.dropped
+    if not timing and config.scrape_timeout > config.scrape_interval:
         problems.append("scrape_timeout: must not be longer than scrape_interval")
-    if config.window < 2 * config.scrape_interval:
+    if not timing and config.window < 2 * config.scrape_interval:
         problems.append("window: must hold at least two scrape intervals")
     if problems:
         raise ConfigError(source, problems)
     return Settings(config, prices, usd_per_hour, target_auth, billing)
+
+
+@dataclass(frozen=True)
+class _Validated:
+    """What validated: the file's index of each endpoint and source, the keys dropped."""
+
+    endpoints: list[int]
+    billing: list[int]
+    dropped: set[str]
+
+
+def _validate_fields(raw: dict[str, Any], problems: list[str]) -> tuple[Config | None, _Validated]:
+    """The field errors, and a Config of the parts that validated for the cross-field checks:
+    a file with 14 problems listed had 6 more, found once those were fixed (issue 16)."""
+    lists: dict[str, list[Any]] = {key: _list(raw.get(key)) for key in _LISTS}
+    try:
+        whole = Config.model_validate(raw)
+        every = [list(range(len(lists[key]))) for key in _LISTS]
+        return whole, _Validated(every[0], every[1], set())
+    except ValidationError as exc:
+        errors = exc.errors()
+    problems += [_describe(error) for error in errors]
+    bad_items = {(e["loc"][0], e["loc"][1]) for e in errors if len(e["loc"]) > 1}
+    dropped = {str(e["loc"][0]) for e in errors if e["loc"]} - {
+        key for key, index in bad_items if isinstance(index, int) and key in _LISTS
+    }
+    kept = {key: [i for i in range(len(lists[key])) if (key, i) not in bad_items] for key in _LISTS}
+    pruned = {key: value for key, value in raw.items() if key not in dropped}
+    pruned.update({key: [lists[key][i] for i in kept[key]] for key in _LISTS if key in raw})
+    try:
+        config: Config | None = Config.model_validate(pruned)
+    except ValidationError:
+        config = None  # what is left does not hold together: the field errors are all we say
+    return config, _Validated(kept["endpoints"], kept["billing"], dropped)
+
+
+_LISTS = ("endpoints", "billing")
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _name(endpoint: Any) -> str:
+    return str(endpoint.get("name") or "") if isinstance(endpoint, dict) else ""
 
 
 def _url_password(url: str | None) -> str | None:

@@ -78,18 +78,24 @@ def default_specs() -> list[SourceSpec]:
 
 
 def resolve_billing(
-    configs: Sequence[SourceConfig], endpoints: Sequence[str]
+    configs: Sequence[SourceConfig],
+    endpoints: Sequence[str],
+    positions: Sequence[int] | None = None,
 ) -> tuple[list[SourceSpec], list[str]]:
-    """The sources to run (price_table first, always) and the problems found."""
+    """The sources to run (price_table first, always) and the problems found.
+
+    `positions` is each config's index in the file's `billing:` list, when some entries
+    failed their own validation and were left out (the paths name the file's entries).
+    """
     problems: list[str] = []
     specs: list[SourceSpec] = []
     if not any(c.estimate for c in configs):
         specs.extend(default_specs())
     names = [c.source_name for c in configs]
     billed_by: dict[str, str] = {}
-    for i, cfg in enumerate(configs):
-        where = f"billing[{i}]"
-        if names.count(cfg.source_name) > 1 and names.index(cfg.source_name) != i:
+    for n, cfg in enumerate(configs):
+        where = f"billing[{positions[n] if positions is not None else n}]"
+        if names.count(cfg.source_name) > 1 and names.index(cfg.source_name) != n:
             problems.append(f"{where}.name: {cfg.source_name!r} is used by an earlier source")
         if cfg.interval < cfg.min_interval:
             why = f" ({cfg.min_interval_reason})" if cfg.min_interval_reason else ""

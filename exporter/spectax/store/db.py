@@ -9,7 +9,8 @@ from typing import Any, Self
 from sqlalchemy import ColumnElement, literal_column
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 
 from spectax.store import schema
@@ -21,6 +22,76 @@ DATABASE_ERRORS = (SQLAlchemyError, OSError)
 
 class StoreError(RuntimeError):
     """The database could not be reached or refused a write. The message never holds the URL."""
+
+
+#: The drivers spectax ships: `postgresql://` and `sqlite://` without one (libpq and
+#: hosting providers' form) mean these, since the store is async and has no other.
+DRIVERS = {
+    "postgresql": "postgresql+asyncpg",
+    "postgres": "postgresql+asyncpg",
+    "sqlite": "sqlite+aiosqlite",
+}
+EXAMPLES = "sqlite+aiosqlite:///PATH or postgresql+asyncpg://USER:PASSWORD@HOST:5432/DATABASE"
+#: asyncpg's `ssl` modes (asyncpg.connect: the same names as libpq's `sslmode`).
+SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+#: libpq keys asyncpg cannot take in the URL; it reads the same file from the environment.
+LIBPQ_FILES = {"sslrootcert": "PGSSLROOTCERT", "sslcert": "PGSSLCERT", "sslkey": "PGSSLKEY"}
+#: What else SQLAlchemy passes through to asyncpg.connect as a string unharmed.
+ASYNCPG_KEYS = ("ssl", "target_session_attrs", "passfile", "prepared_statement_cache_size")
+
+
+def database_url(text: str) -> str:
+    """The storage URL as the store's drivers take it, or ValueError saying what to write.
+
+    `run` would otherwise die on it with a raw driver error (NoSuchModuleError, a TypeError
+    from asyncpg on libpq's `sslmode`) long after `check-config` said OK. A message never
+    holds the URL: it may hold a password.
+    """
+    try:
+        url = make_url(text)
+    except ArgumentError:
+        raise ValueError(f"not a database URL: write {EXAMPLES}") from None
+    except ValueError:  # int(port)
+        raise ValueError(
+            "the port is not a number: write HOST:PORT, e.g. db.example.com:5432"
+            " (percent-encode any / ? # @ : in the password, e.g. @ as %40)"
+        ) from None
+    driver = DRIVERS.get(url.drivername, url.drivername)
+    backend = driver.partition("+")[0]
+    if driver not in DRIVERS.values():
+        known = backend in ("postgresql", "sqlite")
+        raise ValueError(
+            f"spectax stores history with {DRIVERS[backend]}, not {driver!r}: write "
+            f"{DRIVERS[backend]}://..."
+            if known
+            else f"unsupported database {backend!r}: write {EXAMPLES}"
+        )
+    if url.port is not None and not 0 < url.port < 65536:
+        raise ValueError(f"port {url.port} is out of range 1-65535")
+    if backend == "sqlite":  # only the scheme: rendering would percent-encode `:memory:`
+        return f"{driver}:{text.split(':', 1)[1]}"
+    taken = _asyncpg_query(url.set(drivername=driver))
+    return text if taken == url else taken.render_as_string(hide_password=False)
+
+
+def _asyncpg_query(url: URL) -> URL:
+    """libpq's query keys (`?sslmode=require`, as users paste them) in asyncpg's terms."""
+    query = dict(url.query)
+    if "sslmode" in query:
+        if "ssl" in query:
+            raise ValueError("give ?ssl= or libpq's ?sslmode=, not both")
+        query["ssl"] = query.pop("sslmode")
+    for key, value in query.items():
+        if key in LIBPQ_FILES:
+            raise ValueError(
+                f"?{key}= is not read by asyncpg: remove it and set {LIBPQ_FILES[key]}=FILE"
+                " in spectax's environment instead"
+            )
+        if key not in ASYNCPG_KEYS:
+            raise ValueError(f"?{key}= is not a connection setting asyncpg takes: remove it")
+        if key == "ssl" and value not in SSL_MODES:
+            raise ValueError(f"?sslmode= (or ?ssl=) must be one of {', '.join(SSL_MODES)}")
+    return url.set(query=query)
 
 
 class Database:
@@ -38,6 +109,10 @@ class Database:
         With `migrate`, an older schema is upgraded (`spectax db upgrade`);
         otherwise it raises SchemaMismatch saying what to run.
         """
+        try:
+            url = database_url(url)
+        except ValueError as exc:
+            raise StoreError(f"storage_url: {exc}") from None
         if url.startswith("sqlite") and ":///" in url:
             path = url.split(":///", 1)[1]
             if path and path != ":memory:":
