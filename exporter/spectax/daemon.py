@@ -110,6 +110,7 @@ class Daemon:
             pending_windows=self.writer.queue.pending_rows,
             write_errors=self.writer.write_errors,
             up=self.writer.up,
+            quarantined_rows=dict(self.writer.queue.quarantine.rows),
         )
 
     @property
