@@ -90,6 +90,7 @@ class StoreWriter:
     def start(self) -> None:
         """Write in the background from now on, whenever something is queued."""
         self._task = asyncio.create_task(self._write_loop(), name="store-writer")
+        self._wakeup.set()  # a spool left by start-up drains behind the scrapes
 
     def enqueue(self, write: PendingWrite | None) -> None:
         if write is not None:
