@@ -162,3 +162,49 @@ async def test_kill_9_loses_nothing_and_counts_nothing_twice(tmp_path, backend, 
                 "SELECT SUM(output_tokens) FROM windows WHERE endpoint = 'code-assistant'"
             ).fetchall()
         assert total == expected["code-assistant"][0]
+
+
+@pytest.mark.timeout(120)
+async def test_a_spool_the_database_refuses_does_not_keep_spectax_from_scraping(
+    tmp_path, request
+) -> None:
+    """PostgreSQL refuses a model name over 256 characters: the spooled row is quarantined,
+    the rest of the spool written, and spectax gets ready and scrapes (it used to wait for
+    the spool to drain, answering 503 "spectax is starting" forever)."""
+    from spectax.store.writer import WriteQueue
+    from test_store_writer import rows_of
+
+    url = request.getfixturevalue("pg_server").database()
+    state = tmp_path / "state"
+    spool = WriteQueue(state / "spool.jsonl", max_rows=1)
+    spool.append(rows_of("code-assistant", 0, model="m" * 300))
+    spool.append(rows_of("chat-creative", 0))
+    spool.spill_all()
+    async with await start_simulated_servers(DEMO_PROFILES, speed=0.0) as fleet:
+        port = free_port()
+        spectax = Spectax(config_for(tmp_path, port, fleet, url), port)
+        await spectax.start()
+        try:
+            m = await spectax.wait_for(
+                lambda m: all(value(m, "spectax_endpoint_up", endpoint=n) == 1 for n in NAMES)
+            )
+            assert await spectax.get("/-/ready") == (200, "spectax is ready.\n")
+            m = await spectax.wait_for(lambda m: value(m, "spectax_store_pending_windows") == 0)
+            rows = "spectax_store_quarantined_rows_total"
+            assert value(m, rows, endpoint="code-assistant") == 1
+            assert value(m, rows, endpoint="chat-creative") == 0
+            assert value(m, "spectax_store_up") == 1
+        finally:
+            assert await spectax.stop() == 0
+    assert [r.endpoint for r in await stored_rows(url, start=0)] == ["chat-creative"] * len(
+        rows_of("x", 0).rows
+    )
+    assert "the store refuses its window rows" in spectax.log
+
+
+async def stored_rows(url: str, start: float) -> list[Any]:
+    store = await Store.open(url)
+    try:
+        return [r for r in await store.rows("window") if r.start.timestamp() == start]
+    finally:
+        await store.close()

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import logging
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
+
+import pytest
 
 from spectax.store.writer import PendingWrite, WriteQueue
 
@@ -66,3 +70,35 @@ def test_a_spool_left_by_a_crash_is_drained_first(tmp_path: Path) -> None:
     assert second.pending_rows == 6
     assert drain(second) == list(range(6))
     assert drain(second) == []
+
+
+def test_a_torn_last_spool_line_is_dropped_with_one_warning_and_the_rest_loaded(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A crash while appending to the spool cuts its last line: start-up goes on."""
+    spool = tmp_path / "spool.jsonl"
+    first = WriteQueue(spool, max_rows=1)
+    for n in range(4):
+        first.append(write(n))
+    first.spill_all()
+    spool.write_bytes(spool.read_bytes() + write(99).to_json().encode()[:25])  # torn
+    second = WriteQueue(spool, max_rows=1)
+    assert second.pending_rows == 4
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "dropped 1 torn record(s)" in warnings[0]
+    second.append(write(4))
+    second.spill_all()  # appended after the last whole record, on a line of its own
+    assert drain(WriteQueue(spool, max_rows=1)) == [0, 1, 2, 3, 4]
+
+
+def test_an_unreadable_spool_line_in_the_middle_is_quarantined_and_the_rest_kept(
+    tmp_path: Path,
+) -> None:
+    """Not a crash's doing (a crash tears only the end): the line is kept aside, not lost."""
+    spool = tmp_path / "spool.jsonl"
+    lines = [write(0).to_json(), '{"endpoint": "e1", "rows": [', write(2).to_json()]
+    spool.write_text("\n".join(lines) + "\n")
+    queue = WriteQueue(spool, max_rows=10)
+    assert drain(queue) == [0, 2]
+    [kept] = (tmp_path / "quarantine.jsonl").read_text().splitlines()
+    assert json.loads(kept)["line"].startswith('{"endpoint": "e1"')

@@ -51,6 +51,10 @@ from spectax.webconfig import WebConfigError, load_web_config
 
 log = logging.getLogger(__name__)
 SHUTDOWN_GRACE_SECONDS = 5.0
+# At start-up the spool left by an earlier run is written before restoring (so the
+# cursors restored include it), but for 10 s at most: a spool that cannot drain must
+# never keep spectax from scraping; what is left drains behind the scrapes.
+STARTUP_DRAIN_SECONDS = 10.0
 
 
 class Daemon:
@@ -110,6 +114,7 @@ class Daemon:
             pending_windows=self.writer.queue.pending_rows,
             write_errors=self.writer.write_errors,
             up=self.writer.up,
+            quarantined_rows=dict(self.writer.queue.quarantine.rows),
         )
 
     @property
@@ -126,8 +131,9 @@ class Daemon:
         """Serve /metrics at once; scrape once the store has given back where we were.
 
         Until the database answers, spectax waits (and says so): the cursors
-        in the store mean no traffic is lost by waiting, and the spool left by
-        an earlier run must reach the database before new windows do.
+        in the store mean no traffic is lost by waiting. The spool left by an
+        earlier run is written first, for STARTUP_DRAIN_SECONDS at most (a row
+        the database refuses is quarantined, not retried), then drains behind.
         """
         app = make_app(
             self.registry,
@@ -156,7 +162,13 @@ class Daemon:
         self.store = await self.writer.connect()
         if self.store is None:
             return  # asked to stop while waiting
-        await self.writer.drain(timeout=None)
+        await self.writer.drain(timeout=STARTUP_DRAIN_SECONDS)
+        if self.writer.queue:
+            log.warning(
+                "store: %d spooled window row(s) not yet written; scraping starts, they are"
+                " written behind it",
+                self.writer.queue.pending_rows,
+            )
         await self._restore()
         self._session = scrape_session()
         self.writer.start()

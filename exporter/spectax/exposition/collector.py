@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import platform
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -32,6 +32,7 @@ class StoreStatus:
     pending_windows: int
     write_errors: int
     up: bool = True
+    quarantined_rows: Mapping[str, int] = field(default_factory=dict)  # endpoint -> rows
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,10 @@ class SnapshotCollector(Collector):
         add("spectax_store_pending_windows", (), float(store.pending_windows))
         add("spectax_store_write_errors_total", (), float(store.write_errors))
         add("spectax_store_up", (), float(store.up))
+        # every endpoint from 0, so that the first quarantined row is an increase (rate())
+        for name in sorted({*self._snapshots(), *store.quarantined_rows}):
+            count = store.quarantined_rows.get(name, 0)
+            add("spectax_store_quarantined_rows_total", (name,), float(count))
         if self._reload_status is not None:
             reload = self._reload_status()
             add("spectax_config_last_reload_successful", (), float(reload.successful))

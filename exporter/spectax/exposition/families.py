@@ -205,6 +205,12 @@ FAMILIES: dict[str, Family] = {
         ),
         counter("spectax_store_write_errors_total", "Failed attempts to write to the store."),
         gauge("spectax_store_up", "1 when the last attempt to reach the store succeeded."),
+        counter(
+            "spectax_store_quarantined_rows_total",
+            "Window rows the store refused for their values (out of range, too long), kept in"
+            " quarantine.jsonl in the state directory instead; the rest of the batch is written.",
+            ENDPOINT,
+        ),
         gauge(
             "spectax_config_last_reload_successful",
             "1 when the last configuration reload (SIGHUP or POST /-/reload) succeeded.",

@@ -10,7 +10,7 @@ from sqlalchemy import ColumnElement, literal_column
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, DataError, IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 
 from spectax.store import schema
@@ -18,6 +18,12 @@ from spectax.store.models import RollupDue, Sums
 
 #: What a failing database operation raises besides StoreError (the network, the disk).
 DATABASE_ERRORS = (SQLAlchemyError, OSError)
+#: What a write raises when a value of the rows cannot be stored: the sqlite3 driver's
+#: OverflowError (an integer of 2**63 or more) besides the database errors.
+WRITE_ERRORS = (*DATABASE_ERRORS, OverflowError)
+# SQLSTATE classes of errors caused by the data, not the database: 22 data exception
+# (22003 numeric value out of range, 22001 string too long), 23 integrity (NOT NULL).
+_DATA_SQLSTATE_CLASSES = ("22", "23")
 
 
 class StoreError(RuntimeError):
@@ -92,6 +98,21 @@ def _asyncpg_query(url: URL) -> URL:
         if key == "ssl" and value not in SSL_MODES:
             raise ValueError(f"?sslmode= (or ?ssl=) must be one of {', '.join(SSL_MODES)}")
     return url.set(query=query)
+
+
+class StoreDataError(StoreError):
+    """The database refused a write because of the values it holds (out of range, too long):
+    retrying the same rows fails forever, so they must be set aside, not retried."""
+
+
+def is_data_error(exc: BaseException) -> bool:
+    """True when `exc` (raised by a write) comes from the rows' values, not from an outage:
+    by class on SQLite (OverflowError, DataError, IntegrityError), by SQLSTATE on PostgreSQL
+    (asyncpg's errors reach SQLAlchemy as a generic DBAPIError)."""
+    if isinstance(exc, (OverflowError, DataError, IntegrityError)):
+        return True
+    sqlstate = getattr(getattr(exc, "orig", None), "sqlstate", None)
+    return isinstance(sqlstate, str) and sqlstate[:2] in _DATA_SQLSTATE_CLASSES
 
 
 class Database:

@@ -15,10 +15,12 @@ from spectax.engines.base import EngineSample
 from spectax.pipeline.windows import Window
 from spectax.store.cursor import decode_sample, encode_sample
 from spectax.store.db import (
-    DATABASE_ERRORS,
+    WRITE_ERRORS,
     Database,
+    StoreDataError,
     StoreError,
     excluded,
+    is_data_error,
     mark_due_statement,
     reason,
     upsert_statement,
@@ -62,6 +64,9 @@ class WindowHistory(Database):
         (executemany), in order, so writes that repeat a window (a replay from
         the spool) or an endpoint end as they would one write at a time: the
         larger window and the later cursor win.
+
+        Raises StoreDataError when the database refuses a value of the rows (the writer
+        then finds the row and sets it aside), StoreError when it cannot be reached.
         """
         windows = [row for _, rows, _ in writes for row in rows]
         due = sorted(
@@ -111,10 +116,11 @@ class WindowHistory(Database):
                         ),
                         cursors,
                     )
-        except DATABASE_ERRORS as exc:
+        except WRITE_ERRORS as exc:
             names = sorted({endpoint for endpoint, _, _ in writes})
             more = f" and {len(names) - 3} more" if len(names) > 3 else ""
-            raise StoreError(
+            error = StoreDataError if is_data_error(exc) else StoreError
+            raise error(
                 f"cannot write windows of {', '.join(names[:3])}{more}: {reason(exc)}"
             ) from None
 

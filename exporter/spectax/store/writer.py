@@ -1,15 +1,14 @@
-"""Closed windows on their way to the store: in memory up to a bound, then in a spool file,
-written by one task that retries until the database takes them.
-
-While the database is unreachable, writes wait here in order. Past
-`max_rows` rows in memory, the oldest writes move to a JSON-lines spool
-file in the state directory (written and fsynced before they leave memory),
-so a long outage costs disk, not memory, and nothing is dropped. The spool
-is always older than what is in memory; it is drained first.
+"""Closed windows on their way to the store: one task writes the queue (spectax.store.spool)
+in batches and retries until the database takes them.
 
 Replaying a write twice is harmless: window rows only ever grow (an upsert
 never replaces a window with one covering fewer seconds) and the cursor
 only moves forward. So a crash while draining the spool just replays it.
+
+A row the database refuses for its values (spectax.store.quarantine) is set
+aside and the rest of its batch written: one endpoint's bad value never
+stops the others' history. Any other failure, of any type, is counted,
+shown in `spectax_store_up`, logged once and retried: the task never dies.
 
 `StoreWriter` is what the daemon starts and stops: it connects (waiting while
 the database is away), writes the queue in batches, rolls up and applies
@@ -20,165 +19,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import os
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
-from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from spectax.engines.base import EngineSample
 from spectax.health import LogOnce
-from spectax.store.cursor import decode_sample, encode_sample
-from spectax.store.db import StoreError
+from spectax.store.db import StoreDataError, StoreError, reason
+from spectax.store.spool import PendingWrite, WriteQueue
 
 if TYPE_CHECKING:  # the store's rooms import the row codec, which imports PendingWrite
     from spectax.store import Store
 
+__all__ = ["PendingWrite", "StoreWriter", "WriteQueue"]  # PendingWrite: the row codec's import
+
 STORE_BATCH_ROWS = 200  # window rows per transaction (~40 ms on the event loop)
 RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)  # waits after the 1st, 2nd, ... failure in a row
 DRAIN_RETRY_SECONDS = 0.5  # while draining with a deadline (start-up, shutdown): retry soon
-
-
-class PendingWrite:
-    """Rows of closed windows of one endpoint, and the cursor that goes with them."""
-
-    __slots__ = ("cursor", "endpoint", "rows")
-
-    def __init__(
-        self,
-        endpoint: str,
-        rows: list[dict[str, Any]],
-        cursor: tuple[float, EngineSample] | None,
-    ):
-        self.endpoint = endpoint
-        self.rows = rows
-        self.cursor = cursor
-
-    def to_json(self) -> str:
-        cursor = None
-        if self.cursor is not None:
-            cursor = [self.cursor[0], encode_sample(self.cursor[1])]
-        rows = [{k: _encode(v) for k, v in row.items()} for row in self.rows]
-        return json.dumps({"endpoint": self.endpoint, "rows": rows, "cursor": cursor})
-
-    @classmethod
-    def from_json(cls, line: str) -> PendingWrite:
-        data = json.loads(line)
-        cursor = None
-        if data["cursor"] is not None:
-            cursor = (float(data["cursor"][0]), decode_sample(data["cursor"][1]))
-        rows = [{k: _decode(k, v) for k, v in row.items()} for row in data["rows"]]
-        return cls(data["endpoint"], rows, cursor)
-
-
-class WriteQueue:
-    def __init__(self, spool_path: Path, max_rows: int = 10_000):
-        self.spool_path = spool_path
-        self.max_rows = max_rows
-        self._memory: deque[PendingWrite] = deque()
-        self._memory_rows = 0
-        self._spooled_rows = 0
-        self._spool_offset = 0  # bytes of the spool already written to the store
-        # the next spool writes and the offset where they end
-        self._head: tuple[list[PendingWrite], int] | None = None
-        if spool_path.exists() and spool_path.stat().st_size > 0:
-            self._spooled_rows = sum(len(w.rows) or 1 for w in self._read_spool())
-
-    @property
-    def pending_rows(self) -> int:
-        return self._memory_rows + self._spooled_rows
-
-    def __bool__(self) -> bool:
-        return bool(self._memory) or self._spool_has_more()
-
-    def append(self, write: PendingWrite) -> None:
-        self._memory.append(write)
-        self._memory_rows += len(write.rows) or 1
-        if self._memory_rows > self.max_rows:
-            self._spill()
-
-    def peek(self, max_rows: int = 1) -> list[PendingWrite]:
-        """The oldest writes, up to `max_rows` rows (always at least one write when there is
-        one): from the spool while it has any, then from memory; never both at once."""
-        if self._spool_has_more():
-            if self._head is None:
-                batch, offset = [], self._spool_offset
-                with self.spool_path.open("rb") as spool:
-                    spool.seek(offset)
-                    rows = 0
-                    while rows < max_rows and (line := spool.readline()):
-                        write = PendingWrite.from_json(line.decode())
-                        batch.append(write)
-                        rows += len(write.rows) or 1
-                        offset += len(line)
-                self._head = (batch, offset)
-            return list(self._head[0])
-        batch, rows = [], 0
-        for write in self._memory:
-            if batch and rows + (len(write.rows) or 1) > max_rows:
-                break
-            batch.append(write)
-            rows += len(write.rows) or 1
-        return batch
-
-    def pop(self, written: list[PendingWrite]) -> None:
-        """Forget `written`, the writes `peek` returned: they are in the store now.
-
-        While they were being written, new writes may have pushed some of them
-        from memory into the spool (the oldest first); then nothing is
-        forgotten here (they will be written once more from the spool, which
-        is harmless), and above all no other write may be dropped in their place.
-        """
-        if not written:
-            return
-        if self._head is not None and self._head[0] == written:
-            self._spool_offset = self._head[1]
-            self._head = None
-            self._spooled_rows -= sum(len(w.rows) or 1 for w in written)
-            if not self._spool_has_more():
-                self.spool_path.unlink(missing_ok=True)
-                self._spool_offset = self._spooled_rows = 0
-        elif self._memory and self._memory[0] is written[0]:
-            for write in written:
-                assert self._memory[0] is write, "the oldest writes in memory are the peeked ones"
-                self._memory.popleft()
-                self._memory_rows -= len(write.rows) or 1
-
-    def spill_all(self) -> None:
-        """Move everything still in memory to the spool (at shutdown, with the store away)."""
-        if self._memory:
-            self._spill(keep_rows=0)
-
-    def _spool_has_more(self) -> bool:
-        try:
-            return self.spool_path.stat().st_size > self._spool_offset
-        except FileNotFoundError:
-            return False
-
-    def _spill(self, keep_rows: int | None = None) -> None:
-        """Move the oldest writes from memory to the end of the spool, durably."""
-        keep = self.max_rows // 2 if keep_rows is None else keep_rows
-        self.spool_path.parent.mkdir(parents=True, exist_ok=True)
-        moved = []
-        while self._memory and self._memory_rows > keep:
-            write = self._memory.popleft()
-            self._memory_rows -= len(write.rows) or 1
-            moved.append(write)
-        with self.spool_path.open("ab") as spool:
-            for write in moved:
-                spool.write(write.to_json().encode() + b"\n")
-            spool.flush()
-            os.fsync(spool.fileno())
-        self._spooled_rows += sum(len(w.rows) or 1 for w in moved)
-
-    def _read_spool(self) -> list[PendingWrite]:
-        with self.spool_path.open(encoding="utf-8") as spool:
-            return [PendingWrite.from_json(line) for line in spool if line.strip()]
 
 
 class StoreWriter:
@@ -198,7 +57,7 @@ class StoreWriter:
     ):
         """`open_store` connects (`Store.open` of the configured URL); `stopping` set: stop
         waiting for the database (connect, drain without deadline)."""
-        self.queue = WriteQueue(spool_path, max_rows)
+        self.queue = WriteQueue(spool_path, max_rows, log=log)
         self.store: Store | None = None
         self.write_errors = 0
         self.up = False
@@ -207,6 +66,7 @@ class StoreWriter:
         self._log = log
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._rollup_health = LogOnce(log, "store")
 
     async def connect(self) -> Store | None:
         """Connect, retrying while the database is unreachable; a schema mismatch is fatal.
@@ -230,6 +90,7 @@ class StoreWriter:
     def start(self) -> None:
         """Write in the background from now on, whenever something is queued."""
         self._task = asyncio.create_task(self._write_loop(), name="store-writer")
+        self._wakeup.set()  # a spool left by start-up drains behind the scrapes
 
     def enqueue(self, write: PendingWrite | None) -> None:
         if write is not None:
@@ -253,9 +114,9 @@ class StoreWriter:
                 return
             try:
                 await self._write_batch()
-            except StoreError as exc:
+            except Exception as exc:  # any failure: retried until the deadline, then spooled
                 self.write_errors += 1
-                health.failed("%s; retrying", exc, level=logging.ERROR)
+                health.failed("%s; retrying", _describe(exc), level=logging.ERROR)
                 await asyncio.sleep(DRAIN_RETRY_SECONDS)
 
     async def stop(self, last: Iterable[PendingWrite | None], timeout: float) -> None:
@@ -291,8 +152,10 @@ class StoreWriter:
         try:
             await self.store.rollup()
             await self.store.apply_retention(now, keep)
-        except StoreError as exc:
-            self._log.warning("store: rollup postponed: %s", exc)
+        except Exception as exc:  # e.g. SQLite locked by another process: the next run resumes
+            self._rollup_health.failed("rollup postponed: %s", _describe(exc))
+        else:
+            self._rollup_health.recovered("rollup done again")
 
     async def _write_loop(self) -> None:
         health = LogOnce(self._log, "store")
@@ -304,12 +167,12 @@ class StoreWriter:
                 try:
                     await self._write_batch()
                     self.up = True
-                except StoreError as exc:
+                except Exception as exc:  # any type: the writer must never die silently
                     self.write_errors += 1
                     self.up = False
                     health.failed(
                         "%s; %d write(s) held in memory, retrying",
-                        exc,
+                        _describe(exc),
                         self.queue.pending_rows,
                         level=logging.ERROR,
                     )
@@ -322,30 +185,52 @@ class StoreWriter:
     async def _write_batch(self) -> None:
         """Store the oldest queued writes in one transaction (bench/store_ingest.py: at a
         window boundary thousands of endpoints close their windows at once)."""
-        assert self.store is not None
         writes = self.queue.peek(STORE_BATCH_ROWS)
         if writes:
-            await self.store.save_many([(w.endpoint, w.rows, w.cursor) for w in writes])
+            await self._save(writes)
             self.queue.pop(writes)
+
+    async def _save(self, writes: list[PendingWrite]) -> None:
+        """Write `writes` in one transaction; if the database refuses a value, halve and
+        retry each half, down to the refused rows, which are quarantined: finding one bad
+        row among 200 costs ~8 more transactions (log2 200), not 200. An outage (StoreError)
+        propagates, and the whole batch is retried later."""
+        assert self.store is not None
+        try:
+            await self.store.save_many([(w.endpoint, w.rows, w.cursor) for w in writes])
+        except StoreDataError as exc:
+            only = writes[0] if len(writes) == 1 else None
+            if only is not None and not only.rows:  # the cursor itself is refused
+                self.queue.quarantine.add(only, str(exc))
+                return
+            if only is not None and len(only.rows) == 1:
+                self.queue.quarantine.add(PendingWrite(only.endpoint, only.rows, None), str(exc))
+                if only.cursor is not None:  # the cursor may be fine on its own
+                    await self._save([PendingWrite(only.endpoint, [], only.cursor)])
+                return
+            for half in _halves(writes):
+                await self._save(half)
+
+
+def _halves(writes: list[PendingWrite]) -> tuple[list[PendingWrite], list[PendingWrite]]:
+    """Two halves of a batch, in order; one write is split between its rows (its cursor
+    goes with the second half, written after the first)."""
+    if len(writes) > 1:
+        return writes[: len(writes) // 2], writes[len(writes) // 2 :]
+    [write] = writes
+    cut = len(write.rows) // 2
+    return (
+        [PendingWrite(write.endpoint, write.rows[:cut], None)],
+        [PendingWrite(write.endpoint, write.rows[cut:], write.cursor)],
+    )
+
+
+def _describe(exc: Exception) -> str:
+    """A failure in one line: a StoreError's own message, otherwise the exception's type and
+    first line (never the SQL, which may hold the values of a row)."""
+    return str(exc) if isinstance(exc, StoreError) else reason(exc)
 
 
 def _retry_delay(failures: int) -> float:
     """The wait after the `failures`-th failure in a row: growing, then 30 s."""
     return RETRY_SECONDS[min(failures, len(RETRY_SECONDS)) - 1]
-
-
-def _encode(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return {"datetime": value.isoformat()}
-    if isinstance(value, Decimal):
-        return {"decimal": str(value)}
-    return value
-
-
-def _decode(key: str, value: Any) -> Any:
-    if isinstance(value, dict):
-        if "datetime" in value:
-            return datetime.fromisoformat(value["datetime"])
-        if "decimal" in value:
-            return Decimal(value["decimal"])
-    return value

@@ -1,0 +1,223 @@
+"""The write queue: closed windows in memory up to a bound, then in a JSON-lines spool file in
+the state directory, oldest first; what `spectax.store.writer` drains into the database.
+
+Past `max_rows` rows in memory, the oldest writes move to the spool (written
+and fsynced before they leave memory), so a long outage costs disk, not
+memory, and nothing is dropped. The spool is always older than what is in
+memory; it is drained first. A crash while appending leaves a torn last
+line: at start-up it is dropped (its windows' traffic is still after the
+stored cursor, so the next delta brings it back) and the file is cut to its
+last whole record; an unreadable line elsewhere (not a crash's doing: a
+disk or a hand edit) is moved to the quarantine file, never lost.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections import deque
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from spectax.engines.base import EngineSample
+from spectax.store.cursor import decode_sample, encode_sample
+from spectax.store.quarantine import Quarantine
+
+
+class PendingWrite:
+    """Rows of closed windows of one endpoint, and the cursor that goes with them."""
+
+    __slots__ = ("cursor", "endpoint", "rows")
+
+    def __init__(
+        self,
+        endpoint: str,
+        rows: list[dict[str, Any]],
+        cursor: tuple[float, EngineSample] | None,
+    ):
+        self.endpoint = endpoint
+        self.rows = rows
+        self.cursor = cursor
+
+    def to_json(self) -> str:
+        cursor = None
+        if self.cursor is not None:
+            cursor = [self.cursor[0], encode_sample(self.cursor[1])]
+        rows = [{k: _encode(v) for k, v in row.items()} for row in self.rows]
+        return json.dumps({"endpoint": self.endpoint, "rows": rows, "cursor": cursor})
+
+    @classmethod
+    def from_json(cls, line: str) -> PendingWrite:
+        data = json.loads(line)
+        cursor = None
+        if data["cursor"] is not None:
+            cursor = (float(data["cursor"][0]), decode_sample(data["cursor"][1]))
+        rows = [{k: _decode(k, v) for k, v in row.items()} for row in data["rows"]]
+        return cls(data["endpoint"], rows, cursor)
+
+
+class WriteQueue:
+    def __init__(
+        self,
+        spool_path: Path,
+        max_rows: int = 10_000,
+        quarantine: Quarantine | None = None,
+        log: logging.Logger | None = None,
+    ):
+        self.spool_path = spool_path
+        self.max_rows = max_rows
+        self._log = log or logging.getLogger(__name__)
+        self.quarantine = quarantine or Quarantine(
+            spool_path.with_name("quarantine.jsonl"), self._log
+        )
+        self._memory: deque[PendingWrite] = deque()
+        self._memory_rows = 0
+        self._spooled_rows = 0
+        self._spool_offset = 0  # bytes of the spool already written to the store
+        # the next spool writes and the offset where they end
+        self._head: tuple[list[PendingWrite], int] | None = None
+        if spool_path.exists() and spool_path.stat().st_size > 0:
+            self._spooled_rows = sum(len(w.rows) or 1 for w in self._load_spool())
+
+    @property
+    def pending_rows(self) -> int:
+        return self._memory_rows + self._spooled_rows
+
+    def __bool__(self) -> bool:
+        return bool(self._memory) or self._spool_has_more()
+
+    def append(self, write: PendingWrite) -> None:
+        self._memory.append(write)
+        self._memory_rows += len(write.rows) or 1
+        if self._memory_rows > self.max_rows:
+            self._spill()
+
+    def peek(self, max_rows: int = 1) -> list[PendingWrite]:
+        """The oldest writes, up to `max_rows` rows (always at least one write when there is
+        one): from the spool while it has any, then from memory; never both at once."""
+        if self._spool_has_more():
+            if self._head is None:
+                batch, offset = [], self._spool_offset
+                with self.spool_path.open("rb") as spool:
+                    spool.seek(offset)
+                    rows = 0
+                    while rows < max_rows and (line := spool.readline()):
+                        write = PendingWrite.from_json(line.decode())
+                        batch.append(write)
+                        rows += len(write.rows) or 1
+                        offset += len(line)
+                self._head = (batch, offset)
+            return list(self._head[0])
+        batch, rows = [], 0
+        for write in self._memory:
+            if batch and rows + (len(write.rows) or 1) > max_rows:
+                break
+            batch.append(write)
+            rows += len(write.rows) or 1
+        return batch
+
+    def pop(self, written: list[PendingWrite]) -> None:
+        """Forget `written`, the writes `peek` returned: they are in the store now.
+
+        While they were being written, new writes may have pushed some of them
+        from memory into the spool (the oldest first); then nothing is
+        forgotten here (they will be written once more from the spool, which
+        is harmless), and above all no other write may be dropped in their place.
+        """
+        if not written:
+            return
+        if self._head is not None and self._head[0] == written:
+            self._spool_offset = self._head[1]
+            self._head = None
+            self._spooled_rows -= sum(len(w.rows) or 1 for w in written)
+            if not self._spool_has_more():
+                self.spool_path.unlink(missing_ok=True)
+                self._spool_offset = self._spooled_rows = 0
+        elif self._memory and self._memory[0] is written[0]:
+            for write in written:
+                assert self._memory[0] is write, "the oldest writes in memory are the peeked ones"
+                self._memory.popleft()
+                self._memory_rows -= len(write.rows) or 1
+
+    def spill_all(self) -> None:
+        """Move everything still in memory to the spool (at shutdown, with the store away)."""
+        if self._memory:
+            self._spill(keep_rows=0)
+
+    def _spool_has_more(self) -> bool:
+        try:
+            return self.spool_path.stat().st_size > self._spool_offset
+        except FileNotFoundError:
+            return False
+
+    def _spill(self, keep_rows: int | None = None) -> None:
+        """Move the oldest writes from memory to the end of the spool, durably."""
+        keep = self.max_rows // 2 if keep_rows is None else keep_rows
+        self.spool_path.parent.mkdir(parents=True, exist_ok=True)
+        moved = []
+        while self._memory and self._memory_rows > keep:
+            write = self._memory.popleft()
+            self._memory_rows -= len(write.rows) or 1
+            moved.append(write)
+        with self.spool_path.open("ab") as spool:
+            for write in moved:
+                spool.write(write.to_json().encode() + b"\n")
+            spool.flush()
+            os.fsync(spool.fileno())
+        self._spooled_rows += sum(len(w.rows) or 1 for w in moved)
+
+    def _load_spool(self) -> list[PendingWrite]:
+        """The spool's records; a torn last line (a crash while appending) is dropped and an
+        unreadable line elsewhere quarantined, and the file rewritten without them, so that
+        what is appended next starts on a line of its own."""
+        good: list[tuple[bytes, PendingWrite]] = []
+        torn = unreadable = 0
+        lines = self.spool_path.read_bytes().splitlines(keepends=True)
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                good.append((line, PendingWrite.from_json(line.decode())))
+            except (ValueError, KeyError, TypeError) as exc:  # JSONDecodeError is a ValueError
+                if number == len(lines) and not line.endswith(b"\n"):
+                    torn += 1
+                    continue
+                unreadable += 1
+                self.quarantine.add_line(line, f"spool line {number}: {type(exc).__name__}")
+        if torn or unreadable:
+            self._log.warning(
+                "store: spool %s: dropped %d torn record(s) at its end (a crash while writing)"
+                " and moved %d unreadable record(s) to %s; %d record(s) kept",
+                self.spool_path,
+                torn,
+                unreadable,
+                self.quarantine.path,
+                len(good),
+            )
+            replacement = self.spool_path.with_suffix(".rewrite")
+            with replacement.open("wb") as spool:
+                spool.writelines(line if line.endswith(b"\n") else line + b"\n" for line, _ in good)
+                spool.flush()
+                os.fsync(spool.fileno())
+            replacement.replace(self.spool_path)
+        return [write for _, write in good]
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return {"datetime": value.isoformat()}
+    if isinstance(value, Decimal):
+        return {"decimal": str(value)}
+    return value
+
+
+def _decode(key: str, value: Any) -> Any:
+    if isinstance(value, dict):
+        if "datetime" in value:
+            return datetime.fromisoformat(value["datetime"])
+        if "decimal" in value:
+            return Decimal(value["decimal"])
+    return value
