@@ -8,7 +8,9 @@ missing and unknown-user passwords. The web config file is the exporter-toolkit 
 from __future__ import annotations
 
 import asyncio
+import signal
 import ssl
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -559,3 +561,105 @@ async def test_connections_past_the_cap_are_closed_at_once_and_the_cap_frees_up(
         return not await refused(url, ssl=context)
 
     await wait_until(served, 10, "the server to take connections again")
+
+
+# ------------------------------------------------------------------ keys and auth on reload
+
+
+def encrypted_key(certs: Certs, directory: Path) -> Path:
+    """The server key, protected by a pass phrase."""
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_pem_private_key(certs.server_key.read_bytes(), password=None)
+    path = directory / "encrypted.key"
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"a pass phrase"),
+        )
+    )
+    return path
+
+
+async def test_an_encrypted_key_is_refused_at_check_config_and_start_without_a_prompt(
+    tmp_path: Path, certs: Certs
+) -> None:
+    key = encrypted_key(certs, tmp_path)
+    inline = {"cert": certs.server_cert.read_text(), "key": key.read_text()}
+    for content in (tls(certs, key_file=str(key)), inline):
+        with pytest.raises(WebConfigError, match="the key is encrypted") as error:
+            load_web_config(web_config(tmp_path, {"tls_server_config": content}))
+        assert "openssl pkey" in str(error.value)
+    web = web_config(tmp_path, {"tls_server_config": tls(certs, key_file=str(key))})
+    from e2e import write_config
+
+    config = write_config(tmp_path, free_port(), [{"name": "x", "url": "http://127.0.0.1:1/"}])
+    for command in (
+        ["check-config", str(config), "--web.config.file", str(web)],
+        ["run", "--config", str(config), "--web.config.file", str(web)],
+    ):
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "spectax",
+            *command,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,  # no terminal for OpenSSL to prompt on
+        )
+        output, _ = await asyncio.wait_for(process.communicate(), 60)
+        assert process.returncode == 2, output
+        assert b"the key is encrypted" in output
+        assert b"PEM pass phrase" not in output and b"Traceback" not in output
+
+
+async def test_a_reload_that_would_turn_basic_auth_off_or_load_an_encrypted_key_is_refused(
+    tmp_path: Path, certs: Certs
+) -> None:
+    """SIGHUP with `basic_auth_users: {}`, without `basic_auth_users`, or with an encrypted
+    key: the running web config stays (the password is still needed), the gauge says 0, the
+    log says why; a good file afterwards is taken."""
+    targets = Targets()
+    targets.add_pages("vllm")
+    await targets.start()
+    port = free_port()
+    path = web_config(tmp_path, {"tls_server_config": tls(certs), "basic_auth_users": {"p": HASH}})
+    from e2e import write_config
+
+    config = write_config(tmp_path, port, [{"name": "vllm", "url": targets.url("vllm")}])
+    spectax = Spectax(config, port, run_args=("--web.config.file", str(path)), scheme="https")
+    spectax.ssl = client_context(certs.ca)
+    spectax.auth = basic_auth_header("p", PASSWORD)
+    key = encrypted_key(certs, tmp_path)
+    await spectax.start()
+    try:
+        await spectax.wait_for(lambda m: value(m, "spectax_endpoint_up", endpoint="vllm"))
+        for bad, reason in (
+            ({"tls_server_config": tls(certs), "basic_auth_users": {}}, "basic auth off"),
+            ({"tls_server_config": tls(certs)}, "basic auth off"),
+            (
+                {"tls_server_config": tls(certs, key_file=str(key)), "basic_auth_users": {}},
+                "the key is encrypted",
+            ),
+        ):
+            await spectax.wait_for(lambda m: value(m, "spectax_config_last_reload_successful"))
+            path.write_text(yaml.safe_dump(bad))
+            spectax.signal(signal.SIGHUP)
+            m = await spectax.wait_for(
+                lambda m: value(m, "spectax_config_last_reload_successful") == 0
+            )
+            assert value(m, "spectax_endpoint_up", endpoint="vllm") == 1
+            await spectax.wait_log(reason)
+            assert (await spectax.get("/", headers={}))[0] == 401  # auth is still on
+            path.write_text(
+                yaml.safe_dump({"tls_server_config": tls(certs), "basic_auth_users": {"p": HASH}})
+            )
+            spectax.signal(signal.SIGHUP)
+            await spectax.wait_for(lambda m: value(m, "spectax_config_last_reload_successful"))
+    finally:
+        assert await spectax.stop() == 0
+        await targets.stop()
+    assert "Traceback" not in spectax.log
+    assert "restart spectax to run without basic auth" in spectax.log
