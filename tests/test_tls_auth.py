@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry
 from e2e import Spectax, free_port, value
 from ops_helpers import Certs, Targets, client_context, make_certs
 from spectax import web as server
+from spectax import webserver
 from spectax.config import ConfigError, load_config
 from spectax.credentials import basic_auth_header
 from spectax.scrape import ScrapeError, fetch
@@ -156,7 +157,7 @@ def test_an_empty_tls_section_means_plain_http(tmp_path: Path) -> None:
 
 @pytest.fixture
 async def serve() -> AsyncIterator[Any]:
-    servers: list[server.WebServer] = []
+    servers: list[webserver.WebServer] = []
 
     async def start(config_path: Path, **limits: Any) -> tuple[str, WebGuard]:
         """`limits` go to `start_server` (max_connections, header_timeout)."""
@@ -164,7 +165,7 @@ async def serve() -> AsyncIterator[Any]:
         app = make_app(
             CollectorRegistry(), lambda: True, lambda: [], middlewares=[guard.middleware]
         )
-        running = await server.start_server(
+        running = await webserver.start_server(
             app, "127.0.0.1", 0, guard.server_ssl, shutdown_timeout=0.2, **limits
         )
         servers.append(running)
@@ -519,7 +520,7 @@ async def test_connections_that_never_finish_a_header_are_closed_by_spectax(
         held += [await hold(port, None, b"\x16\x03\x01") for _ in range(10)]  # half a hello
         status, _ = await spectax.get()
         assert status == 200
-        bound = server.HEADER_TIMEOUT + 10  # the timeout, and room for a loaded machine
+        bound = webserver.HEADER_TIMEOUT + 10  # the timeout, and room for a loaded machine
         done = await asyncio.wait_for(asyncio.gather(*map(closed_by_server, held)), bound)
         assert all(done)
         assert (await spectax.get())[0] == 200

@@ -45,8 +45,9 @@ from spectax.scrape import (
 )
 from spectax.store import Store
 from spectax.store.writer import PendingWrite, StoreWriter
-from spectax.web import WebGuard, WebServer, make_app, start_server
+from spectax.web import WebGuard, make_app
 from spectax.webconfig import WebConfigError, load_web_config
+from spectax.webserver import WebServer, start_server
 
 log = logging.getLogger(__name__)
 SHUTDOWN_GRACE_SECONDS = 5.0

@@ -5,10 +5,7 @@ Passwords are checked with bcrypt (constant-time comparison); unknown users are 
 against a fixed hash so that timing does not tell which users exist. A verified result is
 cached under a SHA-256 of user, hash and password (never the password itself), so a
 Prometheus scraping every few seconds pays bcrypt's cost once.
-
-The server itself (`start_server`) bounds what a client can hold without sending a
-request: the TLS handshake and the request header each have `HEADER_TIMEOUT`, and at
-most `MAX_CONNECTIONS` are open at once; the ones past it are closed at once.
+The socket under it, and what a client can hold there, is `spectax.webserver`'s.
 """
 
 from __future__ import annotations
@@ -44,12 +41,6 @@ CLASSIC_TYPES = ("text/plain", "text/*", "*/*")
 # bcrypt of "fakepassword" (the toolkit's): unknown users cost as much as known ones.
 _FAKE_HASH = b"$2y$10$QOauhQNbBCuQDKes6eFzPeMqBSjb7Mr5DUmpZ/VcEd00UAV/LDeSi"
 _CACHE_MAX = 1024
-# Go's ReadHeaderTimeout, from accept (and from the end of the last response on a kept-alive
-# connection) to a complete header: a scrape sends its header in one segment, in under 1 ms.
-HEADER_TIMEOUT = 10.0
-# Who scrapes spectax is a few Prometheus servers and a browser; each open connection costs
-# ~140 KB (asyncio's TLS read buffer, bench/web_flood.py), so 256 bound it to ~35 MiB.
-MAX_CONNECTIONS = 256
 
 
 def make_app(
@@ -156,111 +147,6 @@ readiness: <a href="/-/ready">/-/ready</a>.</p>
 </body></html>
 """
     return web.Response(text=page, content_type="text/html")
-
-
-# ------------------------------------------------------------------ the server
-
-
-class WebServer:
-    """The listening socket and the aiohttp runner behind it; `close()` stops both."""
-
-    def __init__(self, runner: web.AppRunner, server: asyncio.Server, gate: ConnectionGate):
-        self.runner, self.server, self.gate = runner, server, gate
-
-    @property
-    def address(self) -> tuple[str, int]:
-        host, port = self.server.sockets[0].getsockname()[:2]
-        return str(host), int(port)
-
-    async def close(self) -> None:
-        self.server.close()
-        await self.runner.cleanup()
-
-
-async def start_server(
-    app: web.Application,
-    host: str,
-    port: int,
-    ssl_context: ssl.SSLContext | None,
-    *,
-    max_connections: int = MAX_CONNECTIONS,
-    header_timeout: float = HEADER_TIMEOUT,
-    shutdown_timeout: float = 60.0,
-) -> WebServer:
-    """Serve `app` with the handshake and the header each bounded by `header_timeout`
-    (aiohttp's keep-alive timer runs from accept and closes a connection still waiting
-    for a complete request) and at most `max_connections` open at once."""
-    runner = web.AppRunner(
-        app, access_log=None, keepalive_timeout=header_timeout, shutdown_timeout=shutdown_timeout
-    )
-    await runner.setup()
-    assert runner.server is not None
-    gate = ConnectionGate(runner.server, max_connections)
-    server = await asyncio.get_running_loop().create_server(
-        gate,
-        host,
-        port,
-        ssl=ssl_context,
-        ssl_handshake_timeout=header_timeout if ssl_context is not None else None,
-    )
-    return WebServer(runner, server, gate)
-
-
-class ConnectionGate:
-    """The protocol factory: aiohttp's handler for each connection up to `limit` open at
-    once (TLS handshakes in progress included), a connection closed at once past it."""
-
-    def __init__(self, factory: Callable[[], asyncio.Protocol], limit: int):
-        self._factory, self.limit, self.open = factory, limit, 0
-
-    def __call__(self) -> asyncio.Protocol:
-        if self.open >= self.limit:
-            return _Refused()
-        self.open += 1
-        return _Counted(self._factory(), self)
-
-
-class _Refused(asyncio.Protocol):
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        transport.abort()  # type: ignore[attr-defined]
-
-
-class _Counted(asyncio.Protocol):
-    """Passes everything to aiohttp's handler and counts itself out when the connection ends.
-
-    A TLS handshake that fails or times out never reaches `connection_lost` (asyncio calls
-    it only after `connection_made`) but drops its protocol: `__del__` counts that one out.
-    """
-
-    def __init__(self, inner: asyncio.Protocol, gate: ConnectionGate):
-        self._inner, self._gate, self._counted = inner, gate, True
-
-    def _release(self) -> None:
-        if self._counted:
-            self._counted = False
-            self._gate.open -= 1
-
-    def __del__(self) -> None:
-        self._release()
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._inner.connection_made(transport)
-
-    def data_received(self, data: bytes) -> None:
-        self._inner.data_received(data)
-
-    def eof_received(self) -> bool | None:
-        return self._inner.eof_received()
-
-    def pause_writing(self) -> None:
-        self._inner.pause_writing()
-
-    def resume_writing(self) -> None:
-        self._inner.resume_writing()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._release()
-        self._inner.connection_lost(exc)
 
 
 # ------------------------------------------------------------------ the guard
