@@ -8,7 +8,9 @@ missing and unknown-user passwords. The web config file is the exporter-toolkit 
 from __future__ import annotations
 
 import asyncio
+import signal
 import ssl
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from prometheus_client import CollectorRegistry
 from e2e import Spectax, free_port, value
 from ops_helpers import Certs, Targets, client_context, make_certs
 from spectax import web as server
+from spectax import webserver
 from spectax.config import ConfigError, load_config
 from spectax.credentials import basic_auth_header
 from spectax.scrape import ScrapeError, fetch
@@ -154,23 +157,24 @@ def test_an_empty_tls_section_means_plain_http(tmp_path: Path) -> None:
 
 @pytest.fixture
 async def serve() -> AsyncIterator[Any]:
-    runners: list[web.AppRunner] = []
+    servers: list[webserver.WebServer] = []
 
-    async def start(config_path: Path) -> tuple[str, WebGuard]:
+    async def start(config_path: Path, **limits: Any) -> tuple[str, WebGuard]:
+        """`limits` go to `start_server` (max_connections, header_timeout)."""
         guard = WebGuard(load_web_config(config_path))
         app = make_app(
             CollectorRegistry(), lambda: True, lambda: [], middlewares=[guard.middleware]
         )
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.2)
-        await runner.setup()
-        runners.append(runner)
-        port = free_port()
-        await web.TCPSite(runner, "127.0.0.1", port, ssl_context=guard.server_ssl).start()
+        running = await webserver.start_server(
+            app, "127.0.0.1", 0, guard.server_ssl, shutdown_timeout=0.2, **limits
+        )
+        servers.append(running)
+        port = running.address[1]
         return f"{'https' if guard.tls else 'http'}://127.0.0.1:{port}", guard
 
     yield start
-    for runner in runners:
-        await runner.cleanup()
+    for running in servers:
+        await running.close()
 
 
 async def get(url: str, **kwargs: Any) -> int:
@@ -461,3 +465,202 @@ async def test_reload_swaps_users_and_certificates(
     assert await refused(url, ssl=trust_old)  # the old certificate is no longer served
     with pytest.raises(WebConfigError, match="takes a restart"):
         guard.replace(load_web_config(web_config(tmp_path, {}, "plain.yml")))
+
+
+# ------------------------------------------------------------------ a server held open
+
+PARTIAL_HEADER = b"GET /metrics HTTP/1.1\r\nHost: spectax\r\nX-Padding: " + b"a" * 7000
+
+
+Held = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+async def hold(port: int, context: ssl.SSLContext | None, data: bytes = PARTIAL_HEADER) -> Held:
+    """A connection that sends `data` (by default an unfinished header) and never more;
+    the writer is kept, since a collected StreamWriter closes its connection."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+    writer.write(data)
+    await writer.drain()
+    return reader, writer
+
+
+async def closed_by_server(connection: Held) -> bool:
+    """True once the server has closed the connection (EOF or a reset)."""
+    reader, writer = connection
+    try:
+        while await reader.read(65536):
+            pass
+    except (ConnectionError, ssl.SSLError):
+        pass
+    writer.close()
+    return True
+
+
+async def test_connections_that_never_finish_a_header_are_closed_by_spectax(
+    tmp_path: Path, certs: Certs
+) -> None:
+    """A real spectax over TLS: 40 connections holding 7 KB of an unfinished header and 10
+    that never finish the TLS handshake are all closed by spectax within the header timeout
+    (they were held for an hour before), and /metrics answers meanwhile."""
+    targets = Targets()
+    targets.add_pages("vllm")
+    await targets.start()
+    port = free_port()
+    web = web_config(tmp_path, {"tls_server_config": tls(certs)})
+    from e2e import write_config
+
+    config = write_config(tmp_path, port, [{"name": "vllm", "url": targets.url("vllm")}])
+    spectax = Spectax(config, port, run_args=("--web.config.file", str(web)), scheme="https")
+    spectax.ssl = client_context(certs.ca)
+    await spectax.start()
+    try:
+        await spectax.wait_for(lambda m: value(m, "spectax_endpoint_up", endpoint="vllm"))
+        context = client_context(certs.ca)
+        held = [await hold(port, context) for _ in range(40)]
+        held += [await hold(port, None, b"\x16\x03\x01") for _ in range(10)]  # half a hello
+        status, _ = await spectax.get()
+        assert status == 200
+        bound = webserver.HEADER_TIMEOUT + 10  # the timeout, and room for a loaded machine
+        done = await asyncio.wait_for(asyncio.gather(*map(closed_by_server, held)), bound)
+        assert all(done)
+        assert (await spectax.get())[0] == 200
+    finally:
+        assert await spectax.stop() == 0
+        await targets.stop()
+    assert "Traceback" not in spectax.log
+
+
+async def test_an_unfinished_plain_http_header_is_closed_after_the_header_timeout(
+    tmp_path: Path, serve: Any
+) -> None:
+    url, _ = await serve(web_config(tmp_path, {}), header_timeout=0.5)
+    port = int(url.rsplit(":", 1)[1])
+    held = [await hold(port, None) for _ in range(50)]
+    assert await get(url) == 200
+    assert all(await asyncio.wait_for(asyncio.gather(*map(closed_by_server, held)), 10))
+
+
+async def test_connections_past_the_cap_are_closed_at_once_and_the_cap_frees_up(
+    tmp_path: Path, certs: Certs, serve: Any
+) -> None:
+    """Past `max_connections`, a new connection is closed without waiting; once the held ones
+    are gone (handshakes that time out included) the server takes connections again."""
+    url, _ = await serve(
+        web_config(tmp_path, {"tls_server_config": tls(certs)}),
+        max_connections=6,
+        header_timeout=0.5,
+    )
+    port = int(url.rsplit(":", 1)[1])
+    context = client_context(certs.ca)
+    held = [await hold(port, context) for _ in range(3)]
+    held += [await hold(port, None, b"\x16\x03\x01") for _ in range(3)]  # stuck handshakes
+    assert await refused(url, ssl=context)  # the seventh
+    await asyncio.wait_for(asyncio.gather(*map(closed_by_server, held)), 10)
+    from e2e import wait_until
+
+    async def served() -> bool:
+        return not await refused(url, ssl=context)
+
+    await wait_until(served, 10, "the server to take connections again")
+
+
+# ------------------------------------------------------------------ keys and auth on reload
+
+
+def encrypted_key(certs: Certs, directory: Path) -> Path:
+    """The server key, protected by a pass phrase."""
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_pem_private_key(certs.server_key.read_bytes(), password=None)
+    path = directory / "encrypted.key"
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"a pass phrase"),
+        )
+    )
+    return path
+
+
+async def test_an_encrypted_key_is_refused_at_check_config_and_start_without_a_prompt(
+    tmp_path: Path, certs: Certs
+) -> None:
+    key = encrypted_key(certs, tmp_path)
+    inline = {"cert": certs.server_cert.read_text(), "key": key.read_text()}
+    for content in (tls(certs, key_file=str(key)), inline):
+        with pytest.raises(WebConfigError, match="the key is encrypted") as error:
+            load_web_config(web_config(tmp_path, {"tls_server_config": content}))
+        assert "openssl pkey" in str(error.value)
+    web = web_config(tmp_path, {"tls_server_config": tls(certs, key_file=str(key))})
+    from e2e import write_config
+
+    config = write_config(tmp_path, free_port(), [{"name": "x", "url": "http://127.0.0.1:1/"}])
+    for command in (
+        ["check-config", str(config), "--web.config.file", str(web)],
+        ["run", "--config", str(config), "--web.config.file", str(web)],
+    ):
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "spectax",
+            *command,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,  # no terminal for OpenSSL to prompt on
+        )
+        output, _ = await asyncio.wait_for(process.communicate(), 60)
+        assert process.returncode == 2, output
+        assert b"the key is encrypted" in output
+        assert b"PEM pass phrase" not in output and b"Traceback" not in output
+
+
+async def test_a_reload_that_would_turn_basic_auth_off_or_load_an_encrypted_key_is_refused(
+    tmp_path: Path, certs: Certs
+) -> None:
+    """SIGHUP with `basic_auth_users: {}`, without `basic_auth_users`, or with an encrypted
+    key: the running web config stays (the password is still needed), the gauge says 0, the
+    log says why; a good file afterwards is taken."""
+    targets = Targets()
+    targets.add_pages("vllm")
+    await targets.start()
+    port = free_port()
+    path = web_config(tmp_path, {"tls_server_config": tls(certs), "basic_auth_users": {"p": HASH}})
+    from e2e import write_config
+
+    config = write_config(tmp_path, port, [{"name": "vllm", "url": targets.url("vllm")}])
+    spectax = Spectax(config, port, run_args=("--web.config.file", str(path)), scheme="https")
+    spectax.ssl = client_context(certs.ca)
+    spectax.auth = basic_auth_header("p", PASSWORD)
+    key = encrypted_key(certs, tmp_path)
+    await spectax.start()
+    try:
+        await spectax.wait_for(lambda m: value(m, "spectax_endpoint_up", endpoint="vllm"))
+        for bad, reason in (
+            ({"tls_server_config": tls(certs), "basic_auth_users": {}}, "basic auth off"),
+            ({"tls_server_config": tls(certs)}, "basic auth off"),
+            (
+                {"tls_server_config": tls(certs, key_file=str(key)), "basic_auth_users": {}},
+                "the key is encrypted",
+            ),
+        ):
+            await spectax.wait_for(lambda m: value(m, "spectax_config_last_reload_successful"))
+            path.write_text(yaml.safe_dump(bad))
+            spectax.signal(signal.SIGHUP)
+            m = await spectax.wait_for(
+                lambda m: value(m, "spectax_config_last_reload_successful") == 0
+            )
+            assert value(m, "spectax_endpoint_up", endpoint="vllm") == 1
+            await spectax.wait_log(reason)
+            assert (await spectax.get("/", headers={}))[0] == 401  # auth is still on
+            path.write_text(
+                yaml.safe_dump({"tls_server_config": tls(certs), "basic_auth_users": {"p": HASH}})
+            )
+            spectax.signal(signal.SIGHUP)
+            await spectax.wait_for(lambda m: value(m, "spectax_config_last_reload_successful"))
+    finally:
+        assert await spectax.stop() == 0
+        await targets.stop()
+    assert "Traceback" not in spectax.log
+    assert "restart spectax to run without basic auth" in spectax.log

@@ -25,7 +25,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import aiohttp
-from aiohttp import web
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from prometheus_client import CollectorRegistry
 
@@ -48,6 +47,7 @@ from spectax.store import Store
 from spectax.store.writer import PendingWrite, StoreWriter
 from spectax.web import WebGuard, make_app
 from spectax.webconfig import WebConfigError, load_web_config
+from spectax.webserver import WebServer, start_server
 
 log = logging.getLogger(__name__)
 SHUTDOWN_GRACE_SECONDS = 5.0
@@ -91,7 +91,7 @@ class Daemon:
         self._scheduler = AsyncIOScheduler(timezone=UTC)  # rollup and billing jobs
         self._scrapes = ScrapeSchedule(self.scrape, self.config.scrape_interval)
         self._session: aiohttp.ClientSession | None = None
-        self._runner: web.AppRunner | None = None
+        self._server: WebServer | None = None
         self._ready = False
         self.stopped = asyncio.Event()
         self.billing = BillingService(settings.billing)  # its jobs run beside the scrapes
@@ -119,9 +119,10 @@ class Daemon:
 
     @property
     def listen_url(self) -> str:
-        site = self._runner.addresses[0] if self._runner and self._runner.addresses else None
         host, port = (
-            (site[0], site[1]) if site else (self.config.listen_host, self.config.listen_port)
+            self._server.address
+            if self._server
+            else (self.config.listen_host, self.config.listen_port)
         )
         return f"{'https' if self.guard.tls else 'http'}://{host}:{port}"
 
@@ -143,15 +144,9 @@ class Daemon:
             middlewares=[self.guard.middleware],
             render_text=self.collector.render_text,
         )
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(
-            self._runner,
-            self.config.listen_host,
-            self.config.listen_port,
-            ssl_context=self.guard.server_ssl,
+        self._server = await start_server(
+            app, self.config.listen_host, self.config.listen_port, self.guard.server_ssl
         )
-        await site.start()
         open_files, endpoints = lift_open_files_limit(), len(self.config.endpoints)
         if open_files is not None and open_files < endpoints + 256:
             log.warning(
@@ -198,8 +193,8 @@ class Daemon:
             self._scheduler.shutdown(wait=False)
         open_windows = (monitor.flush() for monitor in self.monitors.values())
         await self.writer.stop(open_windows, self._grace)
-        if self._runner is not None:
-            await self._runner.cleanup()
+        if self._server is not None:
+            await self._server.close()
         if self._session is not None:
             await self._session.close()
         await self.writer.close()

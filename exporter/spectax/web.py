@@ -5,6 +5,7 @@ Passwords are checked with bcrypt (constant-time comparison); unknown users are 
 against a fixed hash so that timing does not tell which users exist. A verified result is
 cached under a SHA-256 of user, hash and password (never the password itself), so a
 Prometheus scraping every few seconds pays bcrypt's cost once.
+The socket under it, and what a client can hold there, is `spectax.webserver`'s.
 """
 
 from __future__ import annotations
@@ -221,10 +222,20 @@ class WebGuard:
         return self._base_context
 
     def replace(self, config: WebConfig) -> None:
-        """Take a new validated config; TLS cannot be switched on or off without a restart."""
+        """Take a new validated config; TLS cannot be switched on or off without a restart,
+        nor basic auth off: a reload that empties `basic_auth_users` (or drops it) is more
+        likely a slip than a wish to open /metrics to anyone."""
         if (config.ssl is not None) != self.tls:
             raise WebConfigError(
                 "web config", ["switching TLS on or off takes a restart of spectax"]
+            )
+        if self._auth is not None and not config.users:
+            raise WebConfigError(
+                "web config",
+                [
+                    "basic_auth_users: empty or missing would turn basic auth off; list the "
+                    "users, or restart spectax to run without basic auth"
+                ],
             )
         self._config = config
         self._auth = BasicAuthChecker(config.users) if config.users else None

@@ -240,6 +240,13 @@ def _server_context(tls: TLSServerConfig, problems: list[str]) -> ssl.SSLContext
         context.set_ecdh_curve(_CURVES[curves[0]])
     try:
         _load_chain(context, tls)
+    except EncryptedKeyError:
+        problems.append(
+            f"{where}.{'key_file' if tls.key_file else 'key'}: the key is encrypted (it has a "
+            "pass phrase); spectax reads unencrypted keys only: decrypt it with `openssl pkey "
+            "-in KEY -out PLAIN` and give the result, readable by spectax alone"
+        )
+        return None
     except CredentialError as exc:
         problems.append(f"{where}: {exc}")
         return None
@@ -258,9 +265,21 @@ def _server_context(tls: TLSServerConfig, problems: list[str]) -> ssl.SSLContext
     return context
 
 
+class EncryptedKeyError(Exception):
+    """The key asks for a pass phrase."""
+
+
+def _no_pass_phrase() -> str:
+    """Without a callback, OpenSSL asks `Enter PEM pass phrase:` on the terminal and blocks
+    start-up (or a reload) until someone types; spectax refuses the key instead."""
+    raise EncryptedKeyError
+
+
 def _load_chain(context: ssl.SSLContext, tls: TLSServerConfig) -> None:
     if tls.cert_file and tls.key_file:
-        context.load_cert_chain(expand_path(tls.cert_file), expand_path(tls.key_file))
+        context.load_cert_chain(
+            expand_path(tls.cert_file), expand_path(tls.key_file), password=_no_pass_phrase
+        )
         return
     # Inline PEM: OpenSSL loads from files only, so through a private temporary file.
     import os
@@ -274,7 +293,7 @@ def _load_chain(context: ssl.SSLContext, tls: TLSServerConfig) -> None:
     try:
         with os.fdopen(fd, "w") as f:
             f.write(cert + "\n" + key + "\n")
-        context.load_cert_chain(name)
+        context.load_cert_chain(name, password=_no_pass_phrase)
     finally:
         os.unlink(name)
 

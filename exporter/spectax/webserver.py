@@ -1,0 +1,152 @@
+"""The socket under spectax's HTTP face: what a client can hold without sending a request.
+
+The TLS handshake and the request header each have `HEADER_TIMEOUT` (Go's exporters use
+ReadHeaderTimeout), and at most `MAX_CONNECTIONS` are open at once; past it, a new
+connection is closed at once, before any TLS handshake. `spectax.web` is the app served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import Callable
+
+from aiohttp import web
+
+# Go's ReadHeaderTimeout, from accept (and from the end of the last response on a kept-alive
+# connection) to a complete header: a scrape sends its header in one segment, in under 1 ms.
+HEADER_TIMEOUT = 10.0
+# Who scrapes spectax is a few Prometheus servers and a browser; each open connection costs
+# ~270 KiB over TLS (asyncio's 256 KiB read buffer, bench/web_flood.py): 256 take ~70 MiB.
+MAX_CONNECTIONS = 256
+
+
+class WebServer:
+    """The listening socket and the aiohttp runner behind it; `close()` stops both."""
+
+    def __init__(self, runner: web.AppRunner, server: asyncio.Server, gate: ConnectionGate):
+        self.runner, self.server, self.gate = runner, server, gate
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self.server.sockets[0].getsockname()[:2]
+        return str(host), int(port)
+
+    async def close(self) -> None:
+        self.server.close()
+        await self.runner.cleanup()
+
+
+async def start_server(
+    app: web.Application,
+    host: str,
+    port: int,
+    ssl_context: ssl.SSLContext | None,
+    *,
+    max_connections: int = MAX_CONNECTIONS,
+    header_timeout: float = HEADER_TIMEOUT,
+    shutdown_timeout: float = 60.0,
+) -> WebServer:
+    """Serve `app` with the handshake and the header each bounded by `header_timeout`
+    (aiohttp's keep-alive timer runs from accept and closes a connection still waiting
+    for a complete request) and at most `max_connections` open at once.
+
+    The socket listens in plain TCP and TLS starts once the connection is admitted: each
+    TLS connection holds asyncio's 256 KiB read buffer, so one refused before its
+    handshake costs nothing (bench/web_flood.py: 2,000 held, 87 -> 620 MiB otherwise)."""
+    runner = web.AppRunner(
+        app, access_log=None, keepalive_timeout=header_timeout, shutdown_timeout=shutdown_timeout
+    )
+    await runner.setup()
+    assert runner.server is not None
+    gate = ConnectionGate(runner.server, max_connections, ssl_context, header_timeout)
+    server = await asyncio.get_running_loop().create_server(gate, host, port)
+    return WebServer(runner, server, gate)
+
+
+class ConnectionGate:
+    """The protocol factory: aiohttp's handler for each connection up to `limit` open at
+    once (TLS handshakes in progress included), a connection closed at once past it."""
+
+    def __init__(
+        self,
+        factory: Callable[[], asyncio.Protocol],
+        limit: int,
+        ssl_context: ssl.SSLContext | None,
+        handshake_timeout: float,
+    ):
+        self._factory, self.limit, self.open = factory, limit, 0
+        self.ssl_context, self.handshake_timeout = ssl_context, handshake_timeout
+        self._handshakes: set[asyncio.Task[None]] = set()
+
+    def __call__(self) -> asyncio.Protocol:
+        return _Admission(self)
+
+    def admit(self, transport: asyncio.Transport) -> None:
+        if self.open >= self.limit:
+            transport.abort()
+            return
+        self.open += 1
+        handler = self._factory()
+        if self.ssl_context is None:
+            transport.set_protocol(_Counted(handler, self))
+            handler.connection_made(transport)
+            return
+        transport.pause_reading()  # the ClientHello waits in the kernel for start_tls
+        task = asyncio.create_task(self._start_tls(transport, handler))
+        self._handshakes.add(task)
+        task.add_done_callback(self._handshakes.discard)
+
+    async def _start_tls(self, transport: asyncio.Transport, handler: asyncio.Protocol) -> None:
+        counted, context = _Counted(handler, self), self.ssl_context
+        assert context is not None
+        loop, timeout = asyncio.get_running_loop(), self.handshake_timeout
+        try:
+            tls = await loop.start_tls(
+                transport, counted, context, server_side=True, ssl_handshake_timeout=timeout
+            )
+        except (OSError, ssl.SSLError, TimeoutError, asyncio.CancelledError):
+            tls = None  # start_tls has closed the connection
+        if tls is None:
+            counted.release()
+        else:
+            handler.connection_made(tls)
+
+
+class _Admission(asyncio.Protocol):
+    """A connection just accepted, before it is counted: the gate admits or closes it."""
+
+    def __init__(self, gate: ConnectionGate):
+        self._gate = gate
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._gate.admit(transport)  # type: ignore[arg-type]
+
+
+class _Counted(asyncio.Protocol):
+    """Passes everything to aiohttp's handler and counts itself out when the connection ends
+    (aiohttp's handler has __slots__, so it cannot be told directly)."""
+
+    def __init__(self, inner: asyncio.Protocol, gate: ConnectionGate):
+        self._inner, self._gate, self._counted = inner, gate, True
+
+    def release(self) -> None:
+        if self._counted:
+            self._counted = False
+            self._gate.open -= 1
+
+    def data_received(self, data: bytes) -> None:
+        self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._inner.eof_received()
+
+    def pause_writing(self) -> None:
+        self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.release()
+        self._inner.connection_lost(exc)
