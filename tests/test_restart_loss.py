@@ -56,8 +56,10 @@ async def scrapes_after(spectax: Spectax, count: int) -> None:
     m = await spectax.metrics()
     last = value(m, "spectax_last_scrape_success_timestamp_seconds", endpoint="x") or 0
     await spectax.wait_for(
-        lambda m: (value(m, "spectax_last_scrape_success_timestamp_seconds", endpoint="x") or 0)
-        >= last + count - 0.5
+        lambda m: (
+            (value(m, "spectax_last_scrape_success_timestamp_seconds", endpoint="x") or 0)
+            >= last + count - 0.5
+        )
     )
 
 
@@ -71,16 +73,16 @@ async def test_kill_9_then_a_vllm_restart_loses_no_token_a_scrape_saw(tmp_path: 
     try:
         port = free_port()
         # an hour's window: the kill and the restart both fall inside the open window
-        config = write_config(
-            tmp_path, port, [{"name": "x", "url": targets.url("x")}], window="1h"
-        )
+        config = write_config(tmp_path, port, [{"name": "x", "url": targets.url("x")}], window="1h")
         spectax = Spectax(config, port)
         await spectax.start()
         await spectax.wait_for(lambda m: value(m, "spectax_endpoint_up", endpoint="x") == 1)
         vllm.growing = True
         await spectax.wait_for(
-            lambda m: (value(m, "spectax_output_tokens_total", endpoint="x") or 0)
-            >= 4 * TOKENS_PER_SCRAPE
+            lambda m: (
+                (value(m, "spectax_output_tokens_total", endpoint="x") or 0)
+                >= 4 * TOKENS_PER_SCRAPE
+            )
         )
         vllm.growing = False  # what the last scrape saw stays put, and spectax has seen it
         await spectax.wait_for(
@@ -133,10 +135,8 @@ async def test_a_restart_from_the_open_window_counts_its_spend_once(database_url
     """Restored from a partial open window, spend goes on from the stored total: the partial
     rows are neither lost nor added twice, as a run that never stopped would count."""
     endpoint, price = priced_endpoint()
-    pages = [
-        page(n)
-        for n in ("spec_ngram_0_before_traffic.txt", "spec_ngram_2_mid.txt", "spec_ngram_3_after.txt")
-    ]
+    names = ("spec_ngram_0_before_traffic.txt", "spec_ngram_2_mid.txt", "spec_ngram_3_after.txt")
+    pages = [page(n) for n in names]
     t0 = 1_798_761_600.0 + 1.0  # just after a window boundary: every scrape below is inside it
     steady = EndpointMonitor(endpoint, price, 300.0)
     for i, text in enumerate(pages):
