@@ -43,7 +43,7 @@ STORE_BATCH_ROWS = 200  # window rows per transaction (~40 ms on the event loop)
 RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)  # waits after the 1st, 2nd, ... failure in a row
 DRAIN_RETRY_SECONDS = 0.5  # while draining with a deadline (start-up, shutdown): retry soon
 # Open windows are stored at least this often: 2,000 endpoints every 15 s are 133 scrapes a
-# second, one transaction each ~0.3 of a core on SQLite, one a second ~1 % (bench/store_ingest.py)
+# second; one transaction each took 1.1 cores on SQLite, one a second 3 % (bench/store_ingest.py)
 OPEN_WINDOW_SECONDS = 1.0
 
 
