@@ -310,6 +310,9 @@ class Daemon:
         if self.monitors.get(monitor.config.name) is not monitor:
             return  # removed or replaced by a reload while in flight
         self._enqueue(monitor.observe_page(time.time(), text, time.monotonic() - started))
+        # The open window so far, merged per endpoint while it waits: a kill -9 then loses
+        # only the last OPEN_WINDOW_SECONDS of scrapes, not the open window (issue 16).
+        self.writer.enqueue(monitor.flush(), wake=False)
 
     def _schedule(self) -> None:
         self._scrapes.start(self.monitors)

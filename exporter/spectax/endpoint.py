@@ -164,7 +164,9 @@ class EndpointMonitor:
         )
 
     def flush(self) -> PendingWrite | None:
-        """The open (partial) window and the cursor, for a graceful stop."""
+        """The open (partial) window and the cursor: for the store after every scrape, so that
+        a restart (kill -9, a reboot) resumes the window where the last scrape left it even
+        when the engine restarted meanwhile, and at a graceful stop."""
         if self._aligned.open is None or self._last is None:
             return None
         return pending_write(self.config.name, [self._assessed(self._aligned.open)], self._last)

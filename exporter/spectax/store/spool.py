@@ -58,6 +58,17 @@ class PendingWrite:
         rows = [{k: _decode(k, v) for k, v in row.items()} for row in data["rows"]]
         return cls(data["endpoint"], rows, cursor)
 
+    def absorb(self, later: PendingWrite) -> None:
+        """Take in a later write of the same endpoint, as if written after this one: a
+        window's later rows replace its earlier ones (a window only grows), the later cursor
+        wins. So an endpoint's open window, queued at every scrape, waits once, not once per
+        scrape."""
+        rows = {(row["model"], row["start"]): row for row in self.rows}
+        rows.update(((row["model"], row["start"]), row) for row in later.rows)
+        self.rows = list(rows.values())
+        if later.cursor is not None and (self.cursor is None or later.cursor[0] >= self.cursor[0]):
+            self.cursor = later.cursor
+
 
 class WriteQueue:
     def __init__(
@@ -75,6 +86,9 @@ class WriteQueue:
         )
         self._memory: deque[PendingWrite] = deque()
         self._memory_rows = 0
+        # per endpoint, its write in memory that the writer has not taken yet: the next one
+        # merges into it (PendingWrite.absorb)
+        self._mergeable: dict[str, PendingWrite] = {}
         self._spooled_rows = 0
         self._spool_offset = 0  # bytes of the spool already written to the store
         # the next spool writes and the offset where they end
@@ -90,8 +104,15 @@ class WriteQueue:
         return bool(self._memory) or self._spool_has_more()
 
     def append(self, write: PendingWrite) -> None:
-        self._memory.append(write)
-        self._memory_rows += len(write.rows) or 1
+        waiting = self._mergeable.get(write.endpoint)
+        if waiting is not None:
+            self._memory_rows -= len(waiting.rows) or 1
+            waiting.absorb(write)
+            self._memory_rows += len(waiting.rows) or 1
+        else:
+            self._memory.append(write)
+            self._mergeable[write.endpoint] = write
+            self._memory_rows += len(write.rows) or 1
         if self._memory_rows > self.max_rows:
             self._spill()
 
@@ -117,6 +138,8 @@ class WriteQueue:
                 break
             batch.append(write)
             rows += len(write.rows) or 1
+        for write in batch:  # being written now: what comes next queues behind them
+            self._forget_mergeable(write)
         return batch
 
     def pop(self, written: list[PendingWrite]) -> None:
@@ -161,6 +184,7 @@ class WriteQueue:
         while self._memory and self._memory_rows > keep:
             write = self._memory.popleft()
             self._memory_rows -= len(write.rows) or 1
+            self._forget_mergeable(write)
             moved.append(write)
         with self.spool_path.open("ab") as spool:
             for write in moved:
@@ -168,6 +192,10 @@ class WriteQueue:
             spool.flush()
             os.fsync(spool.fileno())
         self._spooled_rows += sum(len(w.rows) or 1 for w in moved)
+
+    def _forget_mergeable(self, write: PendingWrite) -> None:
+        if self._mergeable.get(write.endpoint) is write:
+            del self._mergeable[write.endpoint]
 
     def _load_spool(self) -> list[PendingWrite]:
         """The spool's records; a torn last line (a crash while appending) is dropped and an

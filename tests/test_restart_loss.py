@@ -1,0 +1,179 @@
+"""A restart on either side loses at most what no scrape ever saw (issue 16, finding 6).
+
+spectax killed (kill -9, a host reboot) while its window is open, and vLLM restarted
+before spectax is back: vLLM's counters are back near zero, so the next delta cannot
+cover the gap. Only what spectax stored of the open window can. It stores the open
+window and its cursor after every scrape, merged per endpoint while they wait.
+"""
+
+from __future__ import annotations
+
+import signal
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from conftest import page
+from e2e import Spectax, free_port, stored_windows, value, write_config
+from ops_helpers import Targets
+from spectax.config import EndpointConfig, validate
+from spectax.endpoint import EndpointMonitor
+from spectax.store import Store
+from spectax.store.writer import PendingWrite, WriteQueue
+
+COUNTER = 'vllm:generation_tokens_total{engine="0",model_name="tiny-llama"} 0.0'
+TOKENS_PER_SCRAPE = 137
+
+
+class CountingVllm:
+    """A vLLM whose output-token counter grows by TOKENS_PER_SCRAPE at each scrape while
+    `growing`; `restart()` is a new process (new start time, counters from zero). `seen`
+    is what its pages showed, per process: what spectax must store, to the token."""
+
+    def __init__(self) -> None:
+        self.pages = [page("spec_ngram_0_before_traffic.txt")]
+        self.tokens = 0
+        self.growing = False
+        self.seen = [0]
+
+    def restart(self) -> None:
+        self.pages.append(page("spec_ngram_restart_0_before_traffic.txt"))
+        self.tokens = 0
+        self.seen.append(0)
+
+    async def serve(self, _request: web.Request) -> web.Response:
+        if self.growing:
+            self.tokens += TOKENS_PER_SCRAPE
+        self.seen[-1] = self.tokens
+        text = self.pages[-1].replace(COUNTER, COUNTER.replace(" 0.0", f" {self.tokens}.0"))
+        return web.Response(text=text)
+
+
+async def scrapes_after(spectax: Spectax, count: int) -> None:
+    """Wait until spectax has scraped `count` more times (its last-success timestamp)."""
+    m = await spectax.metrics()
+    last = value(m, "spectax_last_scrape_success_timestamp_seconds", endpoint="x") or 0
+    await spectax.wait_for(
+        lambda m: (
+            (value(m, "spectax_last_scrape_success_timestamp_seconds", endpoint="x") or 0)
+            >= last + count - 0.5
+        )
+    )
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(120)
+async def test_kill_9_then_a_vllm_restart_loses_no_token_a_scrape_saw(tmp_path: Path) -> None:
+    vllm = CountingVllm()
+    targets = Targets()
+    targets.add("x", vllm.serve)
+    await targets.start()
+    try:
+        port = free_port()
+        # an hour's window: the kill and the restart both fall inside the open window
+        config = write_config(tmp_path, port, [{"name": "x", "url": targets.url("x")}], window="1h")
+        spectax = Spectax(config, port)
+        await spectax.start()
+        await spectax.wait_for(lambda m: value(m, "spectax_endpoint_up", endpoint="x") == 1)
+        vllm.growing = True
+        await spectax.wait_for(
+            lambda m: (
+                (value(m, "spectax_output_tokens_total", endpoint="x") or 0)
+                >= 4 * TOKENS_PER_SCRAPE
+            )
+        )
+        vllm.growing = False  # what the last scrape saw stays put, and spectax has seen it
+        await spectax.wait_for(
+            lambda m: value(m, "spectax_output_tokens_total", endpoint="x") == vllm.seen[0]
+        )
+        await scrapes_after(spectax, 2)  # ...and has had a writer pass since
+        assert spectax.process is not None
+        spectax.process.send_signal(signal.SIGKILL)
+        await spectax.process.wait()
+
+        vllm.restart()  # while spectax is down: its counters start again from zero
+        vllm.growing = True
+        spectax = Spectax(config, port)
+        await spectax.start()
+        await spectax.wait_log("engine restarted")
+        await scrapes_after(spectax, 3)
+        vllm.growing = False
+        await scrapes_after(spectax, 2)  # the last sample holds the final counter
+        assert await spectax.stop() == 0
+    finally:
+        await targets.stop()
+    assert vllm.seen[0] >= 4 * TOKENS_PER_SCRAPE and vllm.seen[1] > 0
+    _, tokens = stored_windows(tmp_path / "state", "x")
+    assert tokens == sum(vllm.seen)
+
+
+def scrape_write(monitor: EndpointMonitor, t: float, text: str) -> list[PendingWrite]:
+    """What the daemon queues for one scrape: closed windows, then the open window so far."""
+    return [w for w in (monitor.observe_page(t, text, 0.01), monitor.flush()) if w is not None]
+
+
+def priced_endpoint() -> tuple[EndpointConfig, Decimal | None]:
+    settings = validate(
+        {
+            "window": "5m",
+            "endpoints": [
+                {
+                    "name": "x",
+                    "url": "http://127.0.0.1:1/metrics",
+                    "gpu": "H100 SXM",
+                    "price": {"usd_per_hour": 3.99},
+                }
+            ],
+        }
+    )
+    return settings.config.endpoints[0], settings.usd_per_hour["x"]
+
+
+async def test_a_restart_from_the_open_window_counts_its_spend_once(database_url: str) -> None:
+    """Restored from a partial open window, spend goes on from the stored total: the partial
+    rows are neither lost nor added twice, as a run that never stopped would count."""
+    endpoint, price = priced_endpoint()
+    names = ("spec_ngram_0_before_traffic.txt", "spec_ngram_2_mid.txt", "spec_ngram_3_after.txt")
+    pages = [page(n) for n in names]
+    t0 = 1_798_761_600.0 + 1.0  # just after a window boundary: every scrape below is inside it
+    steady = EndpointMonitor(endpoint, price, 300.0)
+    for i, text in enumerate(pages):
+        steady.observe_page(t0 + 15.0 * i, text, 0.01)
+
+    store = await Store.open(database_url)
+    try:
+        first = EndpointMonitor(endpoint, price, 300.0)
+        for i, text in enumerate(pages[:2]):
+            for w in scrape_write(first, t0 + 15.0 * i, text):
+                await store.save(w.endpoint, w.rows, w.cursor)
+        # killed here: the window is open, nothing closed it
+        second = EndpointMonitor(endpoint, price, 300.0, await store.restore("x", 300.0, 10))
+        for w in scrape_write(second, t0 + 30.0, pages[2]):
+            await store.save(w.endpoint, w.rows, w.cursor)
+        stored_spend, _ = await store.money_totals("x")
+        [row] = await store.window_rows("x")
+    finally:
+        await store.close()
+    assert steady.snapshot.spend_usd_total > 0
+    assert second.snapshot.spend_usd_total == steady.snapshot.spend_usd_total == stored_spend
+    assert row.output_tokens == round(steady.snapshot.tokens_total["tiny-llama"][0])
+
+
+def test_an_outage_queues_one_open_window_write_per_endpoint_not_one_per_scrape(
+    tmp_path: Path,
+) -> None:
+    endpoint, price = priced_endpoint()
+    pages = [page("spec_ngram_0_before_traffic.txt"), page("spec_ngram_2_mid.txt")]
+    monitor = EndpointMonitor(endpoint, price, 300.0)
+    queue = WriteQueue(tmp_path / "spool.jsonl")
+    t0 = 1_798_761_600.0
+    for step in range(100):  # 25 minutes of 15 s scrapes with the database away: 5 windows
+        for write in scrape_write(monitor, t0 + 15.0 * step, pages[min(step, 1)]):
+            queue.append(write)
+    [write] = queue.peek(10_000)
+    starts = sorted({row["start"] for row in write.rows})
+    assert len(starts) == 5 and len(write.rows) == 5  # each window once, the open one too
+    assert write.cursor is not None and write.cursor[0] == t0 + 15.0 * 99
+    assert queue.pending_rows == 5
