@@ -34,7 +34,9 @@ from spectax.store import Restored
 from spectax.store.rows import pending_write
 from spectax.store.writer import PendingWrite
 
-log = logging.getLogger(__name__)
+# The logger keeps the name it had before the module was renamed: log filters and alerting
+# on JSON logs select by it.
+log = logging.getLogger("spectax.monitor")
 
 CALIBRATION_POINTS = 288  # a day of 5-minute windows
 FULL_WINDOW_SHARE = 0.8  # a sliding window this full counts as full (scrapes jitter)
