@@ -102,3 +102,16 @@ def test_an_unreadable_spool_line_in_the_middle_is_quarantined_and_the_rest_kept
     assert drain(queue) == [0, 2]
     [kept] = (tmp_path / "quarantine.jsonl").read_text().splitlines()
     assert json.loads(kept)["line"].startswith('{"endpoint": "e1"')
+
+
+def test_pending_reads_the_spool_then_memory_in_order_and_consumes_nothing(
+    tmp_path: Path,
+) -> None:
+    queue = WriteQueue(tmp_path / "spool.jsonl", max_rows=4)
+    for n in range(7):  # the oldest spill to the spool, the newest stay in memory
+        queue.append(write(n))
+    written = queue.peek(1)
+    queue.pop(written)  # the first is in the store: no longer pending
+    assert [w.rows[0]["n"] for w in queue.pending()] == list(range(1, 7))
+    assert [w.rows[0]["n"] for w in queue.pending("e3")] == [3]
+    assert queue.pending_rows == 6 and drain(queue) == list(range(1, 7))

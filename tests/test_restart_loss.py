@@ -8,7 +8,9 @@ window and its cursor after every scrape, merged per endpoint while they wait.
 
 from __future__ import annotations
 
+import asyncio
 import signal
+import time
 from decimal import Decimal
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from conftest import page
 from e2e import Spectax, free_port, stored_windows, value, write_config
 from ops_helpers import Targets
 from spectax.config import EndpointConfig, validate
+from spectax.daemon import Daemon
 from spectax.endpoint import EndpointMonitor
 from spectax.store import Store
 from spectax.store.writer import PendingWrite, WriteQueue
@@ -43,12 +46,14 @@ class CountingVllm:
         self.tokens = 0
         self.seen.append(0)
 
-    async def serve(self, _request: web.Request) -> web.Response:
+    def next_page(self) -> str:
         if self.growing:
             self.tokens += TOKENS_PER_SCRAPE
         self.seen[-1] = self.tokens
-        text = self.pages[-1].replace(COUNTER, COUNTER.replace(" 0.0", f" {self.tokens}.0"))
-        return web.Response(text=text)
+        return self.pages[-1].replace(COUNTER, COUNTER.replace(" 0.0", f" {self.tokens}.0"))
+
+    async def serve(self, _request: web.Request) -> web.Response:
+        return web.Response(text=self.next_page())
 
 
 async def scrapes_after(spectax: Spectax, count: int) -> None:
@@ -177,3 +182,122 @@ def test_an_outage_queues_one_open_window_write_per_endpoint_not_one_per_scrape(
     assert len(starts) == 5 and len(write.rows) == 5  # each window once, the open one too
     assert write.cursor is not None and write.cursor[0] == t0 + 15.0 * 99
     assert queue.pending_rows == 5
+
+
+@pytest.mark.timeout(60)
+async def test_a_spool_left_at_start_up_is_resumed_from_not_counted_again(
+    tmp_path: Path, database_url: str
+) -> None:
+    """The start-up drain cannot finish (0 s here, 10 s in production): the monitor is restored
+    while the last run's writes still wait in the spool, later than the store's cursor. It
+    must resume from them: once all is written, the store holds what the target counted."""
+    vllm = CountingVllm()
+    targets = Targets()
+    targets.add("x", vllm.serve)
+    await targets.start()
+    state = tmp_path / "state"
+    endpoint = {"name": "x", "url": targets.url("x"), "gpu": "H100 SXM"}
+    settings = validate(
+        {
+            "listen": f"127.0.0.1:{free_port()}",
+            "scrape_interval": "1s",
+            "scrape_timeout": "1s",
+            "window": "1m",
+            "storage_url": database_url,
+            "state_directory": str(state),
+            "endpoints": [{**endpoint, "price": {"usd_per_hour": 3.99}}],
+        }
+    )
+    # The last run: 10 scrapes 15 s apart over three windows; the store took the first 3, the
+    # rest waited for it in memory and went to the spool at the stop (WriteQueue.spill_all).
+    first = EndpointMonitor(settings.config.endpoints[0], settings.usd_per_hour["x"], 60.0)
+    t0 = time.time() - 150.0
+    store = await Store.open(database_url)
+    queue = WriteQueue(state / "spool.jsonl")
+    try:
+        for i in range(10):
+            for w in scrape_write(first, t0 + 15.0 * i, vllm.next_page()):
+                if i < 3:
+                    await store.save(w.endpoint, w.rows, w.cursor)
+                else:
+                    queue.append(w)
+            queue.spill_all()
+            vllm.growing = True
+    finally:
+        await store.close()
+    assert queue.pending_rows > 0
+
+    daemon = Daemon(settings, startup_drain_seconds=0.0)
+    try:
+        await daemon.start()
+        await served(targets, 3)
+        vllm.growing = False
+        await served(targets, 5)  # the last sample holds the final counter
+    finally:
+        await daemon.stop()
+        await targets.stop()
+    exported = daemon.monitors["x"].snapshot.spend_usd_total
+    assert not daemon.writer.queue and not (state / "spool.jsonl").exists()
+
+    store = await Store.open(database_url)
+    try:
+        rows = await store.window_rows("x")
+        spend, _ = await store.money_totals("x")
+        cursor = await store.cursor("x")
+    finally:
+        await store.close()
+    assert cursor is not None
+    assert vllm.seen[0] >= 12 * TOKENS_PER_SCRAPE
+    assert sum(row.output_tokens for row in rows) == vllm.seen[0]
+    assert spend == exported  # what /metrics says is what the store holds
+    # provisioned: every second from the first scrape to the last, once
+    assert abs(spend - Decimal("3.99") * Decimal(repr(cursor[0] - t0)) / 3600) < Decimal("1e-6")
+
+
+async def served(targets: Targets, count: int) -> None:
+    """Wait until target x has served `count` pages."""
+    while targets.requests.get("x", 0) < count:  # noqa: ASYNC110 (no event for it)
+        await asyncio.sleep(0.05)
+
+
+async def test_restore_overlays_the_queued_writes_on_the_store(
+    tmp_path: Path, database_url: str
+) -> None:
+    """Store.restore with the writes still queued (some spooled, some in memory) resumes as a
+    run that never stopped: the same spend, to the nano-dollar, and the same tokens."""
+    endpoint, price = priced_endpoint()
+    vllm = CountingVllm()
+    vllm.growing = True
+    t0 = 1_798_761_600.0 + 1.0
+    timeline = [(t0 + 15.0 * i, vllm.next_page()) for i in range(50)]  # 3 windows and a bit
+    steady = EndpointMonitor(endpoint, price, 300.0)
+    for t, text in timeline:
+        steady.observe_page(t, text, 0.01)
+
+    store = await Store.open(database_url)
+    try:
+        first = EndpointMonitor(endpoint, price, 300.0)
+        queue = WriteQueue(tmp_path / "spool.jsonl")
+        for i, (t, text) in enumerate(timeline[:40]):
+            for w in scrape_write(first, t, text):
+                if i < 5:
+                    await store.save(w.endpoint, w.rows, w.cursor)
+                else:
+                    queue.append(w)
+            if i == 30:
+                queue.spill_all()  # the older ones on disk, the newer in memory
+        restored = await store.restore("x", 300.0, 10, list(queue.pending("x")))
+        second = EndpointMonitor(endpoint, price, 300.0, restored)
+        while batch := queue.peek(100):  # then the queue drains, behind the new monitor
+            await store.save_many([(w.endpoint, w.rows, w.cursor) for w in batch])
+            queue.pop(batch)
+        for t, text in timeline[40:]:
+            for w in scrape_write(second, t, text):
+                await store.save(w.endpoint, w.rows, w.cursor)
+        stored_spend, _ = await store.money_totals("x")
+        rows = await store.window_rows("x")
+    finally:
+        await store.close()
+    assert len(restored.recent_windows) == 1 and restored.open_window is not None
+    assert second.snapshot.spend_usd_total == steady.snapshot.spend_usd_total == stored_spend
+    assert sum(row.output_tokens for row in rows) == 49 * TOKENS_PER_SCRAPE  # the 1st: baseline

@@ -51,9 +51,9 @@ from spectax.webserver import WebServer, start_server
 
 log = logging.getLogger(__name__)
 SHUTDOWN_GRACE_SECONDS = 5.0
-# At start-up the spool left by an earlier run is written before restoring (so the
-# cursors restored include it), but for 10 s at most: a spool that cannot drain must
-# never keep spectax from scraping; what is left drains behind the scrapes.
+# At start-up the spool left by an earlier run is written before restoring, but for 10 s
+# at most: a spool that cannot drain must never keep spectax from scraping. What is left
+# is overlaid on the store at restore (Store.restore) and drains behind the scrapes.
 STARTUP_DRAIN_SECONDS = 10.0
 
 
@@ -65,15 +65,18 @@ class Daemon:
         web_config_file: str | None = None,
         *,
         shutdown_grace_seconds: float = SHUTDOWN_GRACE_SECONDS,
+        startup_drain_seconds: float = STARTUP_DRAIN_SECONDS,
     ):
         """`config_path` is re-read on reload (none: nothing to reload); `web_config_file`
         (the `--web.config.file` flag) overrides the configuration's `web_config_file`;
-        `shutdown_grace_seconds` bounds how long a stop or reload waits for scrapes and writes."""
+        `shutdown_grace_seconds` bounds how long a stop or reload waits for scrapes and writes,
+        `startup_drain_seconds` how long start-up writes the spool before it scrapes."""
         self.settings = settings
         self.config = settings.config
         self._config_path = config_path
         self._web_config_flag = web_config_file
         self._grace = shutdown_grace_seconds
+        self._startup_drain = startup_drain_seconds
         self.guard = WebGuard(load_web_config(web_config_file or self.config.web_config_file))
         self.reload_status = ReloadStatus(True, time.time())
         self._reload_lock = asyncio.Lock()
@@ -134,7 +137,8 @@ class Daemon:
         Until the database answers, spectax waits (and says so): the cursors
         in the store mean no traffic is lost by waiting. The spool left by an
         earlier run is written first, for STARTUP_DRAIN_SECONDS at most (a row
-        the database refuses is quarantined, not retried), then drains behind.
+        the database refuses is quarantined, not retried), then drains behind;
+        the monitors resume from the store overlaid with what is still queued.
         """
         app = make_app(
             self.registry,
@@ -157,12 +161,13 @@ class Daemon:
         self.store = await self.writer.connect()
         if self.store is None:
             return  # asked to stop while waiting
-        await self.writer.drain(timeout=STARTUP_DRAIN_SECONDS)
+        await self.writer.drain(timeout=self._startup_drain)
         if self.writer.queue:
             log.warning(
-                "store: %d spooled window row(s) not yet written; scraping starts, they are"
-                " written behind it",
+                "store: %d spooled window row(s) not written within %g s; endpoints resume"
+                " from the store overlaid with them, and they are written behind the scrapes",
                 self.writer.queue.pending_rows,
+                self._startup_drain,
             )
         await self._restore()
         self._session = scrape_session()
@@ -345,13 +350,25 @@ class Daemon:
 
     async def _restore(self) -> None:
         assert self.store is not None
+        pending: dict[str, list[PendingWrite]] = {}
+        for write in self.writer.queue.pending():  # one pass over the spool for all
+            pending.setdefault(write.endpoint, []).append(write)
         for endpoint in self.config.endpoints:
-            self.monitors[endpoint.name] = await self._new_monitor(endpoint)
+            self.monitors[endpoint.name] = await self._new_monitor(
+                endpoint, pending.get(endpoint.name, [])
+            )
 
-    async def _new_monitor(self, endpoint: EndpointConfig) -> EndpointMonitor:
-        """A monitor for `endpoint`, resumed from what the store holds of it."""
+    async def _new_monitor(
+        self, endpoint: EndpointConfig, pending: list[PendingWrite] | None = None
+    ) -> EndpointMonitor:
+        """A monitor for `endpoint`, resumed from what the store holds of it overlaid with
+        its writes still queued (`pending`; None: read from the queue now)."""
         assert self.store is not None
-        restored = await self.store.restore(endpoint.name, self.config.window, CALIBRATION_POINTS)
+        if pending is None:
+            pending = list(self.writer.queue.pending(endpoint.name))
+        restored = await self.store.restore(
+            endpoint.name, self.config.window, CALIBRATION_POINTS, pending
+        )
         monitor = EndpointMonitor(
             endpoint,
             self.settings.usd_per_hour.get(endpoint.name),
@@ -362,9 +379,10 @@ class Daemon:
         if restored.cursor is not None:
             resumed = datetime.fromtimestamp(restored.cursor[0], UTC)
             log.info(
-                "endpoint %s: resuming from %s",
+                "endpoint %s: resuming from %s%s",
                 endpoint.name,
                 resumed.isoformat(timespec="seconds"),
+                f" ({len(pending)} write(s) of it still queued, counted in)" if pending else "",
             )
         return monitor
 

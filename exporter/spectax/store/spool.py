@@ -17,6 +17,7 @@ import json
 import logging
 import os
 from collections import deque
+from collections.abc import Iterator
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
@@ -164,6 +165,21 @@ class WriteQueue:
                 assert self._memory[0] is write, "the oldest writes in memory are the peeked ones"
                 self._memory.popleft()
                 self._memory_rows -= len(write.rows) or 1
+
+    def pending(self, endpoint: str | None = None) -> Iterator[PendingWrite]:
+        """The writes not yet in the store (of `endpoint`, or all), in the order they will be
+        written: the spool from where the store stopped, then memory. Read only: nothing is
+        consumed. Take them (list) before awaiting anything: the writer may pop meanwhile."""
+        if self._spool_has_more():
+            with self.spool_path.open("rb") as spool:
+                spool.seek(self._spool_offset)
+                for line in spool:
+                    write = PendingWrite.from_json(line.decode())
+                    if endpoint is None or write.endpoint == endpoint:
+                        yield write
+        for write in list(self._memory):
+            if endpoint is None or write.endpoint == endpoint:
+                yield write
 
     def spill_all(self) -> None:
         """Move everything still in memory to the spool (at shutdown, with the store away)."""

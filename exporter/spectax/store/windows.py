@@ -3,7 +3,7 @@ last run stopped, so that a restart neither loses nor double-counts."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -27,7 +27,8 @@ from spectax.store.db import (
 )
 from spectax.store.models import Cursor, WindowRow
 from spectax.store.rollup import period_start
-from spectax.store.rows import window_from_rows
+from spectax.store.rows import sum_usd, window_from_rows
+from spectax.store.spool import PendingWrite
 from spectax.units import from_timestamp
 
 # One write of closed windows: the endpoint, its window rows, and the cursor that goes with them.
@@ -174,18 +175,64 @@ class WindowHistory(Database):
             by_start.setdefault(row.start, []).append(row)
         return [window_from_rows(group) for group in by_start.values()]
 
-    async def restore(self, endpoint: str, window_seconds: float, history: int) -> Restored:
-        """Everything a monitor needs to carry on where the last run stopped."""
+    async def restore(
+        self,
+        endpoint: str,
+        window_seconds: float,
+        history: int,
+        pending: Iterable[PendingWrite] = (),
+    ) -> Restored:
+        """Everything a monitor needs to carry on where the last run stopped: what the store
+        holds, overlaid with `pending`, the endpoint's writes still queued (WriteQueue.pending,
+        in queue order), as if they had been written, so that a monitor restored while the
+        spool still drains resumes from the latest cursor and counts nothing twice."""
+        writes = [w for w in pending if w.endpoint == endpoint]  # before any await
         spend, cold = await self.money_totals(endpoint)
         cursor = await self.cursor(endpoint)
+        windows = {w.start: w for w in await self.recent_windows(endpoint, history)}
+        pending_rows = [row for write in writes for row in write.rows]
+        if pending_rows:
+            since = min(row["start"] for row in pending_rows)
+            stored = {(r.model, r.start): r for r in await self.window_rows(endpoint, since)}
+            final = dict(stored)
+            for row in pending_rows:  # as save_many's upsert: a window only grows
+                key = (row["model"], row["start"])
+                if key not in final or final[key].seconds <= row["seconds"]:
+                    final[key] = WindowRow(**row)
+            replaced = [key for key in final if final[key] is not stored.get(key)]
+            spend += _delta("spend_usd", replaced, stored, final)
+            cold += _delta("cold_start_usd", replaced, stored, final)
+            by_start: dict[datetime, list[WindowRow]] = {}
+            for (_, begins), kept in sorted(final.items(), key=lambda item: item[0][1]):
+                by_start.setdefault(begins, []).append(kept)
+            windows.update((t.timestamp(), window_from_rows(g)) for t, g in by_start.items())
+        for write in writes:  # as save_many: the cursor only moves forward
+            if write.cursor is not None and (cursor is None or write.cursor[0] > cursor[0]):
+                cursor = write.cursor
         open_window = None
         if cursor is not None:
             start = (cursor[0] // window_seconds) * window_seconds
-            rows = await self.window_rows(
-                endpoint, since=from_timestamp(start), until=from_timestamp(start + 1e-3)
-            )
-            open_window = window_from_rows(rows) if rows else None
-        recent = await self.recent_windows(endpoint, history)
-        if open_window is not None:
-            recent = [w for w in recent if w.start != open_window.start]
-        return Restored(spend, cold, cursor, open_window, tuple(recent))
+            open_window = next((w for t, w in windows.items() if abs(t - start) < 1e-3), None)
+            if open_window is None:  # older than the recent windows read: read it
+                rows = await self.window_rows(
+                    endpoint, since=from_timestamp(start), until=from_timestamp(start + 1e-3)
+                )
+                open_window = window_from_rows(rows) if rows else None
+        recent = sorted(
+            (w for w in windows.values() if open_window is None or w.start != open_window.start),
+            key=lambda w: w.start,
+        )
+        return Restored(
+            spend, cold, cursor, open_window, tuple(recent[-history:] if history else ())
+        )
+
+
+RowKey = tuple[str, datetime]
+
+
+def _delta(
+    column: str, keys: list[RowKey], stored: dict[RowKey, WindowRow], final: dict[RowKey, WindowRow]
+) -> Decimal:
+    """What writing the final rows of `keys` over the stored ones adds to a money column."""
+    added = sum_usd(getattr(final[key], column) for key in keys)
+    return added - sum_usd(getattr(stored[key], column) for key in keys if key in stored)
