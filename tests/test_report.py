@@ -19,7 +19,10 @@ import io
 import json
 import os
 import re
+import shlex
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections import defaultdict
 from collections.abc import Iterable
@@ -34,7 +37,7 @@ import pytest
 
 from spectax import economics
 from spectax.cli.main import main
-from spectax.cli.report import described_endpoints
+from spectax.cli.report import command_path, described_endpoints
 from spectax.config import Settings, validate
 from spectax.report.build import Report, build_report
 from spectax.report.csvout import COLUMNS
@@ -45,7 +48,7 @@ from spectax.report.read import ProjectionReader, store_reader
 from spectax.report.recommend import speedup_with_k
 from spectax.report.render import render
 from spectax.report.spend import DayKey, Spend
-from spectax.report.write import endpoint_infos
+from spectax.report.write import endpoint_infos, pick_month
 from spectax.simulate.fleet import DEMO_DEFAULTS, DRAFT_WEIGHT_BYTES, H100_MEMORY_BYTES
 from spectax.simulate.history import parse_span, write_demo_history
 from spectax.store import Store
@@ -1022,3 +1025,117 @@ def test_endpoint_info_semantics() -> None:
     assert EndpointInfo("a", True, "serverless").semantics == "invoice"
     assert EndpointInfo("a").semantics == "unknown"
     assert EndpointInfo("a", draft_weight_bytes=2, gpu_memory_bytes=8).vram_fraction == 0.25
+
+
+# ---------------------------------------------------------------- asking for what is there
+
+
+def _store_config(tmp_path: Path, url: str) -> str:
+    config = tmp_path / "spectax.yml"
+    config.write_text(f"storage_url: {url}\n")
+    return str(config)
+
+
+def test_the_report_defaults_to_the_last_complete_month_with_history(
+    demo_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = _store_config(tmp_path, demo_url)
+    out = tmp_path / "r.md"
+    assert main(["report", "--config", config, "--out", str(out)]) == 0
+    assert out.read_text().startswith(f"# spectax monthly cost review: {MAY}")
+    assert f"(md, {MAY}, 3 endpoint(s))" in capsys.readouterr().err
+
+
+def test_a_month_without_history_is_refused_naming_the_months_with_some(
+    demo_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = _store_config(tmp_path, demo_url)
+    out = tmp_path / "r.md"
+    assert main(["report", "--month", "2026-03", "--config", config, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "no history for 2026-03" in err and "2026-04, 2026-05" in err, err
+    assert not out.exists()
+
+
+def test_the_current_month_is_the_default_when_it_is_the_only_one_with_history() -> None:
+    today = Month(2026, 12)
+    assert pick_month(None, {today}, today) == today
+    assert pick_month(None, {today, Month(2026, 10), Month(2026, 11)}, today) == Month(2026, 11)
+    assert pick_month(Month(2026, 10), {today, Month(2026, 10)}, today) == Month(2026, 10)
+
+
+def test_an_unknown_endpoint_is_refused_naming_the_known_ones(
+    demo_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = _store_config(tmp_path, demo_url)
+    out = tmp_path / "r.md"
+    assert (
+        main(
+            [
+                "report",
+                "--month",
+                "2026-05",
+                "--endpoint",
+                "nope",
+                "--config",
+                config,
+                "--out",
+                str(out),
+            ]
+        )
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert "unknown endpoint(s) nope" in err
+    assert "code-assistant" in err and "chat-creative" in err, err
+    assert not out.exists()
+
+
+def test_a_pdf_is_refused_naming_the_formats(
+    demo_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = _store_config(tmp_path, demo_url)
+    out = tmp_path / "x.pdf"
+    assert main(["report", "--month", "2026-05", "--config", config, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "does not write PDF" in err and "html, md and csv" in err, err
+    assert not out.exists()
+
+
+def test_the_next_command_names_the_spectax_the_user_can_run(tmp_path: Path) -> None:
+    script = tmp_path / ".venv" / "bin" / "spectax"
+    script.parent.mkdir(parents=True)
+    script.write_text("#!/bin/sh\n")
+    assert command_path(str(script), cwd=tmp_path, on_path="") == ".venv/bin/spectax"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    assert command_path(str(script), cwd=elsewhere, on_path="") == str(script.resolve())
+    assert command_path(str(script), cwd=tmp_path, on_path=str(script)) == "spectax"
+
+
+def test_the_printed_next_command_runs_as_printed(tmp_path: Path) -> None:
+    """A real `spectax demo --history` process, then its printed command, from the same cwd."""
+    exe = Path(sys.executable).parent / "spectax"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "exporter")}
+    config = _store_config(tmp_path, f"sqlite+aiosqlite:///{tmp_path}/h.sqlite")
+    demo = subprocess.run(
+        [str(exe), "demo", "--history", "1d", "--config", config],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    line = demo.stdout.strip().splitlines()[-1]
+    report = subprocess.run(
+        shlex.split(line),
+        check=False,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert report.returncode == 0, (line, report.stderr)
+    assert list(tmp_path.glob("spectax-report-*.html")), report.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,7 +15,13 @@ from spectax.report.charts import ChartsUnavailable
 from spectax.report.period import Month
 from spectax.report.progress import Progress
 from spectax.report.render import FORMATS
-from spectax.report.write import ReportError, endpoint_infos, pick_format, write_report
+from spectax.report.write import (
+    ReportError,
+    ReportUsageError,
+    endpoint_infos,
+    pick_format,
+    write_report,
+)
 
 
 def add_report_parser(commands: Any) -> None:
@@ -26,7 +33,11 @@ def add_report_parser(commands: Any) -> None:
         "or tax, acceptance, hours paid and in tax, cold starts, draft overhead, month over "
         "month, and recommendations with the dollars at stake.",
     )
-    report.add_argument("--month", required=True, help="YYYY-MM (UTC), e.g. 2026-05")
+    report.add_argument(
+        "--month",
+        help="YYYY-MM (UTC), e.g. 2026-05; default: the last complete month with history "
+        "(the current month when that is all there is)",
+    )
     report.add_argument(
         "--endpoint", action="append", metavar="NAME", help="only this endpoint (repeatable)"
     )
@@ -65,17 +76,20 @@ def described_endpoints(settings: Settings) -> Sequence[EndpointConfig]:
 
 def report_main(args: argparse.Namespace) -> int:
     try:
-        month = Month.parse(args.month)
-    except ValueError as exc:
+        month = Month.parse(args.month) if args.month else None
+        fmt = pick_format(args.format, args.out)
+    except (ValueError, ReportUsageError) as exc:
         print(f"spectax report: {exc}", file=sys.stderr)
         return 2
     settings = load_config(args.config)
-    fmt = pick_format(args.format, args.out)
     infos = endpoint_infos(described_endpoints(settings))
     try:
         written = asyncio.run(
             write_report(settings, month, infos, args.endpoint, fmt, args.out, progress=Progress(0))
         )
+    except ReportUsageError as exc:
+        print(f"spectax report: {exc}", file=sys.stderr)
+        return 2
     except ReportError as exc:
         print(f"spectax report: {exc}", file=sys.stderr)
         return 1
@@ -85,7 +99,7 @@ def report_main(args: argparse.Namespace) -> int:
     if written.path is not None:
         report = written.report
         shown = f"{len(report.endpoints)} endpoint(s)" if not report.empty else "no history"
-        print(f"wrote {written.path} ({written.format}, {month}, {shown})", file=sys.stderr)
+        print(f"wrote {written.path} ({written.format}, {written.month}, {shown})", file=sys.stderr)
     return 0
 
 
@@ -123,9 +137,30 @@ def demo_history_main(args: argparse.Namespace) -> int:
                 f"({written.windows:,} windows of {written.window_seconds / 60:g} minutes each, "
                 f"{written.cold_starts} cold starts in all).",
                 "Now run:",
-                f"  spectax report --month {month} --format html --out spectax-report-{month}.html"
-                f"{config}",
+                f"  {command_path()} report --month {month} --format html "
+                f"--out spectax-report-{month}.html{config}",
             ]
         )
     )
     return 0
+
+
+def command_path(
+    argv0: str | None = None, cwd: Path | None = None, on_path: str | None = None
+) -> str:
+    """How the user runs this spectax from where they are, for the next command we print.
+
+    `spectax` when that is the one on PATH; else the running executable's path, relative
+    when it is under the working directory (`.venv/bin/spectax` after the README's install).
+    """
+    exe = Path(argv0 if argv0 is not None else sys.argv[0])
+    if exe.name != "spectax":  # python -m spectax, or a test runner: the venv's script
+        exe = Path(sys.executable).parent / "spectax"
+    if not exe.is_file():
+        return "spectax"
+    exe = exe.resolve()
+    found = on_path if on_path is not None else shutil.which("spectax")
+    if found and Path(found).resolve() == exe:
+        return "spectax"
+    here = (cwd or Path.cwd()).resolve()
+    return str(exe.relative_to(here)) if exe.is_relative_to(here) else str(exe)

@@ -20,6 +20,7 @@ from types import TracebackType
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from spectax.report.period import Month
 from spectax.report.records import RollupRecord, record
 from spectax.store import Store
 from spectax.store.models import TABLES
@@ -78,3 +79,14 @@ class ProjectionReader:
         async with self._engine.connect() as conn:
             result = await conn.execute(query)
             return [RollupRecord._make(row) for row in result]
+
+    async def months(self) -> dict[str, set[Month]]:
+        """The months each endpoint has daily rows in: what `--month` and `--endpoint` may name."""
+        assert self._engine is not None, "use ProjectionReader as an async context manager"
+        table = TABLES["day"]
+        query = select(table.endpoint, table.start).distinct()
+        by_endpoint: dict[str, set[Month]] = {}
+        async with self._engine.connect() as conn:
+            for endpoint, start in await conn.execute(query):
+                by_endpoint.setdefault(endpoint, set()).add(Month.of(start))
+        return by_endpoint

@@ -10,6 +10,7 @@ import asyncio
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from spectax.config import EndpointConfig, Settings
@@ -29,19 +30,66 @@ class ReportError(RuntimeError):
     """A problem the user can fix (no store, bad month, unknown format)."""
 
 
+class ReportUsageError(ReportError):
+    """The command asked for what is not there (a month, an endpoint, a format): exit 2."""
+
+
 @dataclass(frozen=True, slots=True)
 class Written:
     path: Path | None  # None: standard output
     report: Report
     format: str
+    month: Month
 
 
 def pick_format(fmt: str | None, out: str | None) -> str:
+    """--format, else --out's suffix, else html; a .pdf is refused, never HTML under its name."""
+    suffix = Path(out).suffix.lower() if out and out != "-" else ""
+    if suffix == ".pdf":
+        # A real PDF needs a browser engine to lay the HTML out; spectax ships none.
+        raise ReportUsageError(
+            f"--out {out}: spectax does not write PDF; the formats are html, md and csv "
+            "(for a PDF, open the HTML report in a browser and print it to PDF)"
+        )
     if fmt:
         return fmt
-    if out and out != "-":
-        return _SUFFIX.get(Path(out).suffix.lower(), "html")
-    return "html"
+    return _SUFFIX.get(suffix, "html")
+
+
+def pick_month(asked: Month | None, months: set[Month], today: Month) -> Month:
+    """The month asked for, if it has history; by default the last complete month with history.
+
+    The current month when it is the only one with history (a daemon started this month).
+    """
+    if asked is not None and asked in months:
+        return asked
+    if not months:
+        raise ReportUsageError(
+            "the store holds no history for these endpoints: run the daemon (spectax run) "
+            "for a while, or write simulated history with `spectax demo --history 30d`"
+        )
+    if asked is not None:
+        raise ReportUsageError(
+            f"no history for {asked}: the store has history for {_months_text(months)}; "
+            "give one of them with --month, or leave --month out for the last complete one"
+        )
+    complete = [m for m in months if m < today]
+    return max(complete) if complete else max(months)
+
+
+def check_endpoints(only: Sequence[str] | None, known: Iterable[str]) -> None:
+    """Every --endpoint names a configured endpoint or one with history."""
+    names = sorted(set(known))
+    unknown = [name for name in only or () if name not in names]
+    if unknown:
+        raise ReportUsageError(
+            f"unknown endpoint(s) {', '.join(unknown)}: the known endpoints are "
+            f"{', '.join(names) if names else 'none (no configuration, no history)'}"
+        )
+
+
+def _months_text(months: set[Month]) -> str:
+    return ", ".join(str(m) for m in sorted(months))
 
 
 def default_out(month: Month, fmt: str) -> str:
@@ -67,7 +115,7 @@ def endpoint_infos(endpoints: Iterable[EndpointConfig]) -> dict[str, EndpointInf
 
 async def write_report(
     settings: Settings,
-    month: Month,
+    month: Month | None,
     infos: dict[str, EndpointInfo],
     only: Sequence[str] | None,
     fmt: str,
@@ -84,6 +132,11 @@ async def write_report(
     store = await Store.open(url)
     try:
         async with ProjectionReader(url) as reader:
+            await store.rollup()  # so the months seen include the latest windows
+            history = await reader.months()
+            check_endpoints(only, [*infos, *history])
+            seen = [history.get(name, set()) for name in (only or history)]
+            month = pick_month(month, set().union(*seen), Month.of(datetime.now(UTC)))
             report = await build_report(store, month, infos, only, spend_source, progress, reader)
     finally:
         await store.close()
@@ -95,10 +148,10 @@ async def write_report(
     if target == "-":
         sys.stdout.write(text)
         sys.stdout.flush()
-        return Written(None, report, fmt)
+        return Written(None, report, fmt, month)
     path = Path(target)
     await asyncio.to_thread(_write, path, text)
-    return Written(path, report, fmt)
+    return Written(path, report, fmt, month)
 
 
 def _write(path: Path, text: str) -> None:
