@@ -6,10 +6,12 @@ import asyncio
 import csv
 import io
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
+from sqlalchemy import inspect as sa_inspect
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -18,6 +20,7 @@ from spectax.cli.main import main
 from spectax.config import validate
 from spectax.endpoint import EndpointMonitor
 from spectax.store import Store
+from spectax.store.models import TABLES, Money
 from spectax.store.schema import HEAD_REVISION, SchemaMismatch, head_revision, upgrade
 
 PAGES = [
@@ -230,3 +233,25 @@ def _write_config(config, directory=None):
     path = folder / "spectax.yml"
     path.write_text(yaml.safe_dump(config.config.model_dump(mode="json", exclude_none=True)))
     return path
+
+
+async def test_export_writes_money_as_plain_decimals_zero_included(
+    database_url, capsys, tmp_path
+) -> None:
+    """`0E-9` or `1.2E-7` in a spreadsheet is text or a wrong number: nine places, no exponent."""
+    store = await Store.open(database_url)
+    try:
+        await fill(store, database_url, minutes=70)
+    finally:
+        await store.close()
+    config = str(_write_config(settings(database_url), tmp_path))
+    exact = [c.key for c in sa_inspect(TABLES["window"]).columns if isinstance(c.type, Money)]
+    exact.append("billed_spend_usd")
+    money: list[str] = []
+    for fmt in ("csv", "json"):
+        assert await asyncio.to_thread(main, ["export", "--config", config, "--format", fmt]) == 0
+        out = capsys.readouterr().out
+        rows = json.loads(out) if fmt == "json" else list(csv.DictReader(io.StringIO(out)))
+        money += [r[k] for r in rows for k in exact if r[k] not in (None, "")]
+    assert money and "0.000000000" in money, money[:20]
+    assert [m for m in money if not re.fullmatch(r"-?\d+\.\d{9}", m)] == []

@@ -86,5 +86,6 @@ def _plain(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.astimezone(UTC).isoformat()
     if isinstance(value, Decimal):
-        return str(value)
+        # str() gives 0E-9 and 1.2E-7 for the store's nano-dollars; "f" keeps its 9 places.
+        return format(value, "f")
     return value
