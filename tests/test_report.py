@@ -40,8 +40,10 @@ from spectax.cli.main import main
 from spectax.cli.report import command_path, described_endpoints
 from spectax.config import Settings, validate
 from spectax.report.build import Report, build_report
+from spectax.report.cells import kind_total_name, per_million, usd, usd_signed
 from spectax.report.csvout import COLUMNS
 from spectax.report.figures import EndpointInfo, Figures, HourPoint
+from spectax.report.html import render_html
 from spectax.report.period import Month
 from spectax.report.progress import Progress
 from spectax.report.read import ProjectionReader, store_reader
@@ -1139,3 +1141,114 @@ def test_the_printed_next_command_runs_as_printed(tmp_path: Path) -> None:
     )
     assert report.returncode == 0, (line, report.stderr)
     assert list(tmp_path.glob("spectax-report-*.html")), report.stderr
+
+
+# ---------------------------------------------------------------- two kinds of money
+
+KINDS_CONFIG: dict[str, Any] = {
+    "endpoints": [
+        {
+            "name": "always-on",
+            "url": "http://127.0.0.1:1",
+            "billing_mode": "provisioned",
+            "price": {"usd_per_hour": 2.5},
+            "gpu_memory_bytes": 80 * 10**9,
+            "speculation": {"method": "eagle", "draft_weight_bytes": 400 * 10**6},
+        },
+        {
+            "name": "per-second",
+            "url": "http://127.0.0.1:2",
+            "billing_mode": "serverless",
+            "price": {"usd_per_hour": 3.0},
+            "gpu_memory_bytes": 80 * 10**9,
+            "speculation": {"method": "ngram", "draft_weight_bytes": 2 * 10**9},
+        },
+    ]
+}
+
+
+@pytest.fixture(scope="module")
+def kinds_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """April and May: a provisioned endpoint where speculation pays, a serverless one in tax."""
+    url = f"sqlite+aiosqlite:///{tmp_path_factory.mktemp('kinds') / 'kinds.sqlite'}"
+
+    async def fill() -> None:
+        store = await Store.open(url)
+        try:
+            for day in (date(2026, 4, 29), date(2026, 5, 2)):
+                for hour in (2, 9, 17):
+                    t = datetime(day.year, day.month, day.day, hour, tzinfo=UTC)
+                    common = {"output_tokens": 400_000, "usd_per_hour": None}
+                    pays = _window(
+                        "always-on",
+                        t,
+                        **{**common, "usd_per_hour": "2.5"},
+                        concurrency=2.0,
+                        positions=(0.8, 0.6, 0.4),
+                        c=0.05,
+                    )
+                    tax = _window(
+                        "per-second",
+                        t,
+                        **{**common, "usd_per_hour": "3.0"},
+                        concurrency=90.0,
+                        positions=(0.3, 0.1, 0.05),
+                        c=0.02,
+                        billing="serverless",
+                    )
+                    await store.save("always-on", [pays], None)
+                    await store.save("per-second", [tax], None)
+            await store.rollup()
+        finally:
+            await store.close()
+
+    asyncio.run(fill())
+    return url
+
+
+def _total_rows(report: Report) -> list[str]:
+    """Every Total row the report prints, in Markdown and in HTML, as text."""
+    md = [line for line in render(report, "md").splitlines() if line.startswith("| **Total")]
+    html = render_html(report, [])  # the tables only: the charts hold no total
+    rows = re.findall(r'<tr class="total">(.*?)</tr>', html, flags=re.S)
+    return md + [re.sub(r"<[^>]+>", " ", row) for row in rows]
+
+
+async def test_no_total_adds_invoice_money_to_freed_capacity(kinds_url: str) -> None:
+    settings = validate({**KINDS_CONFIG, "storage_url": kinds_url}, "<kinds>")
+    report = await report_of(kinds_url, MAY, settings)
+    by_name = {e.info.name: e for e in report.endpoints}
+    capacity, invoice = by_name["always-on"], by_name["per-second"]
+    assert capacity.info.semantics == "capacity" and invoice.info.semantics == "invoice"
+    mixed: dict[str, float] = {}
+    for when, a, b in (
+        ("now", capacity.month, invoice.month),
+        ("before", capacity.previous, invoice.previous),
+    ):
+        assert a is not None and b is not None and a.savings and b.savings
+        assert a.savings > 0 > b.savings  # speculation pays on one, is a tax on the other
+        mixed[f"net {when}"] = a.savings + b.savings
+        tokens = a.priced_output_tokens + b.priced_output_tokens
+        mixed[f"$/M without {when}"] = float(a.spend + b.spend) * 1e6 / tokens + (
+            mixed[f"net {when}"] * 1e6 / tokens
+        )
+    for name in ("draft_compute", "rejected", "vram_usd"):
+        mine, theirs = getattr(capacity.month, name), getattr(invoice.month, name)
+        assert mine and theirs, name
+        mixed[name] = mine + theirs
+    rows = _total_rows(report)
+    shown = {what: (usd(v) if "$/M" not in what else per_million(v)) for what, v in mixed.items()}
+    for row in rows:
+        amounts = {m.lstrip("+-") for m in re.findall(r"[-+]?\$[\d,]+\.\d+", row)}
+        for what, text in shown.items():
+            assert text.lstrip("-") not in amounts, f"{what} ({text}) in a total: {row}"
+    # md and html: a Total in 4 tables, and one per kind in the 3 with money
+    assert len(rows) == 2 * (4 + 3 * 2), rows
+    for figures in (report.total, report.previous_total):
+        assert figures is not None and figures.mixed
+        assert figures.savings is None and figures.cost_per_million_without_speculation is None
+    for e in (capacity, invoice):  # each kind's own total: that endpoint's figures
+        kind_rows = [r for r in rows if kind_total_name(e.info.semantics).strip("*") in r]
+        assert len(kind_rows) == 6
+        assert sum(usd_signed(e.month.savings) in r for r in kind_rows) >= 2  # md and html
+    assert "Total" not in render(report, "csv")  # one row per endpoint and day, no total

@@ -53,6 +53,24 @@ class Report:
     def recommendations(self) -> list[Recommendation]:
         return [r for e in self.endpoints for r in e.recommendations]
 
+    def by_kind(self) -> list[tuple[str, Figures, Figures | None]]:
+        """The month's and the month before's totals per kind, when the report has several.
+
+        A kind is what speculation's savings are on an endpoint (`invoice`, `capacity`,
+        `unknown`): the fleet's total never adds them, so each kind gets its own.
+        """
+        kinds = {e.info.semantics for e in self.endpoints}
+        kinds |= {k for f in self.previous_only.values() for k in f.kinds}
+        if len(kinds) < 2:
+            return []
+        rows = []
+        for kind in sorted(kinds):
+            of_kind = [e for e in self.endpoints if e.info.semantics == kind]
+            before = [e.previous for e in of_kind if e.previous is not None]
+            before += [f for f in self.previous_only.values() if kind in f.kinds]
+            rows.append((kind, total(e.month for e in of_kind), total(before) if before else None))
+        return rows
+
 
 async def build_report(
     store: Store,

@@ -63,18 +63,35 @@ def savings_text(value: float, semantics: str) -> str:
     return f"{amount} of GPU time (billing mode unknown)"
 
 
-def net_cell(f: Figures, semantics: str | None) -> str:
-    """The net-savings cell of one endpoint (semantics given) or of the total (by semantics)."""
+# A total over endpoints of two kinds shows no savings figure: the rows per kind do.
+BY_KIND = f"{DASH} (two kinds, never added: see the totals per kind)"
+KIND_LABELS = {
+    "invoice": "serverless: invoice money",
+    "capacity": "provisioned: capacity freed",
+    "unknown": "billing mode unknown",
+}
+
+
+def kind_total_name(kind: str) -> str:
+    return f"**Total, {KIND_LABELS[kind]}**"
+
+
+def net_cell(f: Figures, semantics: str | None = None) -> str:
+    """The net-savings cell of one endpoint, or of a total (one kind, else `BY_KIND`)."""
     if not f.speculating:
         return f"{DASH} (no speculation)"
     if not f.priced:
         return f"{DASH} (no price)"
+    if f.mixed:
+        return BY_KIND
     if f.savings is None:
         return f"{DASH} (no drafts)"
-    if semantics is not None:
-        return savings_text(f.savings, semantics)
-    order = ("invoice", "capacity", "unknown")
-    return "; ".join(savings_text(f.savings_by[k], k) for k in order if k in f.savings_by)
+    return savings_text(f.savings, semantics or next(iter(f.kinds), "unknown"))
+
+
+def unless_mixed(f: Figures, text: str) -> str:
+    """A total's figure of one kind of money, or `BY_KIND` when the total spans two."""
+    return BY_KIND if f.mixed else text
 
 
 def change(before: float | None, after: float | None, fmt: str = "usd") -> str:

@@ -57,7 +57,7 @@ def day_figures(
     `positions=False` (the month before, for month over month) skips what only the month
     reported shows: the hours' points for the recommendations and the draft overhead.
     """
-    f = Figures()
+    f = Figures(kinds={info.semantics})
     estimate = estimated(daily_rows)
     factor = scale_factor(spend, estimate)
     ratio = float(factor)

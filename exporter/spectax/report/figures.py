@@ -124,6 +124,7 @@ class Figures:
     running_seconds: float = 0.0  # of the speculating models' rows (all models' when none)
     model_seconds: float = 0.0
     savings_by: dict[str, float] = field(default_factory=dict)  # semantics -> net savings
+    kinds: set[str] = field(default_factory=set)  # the semantics of the endpoints summed
     cold_starts: int = 0
     cold_start_usd: Decimal = Decimal(0)
     draft_load_usd: Decimal = Decimal(0)
@@ -148,9 +149,20 @@ class Figures:
         return combined_basis(self.bases)
 
     @property
+    def mixed(self) -> bool:
+        """Endpoints of two kinds summed: invoice money and freed capacity, never added up."""
+        return len(self.kinds) > 1
+
+    @property
     def savings(self) -> float | None:
-        """Net savings (negative: tax), whatever they mean; None without drafts or price."""
-        return sum(self.savings_by.values()) if self.savings_by else None
+        """Net savings (negative: tax) of one kind; None without drafts or price, or when mixed.
+
+        Serverless savings are money off the invoice, provisioned ones GPU time freed that is
+        money only if replicas are scaled down: a sum of the two is neither (issue 17, #3).
+        """
+        if self.mixed or not self.savings_by:
+            return None
+        return sum(self.savings_by.values())
 
     @property
     def cost_per_million(self) -> float | None:
@@ -160,7 +172,10 @@ class Figures:
 
     @property
     def cost_per_million_without_speculation(self) -> float | None:
-        """($ + net savings) / G x 1e6: the same output without speculation (ECONOMICS.md §4)."""
+        """($ + net savings) / G x 1e6: the same output without speculation (ECONOMICS.md §4).
+
+        None when mixed: spend plus savings of one kind over tokens of both would mix them too.
+        """
         savings = self.savings
         if not self.priced or savings is None:
             return None
@@ -217,11 +232,16 @@ class Figures:
 
     @property
     def draft_compute(self) -> float | None:
-        return self.draft_compute_usd if self.overhead_priced else None
+        """GPU time spent drafting, valued: capacity or invoice money, so one kind only."""
+        return self.draft_compute_usd if self.overhead_priced and not self.mixed else None
 
     @property
     def rejected(self) -> float | None:
-        return self.rejected_usd if self.overhead_priced else None
+        return self.rejected_usd if self.overhead_priced and not self.mixed else None
+
+    @property
+    def draft_vram(self) -> float | None:
+        return None if self.mixed else self.vram_usd
 
     @property
     def empty(self) -> bool:
@@ -249,6 +269,7 @@ class Figures:
         self.model_seconds += other.model_seconds
         for key, value in other.savings_by.items():
             self.savings_by[key] = self.savings_by.get(key, 0.0) + value
+        self.kinds |= other.kinds
         self.cold_starts += other.cold_starts
         self.cold_start_usd += other.cold_start_usd
         self.draft_load_usd += other.draft_load_usd

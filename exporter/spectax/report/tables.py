@@ -6,15 +6,18 @@ from dataclasses import dataclass, field
 
 from spectax.report.build import Report
 from spectax.report.cells import (
+    BY_KIND,
     DASH,
     billing_label,
     change,
     count,
     hours_share,
+    kind_total_name,
     net_cell,
     per_million,
     ratio,
     stake_text,
+    unless_mixed,
     usd,
 )
 from spectax.report.figures import Figures
@@ -40,34 +43,17 @@ class Table:
 
 
 def cost_table(report: Report) -> Table:
-    rows: list[tuple[str, ...]] = []
-    for e in report.endpoints:
-        f = e.month
-        rows.append(
-            (
-                e.info.name,
-                billing_label(e),
-                usd(f.spend) if f.priced else f"{DASH} (no price)",
-                f.basis if f.priced else DASH,
-                count(f.output_tokens),
-                per_million(f.cost_per_million),
-                per_million(f.cost_per_million_without_speculation),
-                net_cell(f, e.info.semantics),
-            )
-        )
-    t = report.total
-    rows.append(
-        (
-            "**Total**",
-            "",
-            usd(t.spend) if t.priced else DASH,
-            t.basis if t.priced else DASH,
-            count(t.output_tokens),
-            per_million(t.cost_per_million),
-            per_million(t.cost_per_million_without_speculation),
-            net_cell(t, None),
-        )
-    )
+    rows = [
+        _cost_row(e.info.name, billing_label(e), e.month, e.info.semantics)
+        for e in report.endpoints
+    ]
+    rows.append(_cost_row("**Total**", "", report.total, None))
+    if report.total.mixed:
+        rows += [
+            _cost_row(kind_total_name(kind), "", now, kind)
+            for kind, now, _ in report.by_kind()
+            if not now.empty
+        ]
     return Table(
         "cost",
         "Spend, cost per million output tokens and speculation's net savings",
@@ -91,8 +77,24 @@ def cost_table(report: Report) -> Table:
             "taken without speculation (spend plus net savings, per million output tokens). "
             "Both divide by the output tokens of the days that have a spend: an endpoint "
             "without a price adds tokens to the total, not to its cost per million.",
+            "Spend is money paid on every kind of endpoint, so the Total adds it up; savings "
+            "are invoice money on one kind and capacity on the other, so a total over both "
+            "gives them (and what depends on them) per kind, never added together.",
         ),
         (False, False, True, False, True, True, True, False),
+    )
+
+
+def _cost_row(name: str, billing: str, f: Figures, semantics: str | None) -> tuple[str, ...]:
+    return (
+        name,
+        billing,
+        usd(f.spend) if f.priced else f"{DASH} (no price)" if semantics else DASH,
+        f.basis if f.priced else DASH,
+        count(f.output_tokens),
+        per_million(f.cost_per_million),
+        unless_mixed(f, per_million(f.cost_per_million_without_speculation)),
+        net_cell(f, semantics),
     )
 
 
@@ -155,19 +157,22 @@ def speculation_table(report: Report) -> Table:
 
 
 def overhead_table(report: Report) -> Table:
+    items = [(e.info.name, e.month) for e in report.endpoints]
+    items.append(("**Total**", report.total))
+    if report.total.mixed:
+        items += [(kind_total_name(k), now) for k, now, _ in report.by_kind() if not now.empty]
     rows: list[tuple[str, ...]] = []
-    for e in [*report.endpoints, None]:
-        f = e.month if e is not None else report.total
+    for name, f in items:
         speculating = f.speculating
         rows.append(
             (
-                e.info.name if e is not None else "**Total**",
+                name,
                 count(f.cold_starts),
                 usd(f.cold_start_usd) if f.priced else DASH,
                 usd(f.draft_load_usd) if f.priced and speculating else DASH,
-                usd(f.draft_compute) if speculating else DASH,
-                usd(f.rejected) if speculating else DASH,
-                usd(f.vram_usd) if speculating else DASH,
+                unless_mixed(f, usd(f.draft_compute)) if speculating else DASH,
+                unless_mixed(f, usd(f.rejected)) if speculating else DASH,
+                unless_mixed(f, usd(f.draft_vram)) if speculating else DASH,
             )
         )
     return Table(
@@ -203,6 +208,7 @@ def month_over_month_table(report: Report) -> Table:
     ]
     items += [(name, None, f) for name, f in sorted(report.previous_only.items())]
     items.append(("**Total**", report.total, report.previous_total))
+    items += [(kind_total_name(kind), now, before) for kind, now, before in report.by_kind()]
     for name, now, before in items:
         rows.append(
             (
@@ -210,7 +216,7 @@ def month_over_month_table(report: Report) -> Table:
                 change(_spend(before), _spend(now)),
                 change(_of(before, "output_tokens"), _of(now, "output_tokens"), "count"),
                 change(_of(before, "cost_per_million"), _of(now, "cost_per_million"), "pm"),
-                change(_of(before, "savings"), _of(now, "savings")),
+                _net_change(before, now),
                 change(_of(before, "acceptance"), _of(now, "acceptance"), "ratio"),
                 change(_of(before, "share_tax"), _of(now, "share_tax"), "pct"),
                 f"{count(before.hours_monitored) if before else DASH} → "
@@ -238,6 +244,12 @@ def month_over_month_table(report: Report) -> Table:
         ),
         (False, True, True, True, True, True, True, True),
     )
+
+
+def _net_change(before: Figures | None, now: Figures | None) -> str:
+    if (before is not None and before.mixed) or (now is not None and now.mixed):
+        return BY_KIND
+    return change(_of(before, "savings"), _of(now, "savings"))
 
 
 def _spend(f: Figures | None) -> float | None:
