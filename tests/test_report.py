@@ -41,6 +41,7 @@ from spectax.cli.report import command_path, described_endpoints
 from spectax.config import Settings, validate
 from spectax.report.build import Report, build_report
 from spectax.report.cells import kind_total_name, per_million, usd, usd_signed
+from spectax.report.charts import charts
 from spectax.report.csvout import COLUMNS
 from spectax.report.figures import EndpointInfo, Figures, HourPoint
 from spectax.report.html import render_html
@@ -1252,3 +1253,16 @@ async def test_no_total_adds_invoice_money_to_freed_capacity(kinds_url: str) -> 
         assert len(kind_rows) == 6
         assert sum(usd_signed(e.month.savings) in r for r in kind_rows) >= 2  # md and html
     assert "Total" not in render(report, "csv")  # one row per endpoint and day, no total
+
+
+async def test_a_month_of_one_day_draws_its_charts_on_that_day(
+    kinds_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One day of history: the date axis spans that day, not the 2,287 days matplotlib picks."""
+    settings = validate({**KINDS_CONFIG, "storage_url": kinds_url}, "<kinds>")
+    report = await report_of(kinds_url, MAY, settings)
+    assert {d for e in report.endpoints for d in e.days} == {date(2026, 5, 2)}
+    with caplog.at_level("WARNING", logger="matplotlib"):
+        drawn = charts(report)
+    assert all(c.svg for c in drawn)
+    assert [r.getMessage() for r in caplog.records if "MAXTICKS" in r.getMessage()] == []

@@ -257,6 +257,10 @@ def _date_axis(ax: Axes, days: int) -> None:
     ax.xaxis.set_major_locator(DayLocator(interval=every))  # type: ignore[no-untyped-call]
     ax.xaxis.set_major_formatter(DateFormatter("%d"))  # type: ignore[no-untyped-call]
     ax.set_xlabel("day of month (UTC)")
+    first = ax.dataLim.intervalx[0]
+    if days <= 1 and math.isfinite(first):
+        # matplotlib widens a lone date to +-2 years: 2,287 daily ticks, 50 s for one report.
+        ax.set_xlim(first - 1, first + 1)
 
 
 def _dates(days: Sequence[date]) -> list[float]:
