@@ -6,9 +6,11 @@ prometheus-alertmanager); without them these tests skip, or fail under SPECTAX_C
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import aiohttp
@@ -23,7 +25,18 @@ from test_prometheus_e2e import PENDING_METRICS, alertmanager_config
 RUNBOOK = ALERTS / "runbook.md"
 UNIT_TESTS = sorted((ALERTS / "tests").glob("*.yml"))
 AM_EXAMPLE = ALERTS / "alertmanager.example.yml"
-RUNBOOK_BASE = "https://github.com/spectax/spectax/blob/main/alerts/runbook.md"
+
+
+def install_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("alerts_install", ALERTS / "install.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+INSTALL = install_module()
+RUNBOOK_BASE = INSTALL.DEFAULT_RUNBOOK_URL
 # The alerts issue 6 asks for, and their severities.
 EXPECTED_ALERTS = {
     "SpecDecodeAcceptanceBelowThreshold": "warning",
@@ -239,3 +252,53 @@ async def test_a_tax_inhibits_the_acceptance_warning_in_a_real_alertmanager(tmp_
     finally:
         await manager.stop()
         await receiver.stop()
+
+
+def test_no_runbook_url_points_at_a_placeholder_repository() -> None:
+    """Committed, the rules point at the runbook install.py puts beside them (issue 17)."""
+    assert RUNBOOK_BASE == "file:///etc/prometheus/spectax/runbook.md"
+    urls = {name: rule["annotations"]["runbook_url"] for name, rule in alerts().items()}
+    assert {name: url for name, url in urls.items() if not url.startswith(RUNBOOK_BASE)} == {}
+    for path in [*RULE_FILES, *UNIT_TESTS, AM_EXAMPLE, ALERTS / "README.md"]:
+        assert "github.com/spectax" not in path.read_text(encoding="utf-8"), path
+
+
+def installed_alerts(out: Path) -> dict[str, dict[str, Any]]:
+    data = yaml.safe_load((out / "spectax.alerts.yml").read_text(encoding="utf-8"))
+    return {r["alert"]: r for group in data["groups"] for r in group["rules"] if "alert" in r}
+
+
+def test_install_puts_every_runbook_url_under_the_operators_base(tmp_path: Path) -> None:
+    base = "https://wiki.example.com/oncall/spectax-runbook"
+    assert INSTALL.main(["--out", str(tmp_path), "--runbook-url", base]) == 0
+    urls = {name: r["annotations"]["runbook_url"] for name, r in installed_alerts(tmp_path).items()}
+    assert urls == {name: f"{base}#{name.lower()}" for name in EXPECTED_ALERTS}
+    # Nothing else changed: the same rules, the same runbook, and promtool accepts them.
+    assert (tmp_path / "spectax.rules.yml").read_bytes() == RULE_FILES[0].read_bytes()
+    assert (tmp_path / "runbook.md").read_bytes() == RUNBOOK.read_bytes()
+    shipped = (ALERTS / "spectax.alerts.yml").read_text(encoding="utf-8")
+    installed = (tmp_path / "spectax.alerts.yml").read_text(encoding="utf-8")
+    assert installed.replace(base, RUNBOOK_BASE) == shipped
+    files = [str(tmp_path / name) for name in INSTALL.RULE_FILES]
+    result = run_tool("promtool", "check", "rules", *files)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_install_defaults_to_the_runbook_it_writes_beside_the_rules(tmp_path: Path) -> None:
+    assert INSTALL.main(["--out", str(tmp_path)]) == 0
+    url = installed_alerts(tmp_path)["SpeculationIsATax"]["annotations"]["runbook_url"]
+    page, anchor = url.split("#")
+    assert page == (tmp_path / "runbook.md").resolve().as_uri()
+    assert Path(page.removeprefix("file://")).is_file()
+    assert anchor in runbook_sections()
+
+
+@pytest.mark.parametrize("base", ["wiki.example.com/runbook", "https://w.example/rb#top"])
+def test_install_refuses_a_runbook_url_it_cannot_use_and_writes_nothing(
+    base: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "rules"
+    assert INSTALL.main(["--out", str(out), "--runbook-url", base]) == 2
+    error = capsys.readouterr().err
+    assert "--runbook-url" in error and base in error
+    assert not out.exists()
