@@ -240,6 +240,24 @@ async def test_speculation_is_a_tax_pages_through_alertmanager(stack: Stack, cap
     # chat-creative's acceptance is under its 50 % threshold, the coder's is not: a
     # warning, not a second page (issue 17), and inhibited while the tax fires.
     assert set(firing(alerts, "SpecDecodeAcceptanceBelowThreshold")) == {TAX}
+
+    async def warning_in_alertmanager() -> list[dict[str, Any]] | None:
+        _, found = await stack.alertmanager.get_json("/api/v2/alerts")
+        return [
+            a
+            for a in found
+            if a["labels"]["alertname"] == "SpecDecodeAcceptanceBelowThreshold"
+            and a["labels"]["endpoint"] == TAX
+        ] or None
+
+    (warning,) = await wait_until(
+        warning_in_alertmanager,
+        TIMEOUT,
+        "the acceptance warning in Alertmanager",
+        [stack.alertmanager],
+    )
+    assert warning["labels"]["severity"] == "warning"
+    assert warning["status"]["state"] == "suppressed" and warning["status"]["inhibitedBy"]
     paged = {
         a["labels"]["alertname"]
         for d in stack.receiver.deliveries
