@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import re
 import signal
 import socket
 import subprocess
@@ -12,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from e2e import Spectax, free_port, value, write_config
-from spectax.cli.main import main
+from spectax.cli.main import _parser, main
 
 SIMULATED = [{"name": "gone", "url": "http://127.0.0.1:1/metrics"}]
 
@@ -80,3 +82,85 @@ def test_a_bad_listen_address_is_refused_naming_the_flag(
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert "--web.listen-address" in err and "must be HOST:PORT" in err
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("given", ["an empty file", "no file"])
+def test_run_refuses_to_watch_nothing_and_says_the_simulator_is_the_demos(
+    tmp_path: Path, given: str
+) -> None:
+    """Before, `run` without endpoints quietly served the simulated servers' gauges,
+    fake figures into a real Prometheus."""
+    config = tmp_path / "spectax.yml"
+    config.write_text(f"state_directory: {tmp_path / 'state'}\n")
+    done = spectax(
+        "run", *(["--config", str(config)] if given == "an empty file" else []), cwd=tmp_path
+    )
+    assert done.returncode == 2, done.stderr
+    assert "no endpoints" in done.stderr and "`spectax demo`" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "state").exists() and not (tmp_path / "spectax-state").exists()
+
+
+def test_check_config_passes_a_file_without_endpoints_with_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "spectax.yml"
+    config.write_text("scrape_interval: 15s\n")
+    assert main(["check-config", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "OK, 0 endpoint(s)" in out
+    assert f"warning: {config}: no endpoints" in out and "`spectax run` refuses" in out
+
+
+def all_commands() -> dict[str, argparse.ArgumentParser]:
+    """Every command's parser by its full name (`db upgrade`), the top level as ``."""
+    found, todo = {}, [("", _parser())]
+    while todo:
+        name, parser = todo.pop()
+        found[name] = parser
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                todo += [(f"{name} {sub}".strip(), p) for sub, p in action.choices.items()]
+    return found
+
+
+def test_the_top_level_help_lists_every_command_with_what_it_does(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    commands = [name for name in all_commands() if name and " " not in name]
+    assert len(commands) == 8
+    for command in commands:
+        assert re.search(rf"^\s+{command}\s+\w", out, re.MULTILINE), f"{command}:\n{out}"
+
+
+def test_every_argument_of_every_command_says_what_it_is_for() -> None:
+    silent = [
+        f"spectax {name}: {action.dest}"
+        for name, parser in all_commands().items()
+        for action in parser._actions
+        if not isinstance(action, argparse._SubParsersAction) and not action.help
+    ]
+    assert not silent, silent
+
+
+def test_check_config_takes_config_like_every_other_command_and_the_file_still(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, free_port(), SIMULATED)
+    assert main(["check-config", "--config", str(config)]) == 0
+    assert f"{config}: OK, 1 endpoint(s)" in capsys.readouterr().out
+    assert main(["check-config", str(config)]) == 0
+    assert f"{config}: OK, 1 endpoint(s)" in capsys.readouterr().out
+    assert main(["check-config"]) == 2
+    assert "--config FILE" in capsys.readouterr().err
+
+
+def test_db_alone_shows_its_commands_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["db"]) == 2
+    err = capsys.readouterr().err
+    assert "upgrade" in err and "migrate the database" in err
+    assert "error:" not in err

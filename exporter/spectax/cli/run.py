@@ -15,6 +15,7 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
+from spectax.cli.check_config import NO_ENDPOINTS
 from spectax.config import ConfigError, load_config, validate
 
 
@@ -69,7 +70,9 @@ def _listen_address(value: str) -> str:
 def run_command(args: argparse.Namespace) -> int:
     settings = load_config(args.config, args.listen_address)
     if not settings.config.endpoints:
-        return demo_command(argparse.Namespace(**{**vars(args), "history": None}))
+        where = args.config or "the defaults (no --config FILE given)"
+        print(f"spectax run: {where}: {NO_ENDPOINTS}", file=sys.stderr)
+        return 2
     from spectax.daemon import Daemon
 
     daemon = Daemon(settings, args.config, args.web_config_file, args.listen_address)
