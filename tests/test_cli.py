@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import re
 import signal
 import socket
@@ -164,3 +165,51 @@ def test_db_alone_shows_its_commands_and_exits_2(capsys: pytest.CaptureFixture[s
     err = capsys.readouterr().err
     assert "upgrade" in err and "migrate the database" in err
     assert "error:" not in err
+
+
+@pytest.mark.e2e
+async def test_the_live_demo_calibrates_from_its_own_windows_not_from_demo_history(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, `demo --history` wrote into the live demo's SQLite file, and the live demo
+    resumed from the simulated history: its spend counter started at the history's total
+    ($670 after 7 days), and its ridge batch could be fitted on it (B* = 89.6 in issue 17).
+    The history has its own file, which `report` reads by default."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("STATE_DIRECTORY", raising=False)
+    assert await asyncio.to_thread(main, ["demo", "--history", "1d"]) == 0
+    month = re.search(r"spectax report --month (\d{4}-\d{2})", capsys.readouterr().out)
+    assert month is not None
+    assert (
+        await asyncio.to_thread(main, ["report", "--month", month.group(1), "--out", "r.md"]) == 0
+    )
+    assert "code-assistant" in (tmp_path / "r.md").read_text()  # the README's two commands
+    assert not (tmp_path / "spectax-state" / "spectax.sqlite").exists()
+
+    port = free_port()
+    live = Spectax(tmp_path / "unused.yml", port)
+    with live.stderr.open("wb") as log:
+        live.process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "spectax",
+            "demo",
+            "--web.listen-address",
+            f"127.0.0.1:{port}",
+            cwd=tmp_path,
+            stdout=log,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+    try:
+        m = await live.wait_for(
+            lambda m: (
+                value(m, "spectax_ridge_batch_requests", endpoint="code-assistant")
+                and value(m, "spectax_spend_usd_total", endpoint="code-assistant") is not None
+            )
+        )
+        # A day of the simulated history is ~$95 of it; a fresh demo's first scrapes, cents.
+        assert value(m, "spectax_spend_usd_total", endpoint="code-assistant") < 1
+        assert value(m, "spectax_ridge_batch_requests", source="calibrated") is None
+        assert "resuming from" not in live.log  # nor any cursor of the simulated history
+    finally:
+        assert await live.stop() == 0
