@@ -68,8 +68,8 @@ def demo_history_settings() -> Settings:
 def described_endpoints(settings: Settings) -> Sequence[EndpointConfig]:
     """The endpoints the report describes: the configured ones.
 
-    Without configured endpoints spectax watches the built-in simulated servers
-    (`spectax run`, `spectax demo`), so the report describes those.
+    Without configured endpoints the history can only be the simulated servers'
+    (`spectax demo`; `spectax run` refuses to start without endpoints), so it describes those.
     """
     if settings.config.endpoints:
         return settings.config.endpoints
