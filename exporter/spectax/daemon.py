@@ -63,18 +63,20 @@ class Daemon:
         settings: Settings,
         config_path: Path | None = None,
         web_config_file: str | None = None,
+        listen_address: str | None = None,
         *,
         shutdown_grace_seconds: float = SHUTDOWN_GRACE_SECONDS,
         startup_drain_seconds: float = STARTUP_DRAIN_SECONDS,
     ):
         """`config_path` is re-read on reload (none: nothing to reload); `web_config_file`
-        (the `--web.config.file` flag) overrides the configuration's `web_config_file`;
+        (the `--web.config.file` flag) overrides the configuration's `web_config_file`, and
+        `listen_address` (`--web.listen-address`, applied to `settings`) its `listen` on reload;
         `shutdown_grace_seconds` bounds how long a stop or reload waits for scrapes and writes,
         `startup_drain_seconds` how long start-up writes the spool before it scrapes."""
         self.settings = settings
         self.config = settings.config
         self._config_path = config_path
-        self._web_config_flag = web_config_file
+        self._web_config_flag, self._listen_flag = web_config_file, listen_address
         self._grace = shutdown_grace_seconds
         self._startup_drain = startup_drain_seconds
         self.guard = WebGuard(load_web_config(web_config_file or self.config.web_config_file))
@@ -245,7 +247,7 @@ class Daemon:
                 if not self._ready:
                     raise ConfigError(str(self._config_path), ["spectax is still starting"])
                 settings, web_config = read_new_configuration(
-                    self._config_path, self._web_config_flag, self.config
+                    self._config_path, self._web_config_flag, self.config, self._listen_flag
                 )
                 self.guard.replace(web_config)
             except (ConfigError, WebConfigError) as exc:

@@ -200,7 +200,7 @@ def add_parser(commands: Any) -> None:
     assess.add_argument("--gpu", help="GPU name in the price table (with --provider)")
     assess.add_argument("--provider", help="provider in the price table (with --gpu)")
     assess.add_argument("--product", help="product in the price table, when several match")
-    assess.add_argument("--gpus", type=int, default=1)
+    assess.add_argument("--gpus", type=int, default=1, help="GPUs the endpoint runs on (default 1)")
     assess.add_argument("--method", help="ngram | eagle | eagle3 | mtp | medusa | draft_model")
     assess.add_argument("--draft-cost-ratio", type=float, help="c: draft token cost / target token")
     assess.add_argument("--ridge-batch", type=float, default=32.0, help="B* (default 32)")
@@ -211,7 +211,9 @@ def add_parser(commands: Any) -> None:
         metavar=("CBEFORE", "CAFTER"),
         help="the same two pages from a control serving the model without speculation",
     )
-    assess.add_argument("--format", choices=["text", "json"], default="text")
+    assess.add_argument(
+        "--format", choices=["text", "json"], default="text", help="output (default text)"
+    )
     assess.set_defaults(func=assess_command)
 
 

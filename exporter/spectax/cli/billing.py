@@ -50,7 +50,9 @@ def add_parser(commands: Any) -> None:
     fetch.add_argument("--config", type=str, required=True, help="YAML configuration file")
     fetch.add_argument("--since", type=parse_time, help="ISO date or time (default: 1 day ago)")
     fetch.add_argument("--until", type=parse_time, help="ISO date or time (default: now)")
-    fetch.add_argument("--format", choices=["json", "csv"], default="json")
+    fetch.add_argument(
+        "--format", choices=["json", "csv"], default="json", help="output (default json)"
+    )
     fetch.add_argument("--source", action="append", help="only this source, by name (repeatable)")
     fetch.set_defaults(func=fetch_command)
 

@@ -1,4 +1,4 @@
-"""`spectax check-config FILE`: validate a configuration (and a web config) without running.
+"""`spectax check-config --config FILE`: validate a configuration (and a web config), not run.
 
 Every problem is listed at once, with its path (see `spectax.config`); a good
 file is summarised, endpoint by endpoint and source by source, without ever
@@ -8,16 +8,29 @@ showing a credential: only which kinds of them an endpoint sends.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
 from spectax.config import EndpointConfig, Settings, load_config
 from spectax.webconfig import load_web_config
 
+# Valid but useless to `spectax run`, which refuses it: scraping nothing, it would serve no
+# gauge, and before it quietly served the simulated servers' into a real Prometheus.
+NO_ENDPOINTS = (
+    "no endpoints: list them under `endpoints:` (`spectax run` refuses a configuration"
+    " without any; the simulated servers are `spectax demo`'s)"
+)
+
 
 def add_parser(commands: Any) -> None:
     check = commands.add_parser("check-config", help="validate a configuration file")
-    check.add_argument("file", type=Path)
+    check.add_argument(
+        "file", type=Path, nargs="?", help="the configuration file (or --config FILE)"
+    )
+    check.add_argument(
+        "--config", type=Path, help="YAML configuration file, as for every other command"
+    )
     check.add_argument(
         "--web.config.file", dest="web_config_file", metavar="FILE", help="validate it too"
     )
@@ -25,9 +38,15 @@ def add_parser(commands: Any) -> None:
 
 
 def check_config_command(args: argparse.Namespace) -> int:
-    settings = load_config(args.file)
+    if (args.file is None) == (args.config is None):  # the positional is kept for old scripts
+        print("spectax check-config: give the file once: --config FILE (or FILE)", file=sys.stderr)
+        return 2
+    path = args.config or args.file
+    settings = load_config(path)
     config = settings.config
-    print(f"{args.file}: OK, {len(config.endpoints)} endpoint(s)")
+    print(f"{path}: OK, {len(config.endpoints)} endpoint(s)")
+    if not config.endpoints:
+        print(f"warning: {path}: {NO_ENDPOINTS}")
     for endpoint in config.endpoints:
         _print_endpoint(endpoint, settings)
     for spec in settings.billing:  # billing sources; credentials are never shown
