@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -359,3 +360,60 @@ async def test_check_config_probe_reports_engine_speculation_and_k_of_each_real_
         assert "probe:" not in capsys.readouterr().out
     finally:
         await runner.cleanup()
+
+
+REPOSITORY = Path(__file__).parent.parent
+EXAMPLE = REPOSITORY / "spectax.example.yml"
+
+
+def _keys_of(model: Any) -> set[str]:
+    """Every key a configuration model takes, its nested models' keys included."""
+    import typing
+
+    from pydantic import BaseModel
+
+    keys: set[str] = set()
+    for name, field in model.model_fields.items():
+        keys.add(name)
+        pending = [field.annotation]
+        while pending:
+            kind = pending.pop()
+            if isinstance(kind, type) and issubclass(kind, BaseModel):
+                keys |= _keys_of(kind)
+            else:
+                pending += typing.get_args(kind)
+    return keys
+
+
+def test_the_shipped_example_config_passes_check_config_and_shows_every_key(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from spectax.billing.registry import SOURCES
+    from spectax.config import Config
+
+    monkeypatch.chdir(REPOSITORY)  # as the README's systemd steps run it: from the clone
+    assert main(["check-config", str(EXAMPLE)]) == 0, capsys.readouterr().err
+    assert "OK, 2 endpoint(s)" in capsys.readouterr().out
+    text = EXAMPLE.read_text()
+    keys = _keys_of(Config) - {"billing"}
+    for source in SOURCES.values():
+        keys |= _keys_of(source)
+    missing = sorted(k for k in keys if not re.search(rf"(^|[\s{{#-]){k}:", text, re.MULTILINE))
+    assert missing == [], "keys the example does not show"
+
+
+def test_the_readme_config_example_passes_check_config_as_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    readme = (REPOSITORY / "README.md").read_text()
+    section = readme.split("### Configuration", 1)[1]
+    example = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    path = tmp_path / "spectax.yml"
+    path.write_text(example)
+    assert main(["check-config", str(path)]) == 0, capsys.readouterr().err
+
+
+def test_the_readme_systemd_steps_install_the_shipped_example() -> None:
+    readme = (REPOSITORY / "README.md").read_text()
+    steps = readme.split("## Install as a service (systemd)", 1)[1].split("\n## ", 1)[0]
+    assert "install -m 0644 spectax.example.yml /etc/spectax/spectax.yml" in steps
