@@ -147,7 +147,7 @@ def _problem(spec: SourceSpec, message: str) -> None:
     print(
         f"spectax billing fetch: {spec.name}: {logs.blank_secrets(message)}"
         f" [source {spec.name}, type {spec.kind}{', ' + where if where else ''}]."
-        f" Check {_advice(spec, where)}",
+        f" Check {_advice(spec, where, 'timeout' in message)}",
         file=sys.stderr,
     )
 
@@ -164,16 +164,18 @@ def _host(spec: SourceSpec) -> str:
     return ""
 
 
-def _advice(spec: SourceSpec, where: str) -> str:
+def _advice(spec: SourceSpec, where: str, timed_out: bool) -> str:
     if spec.is_estimate:
         return "the configuration's storage_url."
     if not where:
         return f"the source's settings under billing: (name {spec.name})."
-    return (
+    advice = (
         f"that {where.removeprefix('host ')} resolves and answers from this machine"
-        " (DNS, proxy, firewall), the source's URL and its credentials in the configuration;"
-        f" a larger `timeout` (now {spec.config.timeout:g} s) allows more retries."
+        " (DNS, proxy, firewall), and the source's URL and credentials in the configuration"
     )
+    if timed_out:  # the read's deadline cut the retries short, not their number
+        advice += f"; a larger `timeout` (now {spec.config.timeout:g} s) allows more retries"
+    return advice + "."
 
 
 def as_record(line: BillingLine) -> dict[str, Any]:
