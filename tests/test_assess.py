@@ -435,3 +435,13 @@ def test_adjusted_figures_are_noted_in_text_and_json(capsys, tmp_path) -> None:
     code, text, _ = run_assess(capsys, *args)
     marked = {k for k, v in re.findall(r"^  (\w+) +\S+ (\[\d+\])$", text, flags=re.MULTILINE)}
     assert {"concurrency_requests", "recommended_speculative_tokens"} <= marked
+
+
+def test_without_span_or_price_the_money_note_asks_for_both(capsys, tmp_path) -> None:
+    before, after = _same_mtime_copies(
+        tmp_path, "spec_ngram_0_before_traffic.txt", "spec_ngram_3_after.txt"
+    )
+    code, out, _ = run_assess(capsys, before, after, "--method", "ngram", "--format", "json")
+    assert code == 0
+    [money] = [n for n in json.loads(out)[0]["notes"] if n.startswith("no money figures")]
+    assert "--seconds" in money and "--usd-per-hour" in money

@@ -140,13 +140,15 @@ def notes_for(
             f"measured speedup withheld: fewer than {economics.MIN_MEASURED_REQUESTS} requests"
             f" finished (ours {ours:g}, the control's {theirs or 0:g})",
         )
+    no_price = "no price: pass --usd-per-hour X or --gpu G --provider P"
     if not seconds_known:
         why(
             MONEY_KEYS,
-            f"no money figures: no time between the pages is known; {no_seconds_reason}",
+            f"no money figures: no time between the pages is known; {no_seconds_reason}"
+            + ("" if priced else f"; and {no_price}"),
         )
     elif not priced:
-        why(MONEY_KEYS, "no money figures: no price; pass --usd-per-hour X or --gpu G --provider P")
+        why(MONEY_KEYS, f"no money figures: {no_price}")
     elif a.output_tokens <= 0:
         why(MONEY_KEYS, "no cost per token: no output tokens were generated between the pages")
     elif not_drafting:
