@@ -302,6 +302,7 @@ def test_check_config_reports_the_configs_and_the_web_configs_problems_in_one_ru
     )
     err = capsys.readouterr().err
     assert "window" in err and "bogus" in err
+    assert "basic_auth_users.prometheus: not a bcrypt hash" in err  # beside the unknown key
 
 
 async def test_check_config_probe_reports_engine_speculation_and_k_of_each_real_target(
