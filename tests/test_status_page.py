@@ -161,6 +161,17 @@ def test_the_page_is_self_contained_refreshes_itself_and_has_no_script() -> None
     assert "prefers-color-scheme:dark" in html
 
 
+def test_past_100_endpoints_the_worst_are_shown_and_the_rest_counted() -> None:
+    endpoints = [{"name": f"e{i:03}", "url": f"http://h:{i + 1}"} for i in range(105)]
+    settings = validate({"endpoints": endpoints})
+    monitors = {e.name: EndpointMonitor(e, None, 300.0) for e in settings.config.endpoints}
+    monitors["e104"].observe_failure(ScrapeError("connect", "connection refused"), 0.01)
+    html = render_status_page({n: m.snapshot for n, m in monitors.items()}, StatusHistory(), 0.0)
+    shown = cards(html)
+    assert len(shown) == 100 and next(iter(shown)) == "e104"  # down, so first
+    assert "5 more endpoint(s)" in html
+
+
 def test_the_history_keeps_a_point_per_step_and_forgets_removed_endpoints() -> None:
     _, monitors, history = fixture_page()
     points = history.points("ngram")

@@ -37,7 +37,16 @@ VERDICT_TEXT = {
     "no_speculation": "no speculation configured",
 }
 # The order cards are shown in: what needs a person first.
-RANK = {"down": 0, "tax": 1, "no_drafts": 2, "no_traffic": 3, "pays": 4, "no_speculation": 5}
+RANK = {
+    "down": 0,
+    "tax": 1,
+    "no_drafts": 2,
+    "no_traffic": 3,
+    "waiting": 4,
+    "pays": 5,
+    "no_speculation": 6,
+}
+BADGE = {**VERDICT_TEXT, "down": "down", "waiting": "not scraped yet"}
 
 STYLE = """
 :root{color-scheme:light dark;--fg:#1f2328;--bg:#fff;--card:#f6f8fa;--muted:#59636e;
@@ -58,8 +67,8 @@ section.tax,section.down{border-left-color:var(--tax)}
 section.no_drafts,section.no_traffic{border-left-color:var(--idle)}
 .badge{font-size:.8rem;font-weight:700;padding:.1rem .45rem;border-radius:4px;
 border:1px solid currentColor;margin-left:.4rem;text-transform:uppercase}
-.pays>.badge,.v-pays{color:var(--pays)}
-.tax>.badge,.down>.badge,.v-tax,.error{color:var(--tax)}
+.pays .badge,.v-pays{color:var(--pays)}
+.tax .badge,.down .badge,.v-tax,.error{color:var(--tax)}
 .v-no_drafts,.v-no_traffic{color:var(--idle)}
 dl{display:grid;grid-template-columns:repeat(auto-fit,minmax(14rem,1fr));gap:.3rem 1rem;margin:0}
 dt{color:var(--muted);font-size:.8rem}dd{margin:0 0 .2rem}
@@ -83,11 +92,11 @@ def render_status_page(
     for _, snapshot in cards:
         counts[_state(snapshot)] = counts.get(_state(snapshot), 0) + 1
     summary = ", ".join(
-        f"{n} {VERDICT_TEXT.get(s, s)}" for s, n in sorted(counts.items(), key=lambda c: RANK[c[0]])
+        f"{n} {BADGE[s]}" for s, n in sorted(counts.items(), key=lambda c: RANK[c[0]])
     )
     hidden = len(cards) - MAX_ENDPOINTS
     more = (
-        f'<p class="muted">{hidden} more endpoint(s), all of them paying or idle: see '
+        f'<p class="muted">{hidden} more endpoint(s), no worse than the last shown: see '
         '<a href="/metrics">/metrics</a>.</p>'
         if hidden > 0
         else ""
@@ -112,9 +121,9 @@ monthly review: <code>{escape(REPORT_COMMAND)}</code></p>
 
 
 def _state(snapshot: EndpointSnapshot) -> str:
-    """The card's verdict: its main model's, or "down"."""
+    """The card's verdict: its main model's, "down", or "waiting" for a first scrape."""
     if not snapshot.up:
-        return "down"
+        return "down" if snapshot.last_error is not None else "waiting"
     main = main_assessment(snapshot)
     if main is not None:
         return main.verdict
@@ -132,13 +141,13 @@ def _card(name: str, snapshot: EndpointSnapshot, history: StatusHistory) -> str:
     )
     lines = [
         f'<section class="{state}" data-endpoint="{escape(name)}" data-state="{state}">',
-        f'<h2>{escape(name)} <span class="badge">{VERDICT_TEXT.get(state, state)}</span></h2>',
+        f'<h2>{escape(name)} <span class="badge">{BADGE[state]}</span></h2>',
         f'<p class="meta">{"up" if snapshot.up else "down"} · {escape(config.engine)} · '
         f"speculation: {escape(method)} · {config.gpus} GPU(s), {escape(config.billing_mode)} "
         f"· {scraped}</p>",
     ]
-    if not snapshot.up:
-        error = logs.blank_secrets(snapshot.last_error or "no scrape has succeeded yet")
+    if snapshot.last_error is not None and not snapshot.up:
+        error = logs.blank_secrets(snapshot.last_error)
         lines.append(
             f'<p class="error">last error: {escape(error)} (<a href="{RUNBOOK_URL}'
             '#spectaxendpointdown">runbook</a>)</p>'
