@@ -43,6 +43,7 @@ from spectax.scrape import (
     metrics_url,
     scrape_session,
 )
+from spectax.status import StatusHistory, render_status_page
 from spectax.store import Store
 from spectax.store.writer import PendingWrite, StoreWriter
 from spectax.web import WebGuard, make_app
@@ -108,6 +109,7 @@ class Daemon:
             lambda: self.billing.snapshot,
         )
         self.registry.register(self.collector)
+        self.status = StatusHistory(min(60.0, self.config.window))  # a point a minute at most
 
     # ------------------------------------------------------------ read side
 
@@ -149,6 +151,7 @@ class Daemon:
             reload=self.reload if self._config_path is not None else None,
             middlewares=[self.guard.middleware],
             render_text=self.collector.render_text,
+            status_page=lambda: render_status_page(self.snapshots(), self.status, time.time()),
         )
         self._server = await start_server(
             app, self.config.listen_host, self.config.listen_port, self.guard.server_ssl
@@ -296,6 +299,7 @@ class Daemon:
             await self._scrape(monitor)
             if self.monitors.get(name) is monitor:
                 self.collector.prerender(name, monitor.snapshot)
+                self.status.record(name, monitor.snapshot)
 
     async def _scrape(self, monitor: EndpointMonitor) -> None:
         assert self._session is not None
