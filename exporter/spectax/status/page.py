@@ -19,8 +19,9 @@ from spectax.endpoint import EndpointSnapshot
 from spectax.status.chart import chart
 from spectax.status.history import StatusHistory, main_assessment
 
-# Where the alerts' runbook_url points (alerts/spectax.alerts.yml), sections by alert name.
-RUNBOOK_URL = "https://github.com/spectax/spectax/blob/main/alerts/runbook.md"
+# Where the shipped alerts' runbook_url points by default (alerts/install.py installs the
+# runbook beside the rules), sections by alert name.
+RUNBOOK_URL = "file:///etc/prometheus/spectax/runbook.md"
 REPORT_COMMAND = "spectax report --config YOUR-CONFIG.yml --format html --out report.html"
 # A person glances at the page; the window it summarises is minutes long (5 min by
 # default), so a reload every 30 s is fresh enough and costs one request per open tab.
