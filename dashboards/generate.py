@@ -2,6 +2,8 @@
 
     python dashboards/generate.py           # rewrite dashboards/*.json
     python dashboards/generate.py --check   # exit 1 if a committed JSON is out of date
+    python dashboards/generate.py --runbook-url https://wiki.example.com/spectax-runbook \
+        --out /var/lib/grafana/dashboards/spectax   # for your Grafana, links to your runbook
 
 Each ``NAME.dashboard.py`` defines ``dashboard``; its JSON goes to ``NAME.json`` next to
 it, exactly as grafanalib's ``generate-dashboards`` would write it (same loader, same
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import sys
 from pathlib import Path
 
@@ -37,14 +40,36 @@ def render(source: Path) -> str:
     return stream.getvalue()
 
 
+def with_runbook_url(text: str, base: str) -> str:
+    """The dashboard JSON with its `runbook_url` variable (every panel's runbook link) set."""
+    data = json.loads(text)
+    (variable,) = [v for v in data["templating"]["list"] if v["name"] == "runbook_url"]
+    variable["query"] = base
+    variable["current"] = {"selected": True, "text": base, "value": base}
+    return json.dumps(data, sort_keys=True, indent=2) + "\n"  # as grafanalib writes it
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only compare, write nothing")
+    parser.add_argument(
+        "--runbook-url",
+        help="base URL of the runbook the panels link to (the alerts' install.py --runbook-url)",
+    )
+    parser.add_argument(
+        "--out", type=Path, help="write the JSON here instead of beside the sources"
+    )
     args = parser.parse_args(argv)
+    if args.runbook_url and not args.out:
+        parser.error("--runbook-url needs --out: the committed JSON keeps the default runbook")
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
     stale = []
     for source in sources():
-        target = json_path(source)
+        target = json_path(source) if args.out is None else args.out / json_path(source).name
         text = render(source)
+        if args.runbook_url:
+            text = with_runbook_url(text, args.runbook_url)
         if target.exists() and target.read_text(encoding="utf-8") == text:
             continue
         stale.append(target.name)

@@ -228,5 +228,17 @@ dashboard = spectax_dashboard(
         cold_start_duration,
         cold_start_cost,
     ],
+    runbook={
+        spend_rate.panel.title: "CostPerMillionTokensRegression",
+        cost_per_million.panel.title: "CostPerMillionTokensRegression",
+        cost_by_scenario.panel.title: "SpeculationIsATax",
+        savings_total.panel.title: "SpeculationIsATax",
+        savings_daily.panel.title: "SpeculationIsATax",
+        drift.panel.title: "BillingEstimateDrift",
+        spend_by_basis.panel.title: "BillingEstimateDrift",
+        cold_starts.panel.title: "ColdStartsDominateCost",
+        cold_start_duration.panel.title: "ColdStartsDominateCost",
+        cold_start_cost.panel.title: "ColdStartsDominateCost",
+    },
     time=core.Time("now-30d", "now"),
 )

@@ -201,4 +201,14 @@ dashboard = spectax_dashboard(
         store_errors,
         build,
     ],
+    runbook={
+        instances_up.panel.title: "SpectaxAbsent",
+        endpoints_up.panel.title: "SpectaxEndpointDown",
+        engine_metrics.panel.title: "SpectaxEndpointDown",
+        scrape_age.panel.title: "SpectaxEndpointDown",
+        scrape_failures.panel.title: "SpectaxEndpointDown",
+        ridge.panel.title: "SpeculationIsATax",
+        billing_up.panel.title: "BillingDataStale",
+        billing_age.panel.title: "BillingDataStale",
+    },
 )

@@ -1,7 +1,7 @@
 """On-call: "Speculative decoding: is it paying?" — which endpoints pay and which are a tax.
 
-The alerts' runbook (alerts/runbook.md) points here: every paging alert has a panel that
-shows the series it evaluates.
+The alerts' runbook (alerts/runbook.md) points here: every speculation alert has a panel
+that shows the series it evaluates, and the panels link back to the runbook's sections.
 """
 
 import sys
@@ -40,7 +40,9 @@ verdict = table(
     "Pays when the speedup is at least 1 (measured against the control endpoint where there"
     " is one, modelled otherwise), i.e. when acceptance is above break-even. Figures are"
     " over spectax's window (default 5 minutes). Savings are negative when speculation is a"
-    " tax; on provisioned endpoints they are GPU capacity, not invoice money.",
+    " tax; on provisioned endpoints they are GPU capacity, not invoice money. A row with no"
+    " verdict, acceptance or speedup is an endpoint with no speculation configured (a"
+    " control, or plain decoding), or one that drafted nothing in the window.",
     [
         (f"max by (endpoint, model) ({SPEEDUP}{{{SEL_MODEL}}} >= bool 1)", ""),
         (f"max by (endpoint, model) (spectax_acceptance_ratio{{{SEL_MODEL}}})", ""),
@@ -77,7 +79,14 @@ verdict = table(
                         "0": {"text": "TAX", "color": "red", "index": 0},
                         "1": {"text": "pays", "color": "green", "index": 1},
                     },
-                }
+                },
+                {
+                    "type": "special",
+                    "options": {
+                        "match": "null+nan",
+                        "result": {"text": "no speculation configured", "index": 2},
+                    },
+                },
             ],
             custom__cellOptions={"type": "color-background"},
         ),
@@ -104,11 +113,12 @@ verdict = table(
 )
 
 acceptance = timeseries(
-    "Acceptance against break-even and the paging threshold",
+    "Acceptance against break-even and the warning threshold",
     "Acceptance = accepted / proposed draft tokens over 5 minutes (the series"
     " SpecDecodeAcceptanceBelowThreshold evaluates). Break-even (dashed) depends on the"
-    " concurrency: below it speculation is a tax. The paging threshold (dotted red) is the"
-    " endpoint's configured acceptance_threshold.",
+    " concurrency: below it speculation is a tax, and SpeculationIsATax pages. The warning"
+    " threshold (dotted red) is the endpoint's configured acceptance_threshold: under it"
+    " SpecDecodeAcceptanceBelowThreshold warns, which may still pay.",
     [
         (
             f"endpoint_model:spectax_acceptance:ratio_rate5m{{{SEL_MODEL}}}",
@@ -122,7 +132,7 @@ acceptance = timeseries(
             f"max by (endpoint) (spectax_acceptance_threshold_ratio{{{SEL_ENDPOINT}}}"
             " and on (job, instance, endpoint)"
             f' spectax_endpoint_info{{{SEL_ENDPOINT}, method!="none"}})',
-            "{{endpoint}} paging threshold",
+            "{{endpoint}} warning threshold",
         ),
     ],
     unit="percentunit",
@@ -131,7 +141,7 @@ acceptance = timeseries(
     overrides=[
         by_regexp("/break-even/", custom__lineStyle=DASHED),
         by_regexp(
-            "/paging threshold/",
+            "/warning threshold/",
             custom__lineStyle={"dash": [2, 6], "fill": "dot"},
             color={"mode": "fixed", "fixedColor": "red"},
         ),
@@ -270,4 +280,15 @@ dashboard = spectax_dashboard(
         overhead,
         recommended_k,
     ],
+    runbook={
+        verdict.panel.title: "SpeculationIsATax",
+        acceptance.panel.title: "SpecDecodeAcceptanceBelowThreshold",
+        positions.panel.title: "SpecDecodeAcceptanceBelowThreshold",
+        speedup.panel.title: "SpeculationIsATax",
+        concurrency.panel.title: "SpeculationConcurrencyAboveCrossover",
+        cost.panel.title: "SpeculationIsATax",
+        savings.panel.title: "SpeculationIsATax",
+        overhead.panel.title: "SpeculationIsATax",
+        recommended_k.panel.title: "SpeculationIsATax",
+    },
 )

@@ -14,7 +14,7 @@ Every query filters on the template variables ``$job``, ``$endpoint`` and ``$mod
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,10 @@ from grafanalib._gen import DashboardEncoder
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 SCHEMA_VERSION = 39  # Grafana 10.4+; the JSON below uses that version's panel options
 TAGS = ["spectax"]
+# Where panels' runbook links point until the operator sets the `runbook_url` variable
+# (generate.py --runbook-url): the runbook alerts/install.py writes beside the rules, so
+# a panel and the alert it explains open the same section.
+RUNBOOK_URL = "file:///etc/prometheus/spectax/runbook.md"
 
 # Fields grafanalib emits that current Grafana no longer has (schema: additionalProperties
 # false). Dropped by SpectaxDashboard; nothing else is rewritten.
@@ -85,10 +89,44 @@ class SpectaxDashboard(core.Dashboard):  # type: ignore[misc]
         return modernize(raw)
 
 
+def runbook_link(alert: str) -> dict[str, Any]:
+    """A panel link to the alert's section of the runbook, under the `runbook_url` variable
+    (the anchors are the alerts' names in lower case, as the rules' runbook_url)."""
+    return {
+        "asDropdown": False,
+        "icon": "doc",
+        "includeVars": False,
+        "keepTime": False,
+        "tags": [],
+        "targetBlank": True,
+        "title": f"Runbook: {alert}",
+        "tooltip": "What it means and what to do (alerts/runbook.md)",
+        "type": "link",
+        "url": f"${{runbook_url}}#{alert.lower()}",
+    }
+
+
+def with_runbook_links(panels: list[Any], runbook: Mapping[str, str]) -> list[Any]:
+    """Panels whose title is in `runbook` (title -> alert name) link to its runbook section."""
+    unknown = set(runbook) - {p.title for p in panels if not isinstance(p, Row)}
+    assert not unknown, f"runbook links for panels that do not exist: {unknown}"
+    return [
+        p
+        if isinstance(p, Row) or p.title not in runbook
+        else attr.evolve(p, links=[runbook_link(runbook[p.title])])
+        for p in panels
+    ]
+
+
 def dashboard(
-    title: str, uid: str, description: str, cells: Sequence[Cell | Row], **kw: Any
+    title: str,
+    uid: str,
+    description: str,
+    cells: Sequence[Cell | Row],
+    runbook: Mapping[str, str],
+    **kw: Any,
 ) -> Any:
-    """A spectax dashboard: fixed uid, the four variables, links to its siblings."""
+    """A spectax dashboard: fixed uid, the variables, links to its siblings and the runbook."""
     return SpectaxDashboard(
         title=title,
         uid=uid,
@@ -110,7 +148,7 @@ def dashboard(
                 keepTime=True,
             )
         ],
-        panels=layout(cells),
+        panels=with_runbook_links(layout(cells), runbook),
         **kw,
     ).auto_panel_ids()
 
@@ -146,6 +184,14 @@ def variables() -> list[core.Template]:
             "model",
             "Model",
             'label_values(spectax_output_tokens_total{job=~"$job", endpoint=~"$endpoint"}, model)',
+        ),
+        core.Template(
+            name="runbook_url",
+            label="Runbook",
+            type="constant",
+            query=RUNBOOK_URL,
+            default=RUNBOOK_URL,
+            hide=2,  # a setting, not a selector: set it once (dashboards/README.md)
         ),
     ]
 

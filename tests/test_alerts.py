@@ -6,24 +6,40 @@ prometheus-alertmanager); without them these tests skip, or fail under SPECTAX_C
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import re
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
+import aiohttp
 import pytest
 import yaml
 
-from promstack import ALERTS, RULE_FILES, rules, run_tool
+from e2e import wait_until
+from promstack import ALERTS, RULE_FILES, Alertmanager, WebhookReceiver, binary, rules, run_tool
 from spectax.exposition import FAMILIES
-from test_prometheus_e2e import PENDING_METRICS
+from test_prometheus_e2e import PENDING_METRICS, alertmanager_config
 
 RUNBOOK = ALERTS / "runbook.md"
 UNIT_TESTS = sorted((ALERTS / "tests").glob("*.yml"))
 AM_EXAMPLE = ALERTS / "alertmanager.example.yml"
-RUNBOOK_BASE = "https://github.com/spectax/spectax/blob/main/alerts/runbook.md"
+
+
+def install_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("alerts_install", ALERTS / "install.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+INSTALL = install_module()
+RUNBOOK_BASE = INSTALL.DEFAULT_RUNBOOK_URL
 # The alerts issue 6 asks for, and their severities.
 EXPECTED_ALERTS = {
-    "SpecDecodeAcceptanceBelowThreshold": "page",
+    "SpecDecodeAcceptanceBelowThreshold": "warning",
     "SpeculationIsATax": "page",
     "SpeculationConcurrencyAboveCrossover": "warning",
     "CostPerMillionTokensRegression": "ticket",
@@ -162,3 +178,127 @@ def test_alertmanager_example_separates_pages_from_tickets(severity: str, receiv
 def test_prometheus_example_is_valid() -> None:
     result = run_tool("promtool", "check", "config", str(ALERTS / "prometheus.example.yml"))
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_only_speculation_page_is_the_tax() -> None:
+    """Low acceptance costs money only below break-even, and then the tax pages: a draft
+    model paying at 31% acceptance must not wake anyone (issue 17, finding 8)."""
+    pages = {name for name, rule in alerts().items() if rule["labels"]["severity"] == "page"}
+    assert pages == {"SpeculationIsATax"}
+
+
+async def test_a_tax_inhibits_the_acceptance_warning_in_a_real_alertmanager(tmp_path: Path) -> None:
+    binary("alertmanager")
+    receiver = WebhookReceiver()
+    await receiver.start()
+    manager = Alertmanager(tmp_path, alertmanager_config(receiver))
+    try:
+        await manager.start()
+        await manager.wait_ready()
+        fired = [
+            {"alertname": "SpeculationIsATax", "severity": "page", "endpoint": "tax"},
+            {
+                "alertname": "SpecDecodeAcceptanceBelowThreshold",
+                "severity": "warning",
+                "endpoint": "tax",
+            },
+            {
+                "alertname": "SpecDecodeAcceptanceBelowThreshold",
+                "severity": "warning",
+                "endpoint": "pays",
+            },
+        ]
+        body = [{"labels": {**labels, "job": "spectax", "model": "m"}} for labels in fired]
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(
+                f"{manager.url}/api/v2/alerts",
+                data=json.dumps(body),
+                headers={"Content-Type": "application/json"},
+            ) as response,
+        ):
+            assert response.status == 200, await response.text()
+
+        def delivered(receiver_name: str, endpoint: str, alertname: str):
+            return lambda delivery, alert: (
+                delivery.receiver == receiver_name
+                and alert["labels"]["endpoint"] == endpoint
+                and alert["labels"]["alertname"] == alertname
+            )
+
+        # The tax pages; the paying endpoint's low acceptance reaches the chat channel.
+        await receiver.wait_for(delivered("pager", "tax", "SpeculationIsATax"), 20)
+        await receiver.wait_for(
+            delivered("oncall-chat", "pays", "SpecDecodeAcceptanceBelowThreshold"), 20
+        )
+
+        async def states() -> dict[tuple[str, str], str] | None:
+            _, found = await manager.get_json("/api/v2/alerts")
+            got = {(a["labels"]["alertname"], a["labels"]["endpoint"]): a["status"] for a in found}
+            return got if len(got) == len(fired) else None
+
+        status = await wait_until(states, 20, "Alertmanager to list the alerts", [manager])
+        assert status[("SpecDecodeAcceptanceBelowThreshold", "tax")]["state"] == "suppressed"
+        assert status[("SpecDecodeAcceptanceBelowThreshold", "tax")]["inhibitedBy"]
+        assert status[("SpecDecodeAcceptanceBelowThreshold", "pays")]["state"] == "active"
+        # One notification for the tax: nothing about the tax endpoint but the page.
+        about_tax = {
+            (d.receiver, a["labels"]["alertname"])
+            for d in receiver.deliveries
+            for a in d.alerts
+            if a["labels"]["endpoint"] == "tax"
+        }
+        assert about_tax == {("pager", "SpeculationIsATax")}
+    finally:
+        await manager.stop()
+        await receiver.stop()
+
+
+def test_no_runbook_url_points_at_a_placeholder_repository() -> None:
+    """Committed, the rules point at the runbook install.py puts beside them (issue 17)."""
+    assert RUNBOOK_BASE == "file:///etc/prometheus/spectax/runbook.md"
+    urls = {name: rule["annotations"]["runbook_url"] for name, rule in alerts().items()}
+    assert {name: url for name, url in urls.items() if not url.startswith(RUNBOOK_BASE)} == {}
+    for path in [*RULE_FILES, *UNIT_TESTS, AM_EXAMPLE, ALERTS / "README.md"]:
+        assert "github.com/spectax" not in path.read_text(encoding="utf-8"), path
+
+
+def installed_alerts(out: Path) -> dict[str, dict[str, Any]]:
+    data = yaml.safe_load((out / "spectax.alerts.yml").read_text(encoding="utf-8"))
+    return {r["alert"]: r for group in data["groups"] for r in group["rules"] if "alert" in r}
+
+
+def test_install_puts_every_runbook_url_under_the_operators_base(tmp_path: Path) -> None:
+    base = "https://wiki.example.com/oncall/spectax-runbook"
+    assert INSTALL.main(["--out", str(tmp_path), "--runbook-url", base]) == 0
+    urls = {name: r["annotations"]["runbook_url"] for name, r in installed_alerts(tmp_path).items()}
+    assert urls == {name: f"{base}#{name.lower()}" for name in EXPECTED_ALERTS}
+    # Nothing else changed: the same rules, the same runbook, and promtool accepts them.
+    assert (tmp_path / "spectax.rules.yml").read_bytes() == RULE_FILES[0].read_bytes()
+    assert (tmp_path / "runbook.md").read_bytes() == RUNBOOK.read_bytes()
+    shipped = (ALERTS / "spectax.alerts.yml").read_text(encoding="utf-8")
+    installed = (tmp_path / "spectax.alerts.yml").read_text(encoding="utf-8")
+    assert installed.replace(base, RUNBOOK_BASE) == shipped
+    files = [str(tmp_path / name) for name in INSTALL.RULE_FILES]
+    result = run_tool("promtool", "check", "rules", *files)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_install_defaults_to_the_runbook_it_writes_beside_the_rules(tmp_path: Path) -> None:
+    assert INSTALL.main(["--out", str(tmp_path)]) == 0
+    url = installed_alerts(tmp_path)["SpeculationIsATax"]["annotations"]["runbook_url"]
+    page, anchor = url.split("#")
+    assert page == (tmp_path / "runbook.md").resolve().as_uri()
+    assert Path(page.removeprefix("file://")).is_file()
+    assert anchor in runbook_sections()
+
+
+@pytest.mark.parametrize("base", ["wiki.example.com/runbook", "https://w.example/rb#top"])
+def test_install_refuses_a_runbook_url_it_cannot_use_and_writes_nothing(
+    base: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "rules"
+    assert INSTALL.main(["--out", str(out), "--runbook-url", base]) == 2
+    error = capsys.readouterr().err
+    assert "--runbook-url" in error and base in error
+    assert not out.exists()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 
 import pytest
 
@@ -320,3 +322,126 @@ def test_without_control_the_measured_speedup_is_null(capsys) -> None:
     )
     assert code == 0
     assert json.loads(out)[0]["speedup_measured_ratio"] is None
+
+
+def _same_mtime_copies(tmp_path, before: str, after: str) -> tuple[str, str]:
+    """The two pages as a fresh clone has them: the same modification time."""
+    b, a = tmp_path / "before.txt", tmp_path / "after.txt"
+    b.write_text(page(before))
+    a.write_text(page(after))
+    os.utime(a, (os.stat(b).st_atime, os.stat(b).st_mtime))
+    return str(b), str(a)
+
+
+def _dashes_and_their_notes(out: str) -> list[tuple[str, str]]:
+    """(figure, the text of the notes it points at) for every "-" of the text output."""
+    notes = dict(re.findall(r"^  \[(\d+)\] (.+)$", out, flags=re.MULTILINE))
+    found = []
+    for key, marks in re.findall(r"^  (\w+) +- ?((?:\[\d+\] ?)*)$", out, flags=re.MULTILINE):
+        found.append((key, " ".join(notes[n] for n in re.findall(r"\d+", marks))))
+    return found
+
+
+@pytest.mark.parametrize("seconds", ["0", "-5"])
+def test_a_span_of_zero_or_negative_seconds_is_refused_not_priced_at_zero(capsys, seconds) -> None:
+    code, out, err = run_assess(
+        capsys,
+        str(FIXTURES / "spec_ngram_0_before_traffic.txt"),
+        str(FIXTURES / "spec_ngram_3_after.txt"),
+        "--method",
+        "ngram",
+        "--usd-per-hour",
+        "3.99",
+        f"--seconds={seconds}",
+    )
+    assert code != 0 and out == ""
+    assert "--seconds" in err and "more than 0" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_pages_with_equal_mtimes_say_to_pass_seconds_for_every_money_dash(capsys, tmp_path) -> None:
+    before, after = _same_mtime_copies(
+        tmp_path, "spec_ngram_0_before_traffic.txt", "spec_ngram_3_after.txt"
+    )
+    code, out, err = run_assess(
+        capsys, before, after, "--method", "ngram", "--usd-per-hour", "3.99"
+    )
+    assert code == 0, err
+    dashes = dict(_dashes_and_their_notes(out))
+    for key in ("spend_usd", "cost_per_million_output_tokens_usd", "speculation_savings_usd"):
+        assert "--seconds" in dashes[key] and "same modification time" in dashes[key], key
+    code, out, _ = run_assess(
+        capsys, before, after, "--method", "ngram", "--usd-per-hour", "3.99", "--format", "json"
+    )
+    [result] = json.loads(out)
+    assert result["spend_usd"] is None
+    assert any("--seconds" in note for note in result["notes"])
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "args"),
+    [
+        ("nospec_0_before_traffic.txt", "nospec_3_after.txt", []),
+        ("spec_ngram_inflight_running_waiting.txt", "spec_ngram_inflight_after.txt", []),
+        ("spec_ngram_0_before_traffic.txt", "spec_ngram_3_after.txt", ["--seconds", "60"]),
+        (
+            "spec_ngram_0_before_traffic.txt",
+            "spec_ngram_1_after_first_request.txt",
+            [
+                "--usd-per-hour",
+                "2",
+                "--control",
+                str(FIXTURES / "nospec_0_before_traffic.txt"),
+                str(FIXTURES / "nospec_2_mid.txt"),
+            ],
+        ),
+    ],
+)
+def test_every_dash_in_the_text_output_points_at_a_note_saying_why(
+    capsys, tmp_path, before, after, args
+) -> None:
+    b, a = _same_mtime_copies(tmp_path, before, after)
+    code, out, err = run_assess(capsys, b, a, "--method", "ngram", *args)
+    assert code == 0, err
+    dashes = _dashes_and_their_notes(out)
+    assert dashes, out
+    for key, why in dashes:
+        assert why, f"{key} is '-' with no note:\n{out}"
+
+
+def test_adjusted_figures_are_noted_in_text_and_json(capsys, tmp_path) -> None:
+    """Real pages with no request running at either instant (B floored to 1), four
+    positions drafted (K 5 extrapolated), one request finished (measured speedup withheld)."""
+    args = [
+        str(FIXTURES / "spec_ngram_0_before_traffic.txt"),
+        str(FIXTURES / "spec_ngram_1_after_first_request.txt"),
+        "--method",
+        "ngram",
+        "--seconds",
+        "60",
+        "--control",
+        str(FIXTURES / "nospec_0_before_traffic.txt"),
+        str(FIXTURES / "nospec_2_mid.txt"),
+    ]
+    code, out, _ = run_assess(capsys, *args, "--format", "json")
+    assert code == 0
+    [result] = json.loads(out)
+    assert result["concurrency_requests"] == 1
+    notes = " | ".join(result["notes"])
+    assert "taken as 1" in notes
+    assert result["recommended_speculative_tokens"] > len(result["position_acceptance_ratio"])
+    assert "extrapolated" in notes
+    assert result["speedup_measured_ratio"] is None and "fewer than 10 requests" in notes
+    code, text, _ = run_assess(capsys, *args)
+    marked = {k for k, v in re.findall(r"^  (\w+) +\S+ (\[\d+\])$", text, flags=re.MULTILINE)}
+    assert {"concurrency_requests", "recommended_speculative_tokens"} <= marked
+
+
+def test_without_span_or_price_the_money_note_asks_for_both(capsys, tmp_path) -> None:
+    before, after = _same_mtime_copies(
+        tmp_path, "spec_ngram_0_before_traffic.txt", "spec_ngram_3_after.txt"
+    )
+    code, out, _ = run_assess(capsys, before, after, "--method", "ngram", "--format", "json")
+    assert code == 0
+    [money] = [n for n in json.loads(out)[0]["notes"] if n.startswith("no money figures")]
+    assert "--seconds" in money and "--usd-per-hour" in money

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -27,6 +28,7 @@ from spectax.billing.retry import RetryPolicy
 from spectax.billing.sources.opencost import OpenCostConfig, OpenCostSource
 from spectax.billing.sources.runpod import RunpodConfig, RunpodSource
 from spectax.billing.types import BillingError, MapRule
+from spectax.cli.main import main
 from spectax.store import Store
 from spectax.units import floor_time
 
@@ -350,3 +352,34 @@ async def test_opencost_step_in_progress_is_not_final(server: Scripted) -> None:
         await source.close()
     [line] = fetched.lines
     assert not line.final and line.amount == Decimal("0.7")
+
+
+def test_billing_fetch_of_an_unresolvable_host_names_source_host_attempts_and_what_to_check(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`.invalid` never resolves (RFC 6761); a 2 s timeout keeps the retries short."""
+    canary = "CANARY-opencost-token-7f3a"
+    config = tmp_path / "spectax.yml"
+    config.write_text(
+        "endpoints:\n"
+        "  - {name: chat, url: 'http://127.0.0.1:9/metrics'}\n"
+        "billing:\n"
+        "  - type: opencost\n"
+        "    name: cluster-costs\n"
+        "    url: http://nonexistent.invalid:9003\n"
+        "    label: app\n"
+        "    timeout: 2s\n"
+        f"    bearer_token: {canary}\n"
+    )
+    code = main(["billing", "fetch", "--config", str(config), "--source", "cluster-costs"])
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert "Traceback" not in err and "ClientConnectorDNSError" not in err
+    [line] = [ln for ln in err.splitlines() if "cluster-costs" in ln]
+    assert "opencost" in line and "nonexistent.invalid" in line
+    assert "cannot resolve" in line and "DNS" in line
+    assert re.search(r"\d+ attempt\(s\) over \d+\.\d s", line), line
+    assert "Check that nonexistent.invalid resolves" in line
+    # Jittered waits end the retries by count or by the 2 s deadline; the advice follows.
+    assert ("larger `timeout`" in line) == ("would pass the read's timeout" in line)
+    assert canary not in out + err

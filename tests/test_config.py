@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -262,3 +263,158 @@ async def test_run_refuses_a_bad_storage_url_at_start_saying_what_to_write(
     assert await asyncio.wait_for(spectax.process.wait(), 60) == 2, spectax.log_tail()
     assert all(e in spectax.log for e in header(path, "expect")), spectax.log_tail()
     assert "Traceback" not in spectax.log and CANARY not in spectax.log
+
+
+TWO_ENDPOINTS = """
+storage_url: sqlite+aiosqlite:///{tmp}/h.sqlite
+endpoints:
+  - {{name: priced, url: "http://127.0.0.1:8000", price: {{usd_per_hour: 2}}}}
+  - {{name: unpriced, url: "http://127.0.0.1:8001"}}
+"""
+
+
+def test_check_config_summary_never_calls_an_unpriced_endpoint_priced(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["check-config", str(write(tmp_path, TWO_ENDPOINTS.format(tmp=tmp_path)))]) == 0
+    out = capsys.readouterr().out
+    assert "unpriced: vllm, no speculation, provisioned, no price" in out
+    [estimate] = [line for line in out.splitlines() if "billing price_table" in line]
+    assert "all priced" not in estimate
+    assert "endpoints: priced;" in estimate and "not priced" in estimate
+    assert estimate.endswith("unpriced")
+
+
+def test_check_config_reports_the_configs_and_the_web_configs_problems_in_one_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    web = tmp_path / "web.yml"
+    web.write_text("basic_auth_users: {prometheus: not-a-hash}\n")
+    config = write(tmp_path, f"web_config_file: {web}\nscrape_intervall: 5s\n")
+    assert main(["check-config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "scrape_intervall: unknown key" in err
+    assert "basic_auth_users.prometheus: not a bcrypt hash" in err
+    web.write_text("basic_auth_users: {prometheus: not-a-hash}\nbogus: 1\n")
+    assert (
+        main(["check-config", str(write(tmp_path, "window: 1s\n")), "--web.config.file", str(web)])
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert "window" in err and "bogus" in err
+    assert "basic_auth_users.prometheus: not a bcrypt hash" in err  # beside the unknown key
+
+
+async def test_check_config_probe_reports_engine_speculation_and_k_of_each_real_target(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Loopback targets serving the recorded vLLM 0.32.0 pages; one wants a bearer token."""
+    from aiohttp import web
+
+    from conftest import page
+    from loopback import serve
+
+    token = "CANARY-probe-token-5d1e"
+    pages = {
+        "/ngram": page("spec_ngram_3_after.txt"),
+        "/plain": page("nospec_3_after.txt"),
+        "/nostats": page("spec_ngram_disable_log_stats_3_after.txt"),
+    }
+
+    async def handle(request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") != f"Bearer {token}":
+            return web.Response(status=401)
+        return web.Response(text=pages[request.path], content_type="text/plain")
+
+    app = web.Application()
+    app.router.add_get("/{name}", handle)
+    runner, url = await serve(app)
+    try:
+        endpoints = [
+            {"name": "ngram", "url": f"{url}/ngram", "speculation": {"method": "ngram"}},
+            {"name": "plain", "url": f"{url}/plain"},
+            {"name": "nostats", "url": f"{url}/nostats", "speculation": {"method": "ngram"}},
+            {"name": "mislabelled", "url": f"{url}/ngram"},
+        ]
+        for endpoint in endpoints:
+            endpoint["bearer_token"] = token
+        endpoints.append({"name": "no-token", "url": f"{url}/ngram"})
+        config = tmp_path / "spectax.yml"
+        config.write_text(
+            yaml.safe_dump(
+                {"storage_url": f"sqlite+aiosqlite:///{tmp_path}/h.sqlite", "endpoints": endpoints}
+            )
+        )
+        code = await asyncio.to_thread(main, ["check-config", str(config), "--probe"])
+        out, err = capsys.readouterr()
+        report = {
+            line.split(":")[0].strip(): line for line in out.split("probe:\n", 1)[1].splitlines()
+        }
+        assert code == 1  # no-token fails
+        assert "vllm detected" in report["ngram"] and "speculation on, K seen 4" in report["ngram"]
+        assert "speculation off" in report["plain"]
+        assert "no vllm families" in report["nostats"]
+        assert "check the endpoint's speculation key" in report["mislabelled"]
+        assert "FAILED (http_status)" in report["no-token"] and "401" in report["no-token"]
+        assert token not in out + err
+        assert await asyncio.to_thread(main, ["check-config", str(config)]) == 0  # no probe
+        assert "probe:" not in capsys.readouterr().out
+    finally:
+        await runner.cleanup()
+
+
+REPOSITORY = Path(__file__).parent.parent
+EXAMPLE = REPOSITORY / "spectax.example.yml"
+
+
+def _keys_of(model: Any) -> set[str]:
+    """Every key a configuration model takes, its nested models' keys included."""
+    import typing
+
+    from pydantic import BaseModel
+
+    keys: set[str] = set()
+    for name, field in model.model_fields.items():
+        keys.add(name)
+        pending = [field.annotation]
+        while pending:
+            kind = pending.pop()
+            if isinstance(kind, type) and issubclass(kind, BaseModel):
+                keys |= _keys_of(kind)
+            else:
+                pending += typing.get_args(kind)
+    return keys
+
+
+def test_the_shipped_example_config_passes_check_config_and_shows_every_key(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from spectax.billing.registry import SOURCES
+    from spectax.config import Config
+
+    monkeypatch.chdir(REPOSITORY)  # as the README's systemd steps run it: from the clone
+    assert main(["check-config", str(EXAMPLE)]) == 0, capsys.readouterr().err
+    assert "OK, 2 endpoint(s)" in capsys.readouterr().out
+    text = EXAMPLE.read_text()
+    keys = _keys_of(Config) - {"billing"}
+    for source in SOURCES.values():
+        keys |= _keys_of(source)
+    missing = sorted(k for k in keys if not re.search(rf"(^|[\s{{#-]){k}:", text, re.MULTILINE))
+    assert missing == [], "keys the example does not show"
+
+
+def test_the_readme_config_example_passes_check_config_as_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    readme = (REPOSITORY / "README.md").read_text()
+    section = readme.split("### Configuration", 1)[1]
+    example = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    path = tmp_path / "spectax.yml"
+    path.write_text(example)
+    assert main(["check-config", str(path)]) == 0, capsys.readouterr().err
+
+
+def test_the_readme_systemd_steps_install_the_shipped_example() -> None:
+    readme = (REPOSITORY / "README.md").read_text()
+    steps = readme.split("## Install as a service (systemd)", 1)[1].split("\n## ", 1)[0]
+    assert "install -m 0644 spectax.example.yml /etc/spectax/spectax.yml" in steps

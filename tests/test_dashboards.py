@@ -36,7 +36,7 @@ TITLES = {
 PANELS = {
     "spectax-paying.json": [
         "is it paying",
-        "acceptance against break-even and the paging threshold",
+        "acceptance against break-even and the warning threshold",
         "speedup: modelled and measured",
         "concurrency against crossover",
         "cost per million output tokens: actual against no speculation",
@@ -61,6 +61,8 @@ PANELS = {
     ],
 }
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+RUNBOOK = DASHBOARDS.parent / "alerts" / "runbook.md"
+RUNBOOK_URL = "file:///etc/prometheus/spectax/runbook.md"  # alerts/install.py's default
 SELECTOR = re.compile(r"\b([a-z_]+:spectax_[a-z_]+:[a-z0-9_]+|spectax_[a-z_]+|up)\b(\{[^}]*\})?")
 
 
@@ -121,7 +123,7 @@ def test_uids_are_fixed_and_unique() -> None:
 def test_variables_datasource_job_endpoint_model(name: str) -> None:
     dashboard = dashboard_jsons()[name]
     variables = {v["name"]: v for v in dashboard["templating"]["list"]}
-    assert list(variables) == ["datasource", "job", "endpoint", "model"]
+    assert list(variables) == ["datasource", "job", "endpoint", "model", "runbook_url"]
     assert variables["datasource"]["type"] == "datasource"
     assert variables["datasource"]["query"] == "prometheus"
     for var in ("job", "endpoint", "model"):
@@ -130,6 +132,9 @@ def test_variables_datasource_job_endpoint_model(name: str) -> None:
         assert variables[var]["includeAll"] and variables[var]["allValue"] == ".*"
     assert '$job"' in variables["endpoint"]["query"]
     assert '$endpoint"' in variables["model"]["query"]
+    # A hidden setting, not a selector: the base of every panel's runbook link.
+    runbook = variables["runbook_url"]
+    assert (runbook["type"], runbook["hide"], runbook["query"]) == ("constant", 2, RUNBOOK_URL)
 
 
 @pytest.mark.parametrize("name", sorted(UIDS))
@@ -203,3 +208,78 @@ def test_generate_check_mode(capsys: pytest.CaptureFixture[str]) -> None:
 def test_dashboards_directory_has_only_known_json() -> None:
     assert sorted(p.name for p in DASHBOARDS.glob("*.json")) == sorted(UIDS)
     assert Path(SCHEMA).is_file()
+
+
+def runbook_links(panel: dict[str, Any]) -> list[str]:
+    """The runbook anchors a panel links to."""
+    prefix = "${runbook_url}#"
+    return [
+        link["url"].removeprefix(prefix)
+        for link in panel.get("links", [])
+        if link["url"].startswith(prefix)
+    ]
+
+
+def test_panels_link_to_the_runbook_sections_of_their_alerts() -> None:
+    """Every alert's section is linked from a panel, every link lands on a section, and
+    every panel the runbook tells the on-call engineer to look at links back to it."""
+    text = RUNBOOK.read_text(encoding="utf-8")
+    sections = {title.lower() for title in re.findall(r"^## `?(\w+)`?$", text, re.M)}
+    alerts = {rule["alert"].lower() for rule in rules() if "alert" in rule}
+    all_panels = [p for d in dashboard_jsons().values() for p in panels(d) if p["type"] != "row"]
+    linked = {anchor for p in all_panels for anchor in runbook_links(p)}
+    assert linked == alerts
+    assert linked <= sections
+    named = set()
+    for confirm in re.findall(r"\*\*Confirm\.\*\*(.*?)\*\*What to do", text, re.S):
+        for phrase in re.findall(r"\*([^*]+)\*", confirm.replace("\\*", "")):
+            named.add(" ".join(phrase.split()).lower())
+    shown = [p for p in all_panels if any(p["title"].lower().startswith(n) for n in named)]
+    assert len(shown) >= 15
+    assert [p["title"] for p in shown if not runbook_links(p)] == []
+
+
+def test_the_verdict_of_an_endpoint_without_speculation_is_explained() -> None:
+    """An empty verdict cell reads "no speculation configured", and the panel says why."""
+    (verdict,) = [
+        p
+        for p in panels(dashboard_jsons()["spectax-paying.json"])
+        if p["title"].startswith("Is it paying?")
+    ]
+    (override,) = [
+        o for o in verdict["fieldConfig"]["overrides"] if o["matcher"]["options"] == "Verdict"
+    ]
+    mappings = [
+        m for prop in override["properties"] if prop["id"] == "mappings" for m in prop["value"]
+    ]
+    special = [m["options"] for m in mappings if m["type"] == "special"]
+    assert special == [
+        {"match": "null+nan", "result": {"index": 2, "text": "no speculation configured"}}
+    ]
+    assert "no speculation configured" in verdict["description"]
+
+
+def test_generate_sets_the_runbook_url_once_for_every_panel(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = "https://wiki.example.com/oncall/spectax-runbook"
+    assert generate_module().main(["--runbook-url", base, "--out", str(tmp_path)]) == 0
+    schema = json.loads(SCHEMA.read_text(encoding="utf-8"))
+    for name, committed in dashboard_jsons().items():
+        written = json.loads((tmp_path / name).read_text(encoding="utf-8"))
+        jsonschema.validate(written, schema)
+        (variable,) = [v for v in written["templating"]["list"] if v["name"] == "runbook_url"]
+        assert variable["query"] == variable["current"]["value"] == base
+        # Only the variable differs: the links read it.
+        variable["query"], variable["current"] = (
+            RUNBOOK_URL,
+            {
+                "selected": True,
+                "text": RUNBOOK_URL,
+                "value": RUNBOOK_URL,
+            },
+        )
+        assert written == committed
+    with pytest.raises(SystemExit):
+        generate_module().main(["--runbook-url", base])  # would rewrite the committed JSON
+    assert "--runbook-url needs --out" in capsys.readouterr().err

@@ -211,8 +211,9 @@ class Settings:
         self.billing = billing or []  # billing sources, secrets resolved (price_table first)
 
 
-def load_config(path: Path | str | None) -> Settings:
-    """Read, validate and resolve a configuration file; None gives the defaults."""
+def load_config(path: Path | str | None, listen: str | None = None) -> Settings:
+    """Read, validate and resolve a configuration file; None gives the defaults. `listen`
+    (`--web.listen-address`) wins over the file's, at start and at every reload."""
     source = str(path) if path is not None else "<defaults>"
     raw: Any = {}
     if path is not None:
@@ -227,7 +228,7 @@ def load_config(path: Path | str | None) -> Settings:
             where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
             problem = getattr(exc, "problem", None) or str(exc)
             raise ConfigError(source, [f"{where}not valid YAML: {problem}"]) from None
-    return validate(raw, source)
+    return validate({**raw, "listen": listen} if listen and type(raw) is dict else raw, source)
 
 
 def validate(raw: Any, source: str = "<config>") -> Settings:

@@ -43,6 +43,7 @@ from spectax.scrape import (
     metrics_url,
     scrape_session,
 )
+from spectax.status import StatusHistory, render_status_page
 from spectax.store import Store
 from spectax.store.writer import PendingWrite, StoreWriter
 from spectax.web import WebGuard, make_app
@@ -63,18 +64,20 @@ class Daemon:
         settings: Settings,
         config_path: Path | None = None,
         web_config_file: str | None = None,
+        listen_address: str | None = None,
         *,
         shutdown_grace_seconds: float = SHUTDOWN_GRACE_SECONDS,
         startup_drain_seconds: float = STARTUP_DRAIN_SECONDS,
     ):
         """`config_path` is re-read on reload (none: nothing to reload); `web_config_file`
-        (the `--web.config.file` flag) overrides the configuration's `web_config_file`;
+        (the `--web.config.file` flag) overrides the configuration's `web_config_file`, and
+        `listen_address` (`--web.listen-address`, applied to `settings`) its `listen` on reload;
         `shutdown_grace_seconds` bounds how long a stop or reload waits for scrapes and writes,
         `startup_drain_seconds` how long start-up writes the spool before it scrapes."""
         self.settings = settings
         self.config = settings.config
         self._config_path = config_path
-        self._web_config_flag = web_config_file
+        self._web_config_flag, self._listen_flag = web_config_file, listen_address
         self._grace = shutdown_grace_seconds
         self._startup_drain = startup_drain_seconds
         self.guard = WebGuard(load_web_config(web_config_file or self.config.web_config_file))
@@ -106,6 +109,7 @@ class Daemon:
             lambda: self.billing.snapshot,
         )
         self.registry.register(self.collector)
+        self.status = StatusHistory(min(60.0, self.config.window))  # a point a minute at most
 
     # ------------------------------------------------------------ read side
 
@@ -147,6 +151,7 @@ class Daemon:
             reload=self.reload if self._config_path is not None else None,
             middlewares=[self.guard.middleware],
             render_text=self.collector.render_text,
+            status_page=lambda: render_status_page(self.snapshots(), self.status, time.time()),
         )
         self._server = await start_server(
             app, self.config.listen_host, self.config.listen_port, self.guard.server_ssl
@@ -245,7 +250,7 @@ class Daemon:
                 if not self._ready:
                     raise ConfigError(str(self._config_path), ["spectax is still starting"])
                 settings, web_config = read_new_configuration(
-                    self._config_path, self._web_config_flag, self.config
+                    self._config_path, self._web_config_flag, self.config, self._listen_flag
                 )
                 self.guard.replace(web_config)
             except (ConfigError, WebConfigError) as exc:
@@ -294,6 +299,7 @@ class Daemon:
             await self._scrape(monitor)
             if self.monitors.get(name) is monitor:
                 self.collector.prerender(name, monitor.snapshot)
+                self.status.record(name, monitor.snapshot)
 
     async def _scrape(self, monitor: EndpointMonitor) -> None:
         assert self._session is not None

@@ -22,12 +22,13 @@ RESTART_ONLY = ("listen", "state_directory", "database_url", "window", "store_qu
 
 
 def read_new_configuration(
-    config_path: Path, web_config_flag: str | None, running: Config
+    config_path: Path, web_config_flag: str | None, running: Config, listen_flag: str | None = None
 ) -> tuple[Settings, WebConfig]:
     """The configuration file and the web config, both validated, or ConfigError (or
     WebConfigError) listing every problem, a setting only a restart can change included.
-    `web_config_flag` (`--web.config.file`) wins over the file's `web_config_file`."""
-    settings = load_config(config_path)
+    `web_config_flag` (`--web.config.file`) wins over the file's `web_config_file`, and
+    `listen_flag` (`--web.listen-address`) over its `listen`."""
+    settings = load_config(config_path, listen_flag)
     web_config = load_web_config(web_config_flag or settings.config.web_config_file)
     fixed = [
         key

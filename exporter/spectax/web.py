@@ -35,6 +35,7 @@ ENDPOINTS_KEY: web.AppKey[EndpointStates] = web.AppKey("endpoints")
 Reload = Callable[[], Awaitable[None]]
 RELOAD_KEY: web.AppKey[Reload | None] = web.AppKey("reload")
 TEXT_KEY: web.AppKey[Callable[[], bytes] | None] = web.AppKey("render_text")
+STATUS_KEY: web.AppKey[Callable[[], str] | None] = web.AppKey("status_page")
 GZIP_KEY: web.AppKey[dict[str, bytes]] = web.AppKey("gzip")
 TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 CLASSIC_TYPES = ("text/plain", "text/*", "*/*")
@@ -50,17 +51,20 @@ def make_app(
     reload: Reload | None = None,
     middlewares: Sequence[Middleware] = (),
     render_text: Callable[[], bytes] | None = None,
+    status_page: Callable[[], str] | None = None,
 ) -> web.Application:
-    """`endpoints()` gives (name, up, last error or "") for the landing page; `reload()`
-    re-reads the configuration (`POST /-/reload`), raising ValueError when it is bad;
-    `middlewares` are the web config's (basic auth, headers); `render_text()` is the
-    fast text exposition, used instead of the registry when given."""
+    """`endpoints()` gives (name, up, last error or "") for the bare landing page;
+    `status_page()` renders the status page (`spectax.status`) served at `/` instead;
+    `reload()` re-reads the configuration (`POST /-/reload`), raising ValueError when it
+    is bad; `middlewares` are the web config's (basic auth, headers); `render_text()` is
+    the fast text exposition, used instead of the registry when given."""
     app = web.Application(middlewares=list(middlewares))
     app[REGISTRY_KEY] = registry
     app[READY_KEY] = ready
     app[ENDPOINTS_KEY] = endpoints
     app[RELOAD_KEY] = reload
     app[TEXT_KEY] = render_text
+    app[STATUS_KEY] = status_page
     app[GZIP_KEY] = {}
     app.router.add_post("/-/reload", reload_handler)
     app.router.add_get("/", landing)
@@ -130,6 +134,10 @@ async def ready_handler(request: web.Request) -> web.Response:
 
 
 async def landing(request: web.Request) -> web.Response:
+    """The status page when the daemon gives one (it renders from memory: no I/O here)."""
+    status_page = request.app[STATUS_KEY]
+    if status_page is not None:
+        return web.Response(text=status_page(), content_type="text/html")
     rows = "".join(
         f"<tr><td>{html.escape(name)}</td><td>{'up' if up else 'down'}</td>"
         f"<td>{html.escape(error)}</td></tr>"

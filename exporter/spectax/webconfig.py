@@ -153,11 +153,18 @@ def load_web_config(path: Path | str | None) -> WebConfig:
         raise WebConfigError(source, [f"{where}not valid YAML"]) from None
     if not isinstance(raw, dict):
         raise WebConfigError(source, ["the top level must be a mapping"])
+    problems: list[str] = []
     try:
         parsed = _WebConfigFile.model_validate(raw)
     except ValidationError as exc:
-        raise WebConfigError(source, [_describe(e) for e in exc.errors()]) from None
-    problems: list[str] = []
+        # The other top-level sections are still checked, so that one run lists every
+        # problem: a bad key used to hide a bad hash until it was fixed (issue 17).
+        problems += [_describe(e) for e in exc.errors()]
+        bad = {e["loc"][0] for e in exc.errors() if e["loc"]}
+        try:
+            parsed = _WebConfigFile.model_validate({k: v for k, v in raw.items() if k not in bad})
+        except ValidationError:
+            raise WebConfigError(source, problems) from None
     users: dict[str, bytes] = {}
     for user, hashed in (parsed.basic_auth_users or {}).items():
         value = hashed.get_secret_value()

@@ -8,6 +8,7 @@ connection is closed at once, before any TLS handshake. `spectax.web` is the app
 from __future__ import annotations
 
 import asyncio
+import os
 import ssl
 from collections.abc import Callable
 
@@ -19,6 +20,11 @@ HEADER_TIMEOUT = 10.0
 # Who scrapes spectax is a few Prometheus servers and a browser; each open connection costs
 # ~270 KiB over TLS (asyncio's 256 KiB read buffer, bench/web_flood.py): 256 take ~70 MiB.
 MAX_CONNECTIONS = 256
+
+
+class ListenError(Exception):
+    """spectax's own address cannot be listened on (taken, not this host's, privileged):
+    the message names it and how to give another; the command exits 2 on it."""
 
 
 class WebServer:
@@ -60,7 +66,15 @@ async def start_server(
     await runner.setup()
     assert runner.server is not None
     gate = ConnectionGate(runner.server, max_connections, ssl_context, header_timeout)
-    server = await asyncio.get_running_loop().create_server(gate, host, port)
+    try:
+        server = await asyncio.get_running_loop().create_server(gate, host, port)
+    except OSError as exc:  # EADDRINUSE (98) most often: a second spectax, or the demo
+        await runner.cleanup()
+        reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+        raise ListenError(
+            f"cannot listen on {host}:{port}: {reason}; give another address with"
+            " --web.listen-address HOST:PORT (or `listen:` in the configuration)"
+        ) from None
     return WebServer(runner, server, gate)
 
 

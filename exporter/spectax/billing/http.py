@@ -60,6 +60,16 @@ async def get_json(
         ) from None
     except aiohttp.ClientPayloadError:
         raise BillingError(f"{where}: the answer was cut short", retryable=True) from None
+    except aiohttp.ClientConnectorDNSError as exc:
+        raise BillingError(
+            f"{where}: cannot resolve the host {exc.host} (DNS)", retryable=True
+        ) from None
+    except aiohttp.ClientConnectorError as exc:
+        raise BillingError(
+            f"{where}: cannot connect to {exc.host}:{exc.port}"
+            f" ({exc.strerror or type(exc).__name__})",
+            retryable=True,
+        ) from None
     except aiohttp.ClientError as exc:
         raise BillingError(f"{where}: {type(exc).__name__}", retryable=True) from None
     except OSError as exc:

@@ -64,19 +64,28 @@ async def with_retries(
 ) -> T:
     """Run `attempt` until it succeeds, raises a non-retryable BillingError, runs out of
     attempts, or the next wait would pass `deadline` (a `time.monotonic()` value)."""
-    tries = 0
+    tries, started = 0, time.monotonic()
     while True:
         tries += 1
         try:
             return await attempt()
         except BillingError as exc:
-            if not exc.retryable or tries >= policy.attempts:
+            if not exc.retryable:
                 raise
+            # What was tried goes into the message: a bare error after 14 s (issue 17)
+            # told the operator neither that it was retried nor for how long.
+            tried = f"{tries} attempt(s) over {time.monotonic() - started:.1f} s"
+            if tries >= policy.attempts:
+                raise BillingError(
+                    f"{exc} (giving up after {tried})",
+                    retryable=True,
+                    retry_after=exc.retry_after,
+                ) from None
             wait = policy.delay(tries, exc.retry_after)
             if deadline is not None and time.monotonic() + wait >= deadline:
                 raise BillingError(
-                    f"{exc} (giving up: the next retry, in {wait:.0f} s, would pass the "
-                    "read's timeout)",
+                    f"{exc} (giving up after {tried}: the next retry, in {wait:.0f} s, would"
+                    " pass the read's timeout)",
                     retryable=True,
                     retry_after=exc.retry_after,
                 ) from None

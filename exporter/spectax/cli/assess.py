@@ -22,6 +22,14 @@ from typing import Any
 
 from spectax import economics
 from spectax.billing.prices import PriceTable, PriceTableError
+from spectax.cli.assess_notes import (
+    FIGURES,
+    JSON_KEYS,
+    Note,
+    finished_requests,
+    json_object,
+    notes_for,
+)
 from spectax.engines import get_parser
 from spectax.engines.base import EngineSample, ParseError
 from spectax.pipeline.intervals import interval_between
@@ -33,35 +41,15 @@ PROVISIONED_NOTE = (
     " are scaled down; on serverless GPUs it is invoice money"
 )
 
-JSON_KEYS = (
-    "model",
-    "output_tokens",
-    "prompt_tokens",
-    "drafts",
-    "draft_tokens",
-    "accepted_tokens",
-    "concurrency_requests",
-    "restarted",
-    "acceptance_ratio",
-    "acceptance_length_tokens",
-    "position_acceptance_ratio",
-    "breakeven_acceptance_ratio",
-    "speedup_ratio",
-    "speedup_measured_ratio",
-    "crossover_concurrency_requests",
-    "recommended_speculative_tokens",
-    "draft_compute_share_ratio",
-    "rejected_share_ratio",
-    "spend_usd",
-    "cost_per_million_output_tokens_usd",
-    "cost_per_million_output_tokens_no_speculation_usd",
-    "speculation_savings_usd",
-    "verdict",
-)
-
 
 class AssessError(ValueError):
     """Inputs that cannot be assessed; the message is one line for the user."""
+
+
+@dataclass(frozen=True)
+class Assessed:
+    assessment: economics.Assessment
+    notes: tuple[Note, ...]
 
 
 @dataclass(frozen=True)
@@ -73,6 +61,7 @@ class AssessOptions:
     draft_cost_ratio: float | None = None
     ridge_batch: float = economics.DEFAULT_RIDGE_BATCH
     concurrency: float | None = None
+    no_seconds_reason: str = "pass --seconds S, the time between the two pages"
 
 
 def assess_pages(
@@ -81,7 +70,7 @@ def assess_pages(
     options: AssessOptions,
     control: tuple[str, str] | None = None,
     engine: str = "vllm",
-) -> list[economics.Assessment]:
+) -> list[Assessed]:
     """Assess per model; `control` is a (before, after) pair from the same model served
     without speculation, over the same span, for the measured speedup."""
     parse = get_parser(engine)
@@ -112,7 +101,16 @@ def assess_pages(
             concurrency = _mean_running(before, after, model)
         traffic = economics.traffic_of(counts, max(concurrency, 1.0), interval.restarted)
         measured = economics.measured_speedup(window, control_window, model)
-        results.append(economics.assess_model(model, traffic, params, money, measured))
+        a = economics.assess_model(model, traffic, params, money, measured)
+        notes = notes_for(
+            a,
+            options.seconds is not None,
+            options.usd_per_hour is not None,
+            options.no_seconds_reason,
+            concurrency,
+            finished_requests(window, control_window, model),
+        )
+        results.append(Assessed(a, notes))
     return results
 
 
@@ -120,34 +118,26 @@ def _speculates(sample: EngineSample) -> bool:
     return any(m.speculating for m in sample.models.values())
 
 
-def to_json(assessments: Sequence[economics.Assessment]) -> str:
-    return json.dumps([_json_object(a) for a in assessments], indent=2)
+def to_json(results: Sequence[Assessed]) -> str:
+    objects = [{**json_object(r.assessment), "notes": [n.text for n in r.notes]} for r in results]
+    return json.dumps(objects, indent=2)
 
 
-def to_text(assessments: Sequence[economics.Assessment]) -> str:
+def to_text(results: Sequence[Assessed]) -> str:
+    """Every "-" and every adjusted figure points at the numbered note that says why."""
     lines = []
-    for a in assessments:
-        data = _json_object(a)
+    width = max(len(k) for k in JSON_KEYS)
+    for result in results:
+        a, data = result.assessment, json_object(result.assessment)
         lines.append(f"verdict: {a.verdict.upper()}   model: {a.model}")
-        width = max(len(k) for k in JSON_KEYS)
-        for key in JSON_KEYS[1:-1]:
-            lines.append(f"  {key:<{width}}  {_show(data[key])}")
+        for key in FIGURES:
+            marks = [f"[{i}]" for i, n in enumerate(result.notes, 1) if key in n.keys]
+            lines.append(f"  {key:<{width}}  {' '.join([_show(data[key]), *marks])}")
+        lines.extend(f"  [{i}] {n.text}" for i, n in enumerate(result.notes, 1))
         lines.append("")
-    if assessments:
+    if results:
         lines.append(PROVISIONED_NOTE)
     return "\n".join(lines)
-
-
-def _json_object(a: economics.Assessment) -> dict[str, Any]:
-    data: dict[str, Any] = {}
-    for key in JSON_KEYS:
-        value = getattr(a, key)
-        if isinstance(value, tuple):
-            value = list(value)
-        if isinstance(value, float) and not math.isfinite(value):
-            value = None  # JSON has no infinity; B_x = inf means "never a tax"
-        data[key] = value
-    return data
 
 
 def _show(value: Any) -> str:
@@ -200,7 +190,7 @@ def add_parser(commands: Any) -> None:
     assess.add_argument("--gpu", help="GPU name in the price table (with --provider)")
     assess.add_argument("--provider", help="provider in the price table (with --gpu)")
     assess.add_argument("--product", help="product in the price table, when several match")
-    assess.add_argument("--gpus", type=int, default=1)
+    assess.add_argument("--gpus", type=int, default=1, help="GPUs the endpoint runs on (default 1)")
     assess.add_argument("--method", help="ngram | eagle | eagle3 | mtp | medusa | draft_model")
     assess.add_argument("--draft-cost-ratio", type=float, help="c: draft token cost / target token")
     assess.add_argument("--ridge-batch", type=float, default=32.0, help="B* (default 32)")
@@ -211,15 +201,23 @@ def add_parser(commands: Any) -> None:
         metavar=("CBEFORE", "CAFTER"),
         help="the same two pages from a control serving the model without speculation",
     )
-    assess.add_argument("--format", choices=["text", "json"], default="text")
+    assess.add_argument(
+        "--format", choices=["text", "json"], default="text", help="output (default text)"
+    )
     assess.set_defaults(func=assess_command)
 
 
 def assess_command(args: argparse.Namespace) -> int:
     try:
+        if args.seconds is not None and not 0 < args.seconds < math.inf:
+            raise AssessError(
+                f"--seconds {args.seconds:g}: give the time between the two pages, more than 0"
+                " (0 s would price the span at a false $0)"
+            )
         before, after, seconds = read_pages(args.before, args.after, args.seconds)
         options = AssessOptions(
             seconds=seconds,
+            no_seconds_reason=_no_seconds_reason(args.before, args.after),
             usd_per_hour=_usd_per_hour(args),
             gpus=args.gpus,
             method=args.method,
@@ -250,6 +248,22 @@ def _usd_per_hour(args: argparse.Namespace) -> float | None:
     if not (args.gpu and args.provider):
         raise AssessError("--gpu and --provider go together")
     return float(PriceTable.load().find(args.provider, args.gpu, args.product).usd_per_hour)
+
+
+def _no_seconds_reason(before: str, after: str) -> str:
+    """Why the span is unknown when --seconds is not given, and what to do."""
+    if _is_url(before) or _is_url(after):
+        return "pass --seconds S (a page fetched from a URL has no modification time)"
+    try:
+        elapsed = os.stat(after).st_mtime - os.stat(before).st_mtime
+    except OSError:
+        elapsed = 0.0
+    if elapsed == 0:
+        return (
+            "BEFORE and AFTER have the same modification time (copied or checked out"
+            " together?): pass --seconds S, the time between the two curls"
+        )
+    return "AFTER is older than BEFORE: pass --seconds S, the time between the two curls"
 
 
 def read_pages(before: str, after: str, seconds: float | None) -> tuple[str, str, float | None]:
@@ -293,3 +307,6 @@ def _read_file(path: str) -> str:
 async def _fetch(url: str) -> str:
     async with scrape_session() as session:
         return await fetch(session, metrics_url(url), timeout=10.0, max_bytes=10 * 1024 * 1024)
+
+
+__all__ = ["JSON_KEYS", "AssessError", "AssessOptions", "Assessed", "assess_pages"]

@@ -14,9 +14,11 @@ import csv
 import io
 import json
 import sys
+import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 from spectax import logs
 from spectax.billing.prices import estimate_lines
@@ -50,7 +52,9 @@ def add_parser(commands: Any) -> None:
     fetch.add_argument("--config", type=str, required=True, help="YAML configuration file")
     fetch.add_argument("--since", type=parse_time, help="ISO date or time (default: 1 day ago)")
     fetch.add_argument("--until", type=parse_time, help="ISO date or time (default: now)")
-    fetch.add_argument("--format", choices=["json", "csv"], default="json")
+    fetch.add_argument(
+        "--format", choices=["json", "csv"], default="json", help="output (default json)"
+    )
     fetch.add_argument("--source", action="append", help="only this source, by name (repeatable)")
     fetch.set_defaults(func=fetch_command)
 
@@ -85,6 +89,7 @@ async def fetch_all(
     store: Store | None = None
     try:
         for spec in specs:
+            started = time.monotonic()
             try:
                 if not spec.is_estimate:
                     read = _read(spec, since, until)
@@ -95,11 +100,14 @@ async def fetch_all(
                 fetched = await asyncio.wait_for(read, spec.config.timeout)
             except TimeoutError:
                 failed += 1
-                _problem(spec, f"no answer within {spec.config.timeout:g} s")
+                _problem(spec, f"no answer within its timeout of {spec.config.timeout:g} s")
                 continue
             except Exception as exc:
                 failed += 1
-                _problem(spec, str(exc) if isinstance(exc, BillingError) else _describe(exc))
+                message = str(exc) if isinstance(exc, BillingError) else _describe(exc)
+                if "attempt(s)" not in message:  # the retry loop did not say it already
+                    message += f" (after {time.monotonic() - started:.1f} s)"
+                _problem(spec, message)
                 continue
             writer.write(fetched.lines)
             mapped = sum(1 for line in fetched.lines if line.endpoint is not None)
@@ -136,7 +144,40 @@ def _describe(exc: BaseException) -> str:
 
 
 def _problem(spec: SourceSpec, message: str) -> None:
-    print(f"spectax billing fetch: {spec.name}: {logs.blank_secrets(message)}", file=sys.stderr)
+    """Which source, which host, what happened and what to check; never a credential."""
+    where = _host(spec)
+    print(
+        f"spectax billing fetch: {spec.name}: {logs.blank_secrets(message)}"
+        f" [source {spec.name}, type {spec.kind}{', ' + where if where else ''}]."
+        f" Check {_advice(spec, where, 'timeout' in message)}",
+        file=sys.stderr,
+    )
+
+
+def _host(spec: SourceSpec) -> str:
+    """The host the source reads (its `url`, `base_url`, `endpoint_url` or AWS region)."""
+    config = spec.config
+    for key in ("url", "base_url", "endpoint_url"):
+        value = getattr(config, key, None)
+        if isinstance(value, str) and value:
+            return f"host {urlsplit(value).hostname or value}"
+    if spec.kind == "aws_cost_explorer":
+        return f"AWS Cost Explorer in {getattr(config, 'region', 'us-east-1')}"
+    return ""
+
+
+def _advice(spec: SourceSpec, where: str, timed_out: bool) -> str:
+    if spec.is_estimate:
+        return "the configuration's storage_url."
+    if not where:
+        return f"the source's settings under billing: (name {spec.name})."
+    advice = (
+        f"that {where.removeprefix('host ')} resolves and answers from this machine"
+        " (DNS, proxy, firewall), and the source's URL and credentials in the configuration"
+    )
+    if timed_out:  # the read's deadline cut the retries short, not their number
+        advice += f"; a larger `timeout` (now {spec.config.timeout:g} s) allows more retries"
+    return advice + "."
 
 
 def as_record(line: BillingLine) -> dict[str, Any]:

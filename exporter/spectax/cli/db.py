@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +18,19 @@ from spectax.store import Store
 
 
 def add_parser(commands: Any) -> None:
-    db = commands.add_parser("db", help="the history database")
-    db_commands = db.add_subparsers(dest="db_command", required=True)
+    db = commands.add_parser("db", help="the history database: `spectax db upgrade`")
+    db_commands = db.add_subparsers(dest="db_command", title="commands", metavar="COMMAND")
+    db.set_defaults(func=lambda args: _usage(db))
     upgrade = db_commands.add_parser("upgrade", help="migrate the database to this schema")
     upgrade.add_argument("--config", type=Path, help="YAML configuration file (storage_url)")
     upgrade.set_defaults(func=upgrade_command)
+
+
+def _usage(db: argparse.ArgumentParser) -> int:
+    """`spectax db` alone: its commands and what each does (argparse's error named only
+    `db_command`), exit 2 as for any incomplete command line."""
+    db.print_help(sys.stderr)
+    return 2
 
 
 def upgrade_command(args: argparse.Namespace) -> int:

@@ -32,8 +32,15 @@ def add_parser(commands: Any) -> None:
     export.add_argument("--config", type=Path, help="YAML configuration file (storage_url)")
     export.add_argument("--since", type=parse_time, help="ISO date or time, UTC by default")
     export.add_argument("--until", type=parse_time, help="ISO date or time (exclusive)")
-    export.add_argument("--granularity", choices=["window", "hour", "day"], default="window")
-    export.add_argument("--format", choices=["csv", "json"], default="csv")
+    export.add_argument(
+        "--granularity",
+        choices=["window", "hour", "day"],
+        default="window",
+        help="rows per closed window (default), or the hourly or daily rollups",
+    )
+    export.add_argument(
+        "--format", choices=["csv", "json"], default="csv", help="output (default csv)"
+    )
     export.add_argument("--endpoint", action="append", help="only this endpoint (repeatable)")
     export.set_defaults(func=export_command)
 

@@ -1,4 +1,4 @@
-"""Command line: `spectax run | demo | db | export | report | billing | check-config | assess`."""
+"""spectax: is speculative decoding paying for itself on each endpoint? `spectax demo` first."""
 
 from __future__ import annotations
 
@@ -40,7 +40,10 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spectax", description=__doc__)
     parser.add_argument("--version", action="version", version=f"spectax {__version__}")
     parser.add_argument(
-        "--log-level", default="info", choices=["debug", "info", "warning", "error"]
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="default info; debug is safe: secrets are blanked",
     )
     parser.add_argument(
         "--log-format",
@@ -48,7 +51,9 @@ def _parser() -> argparse.ArgumentParser:
         choices=["text", "json"],
         help="json: one object per line (time, level, logger, message, endpoint)",
     )
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(
+        dest="command", required=True, title="commands", metavar="COMMAND"
+    )
     run.add_parser(commands)
     run.add_demo_parser(commands)
     db.add_parser(commands)

@@ -56,16 +56,31 @@ def add_report_parser(commands: Any) -> None:
         "--config",
         type=Path,
         help="YAML configuration file: storage_url, and each endpoint's billing_mode, "
-        "gpu_memory_bytes and draft_weight_bytes (default: the demo's)",
+        "gpu_memory_bytes and draft_weight_bytes (default: the demo's, and its history)",
     )
     report.set_defaults(func=report_main)
+
+
+# `spectax demo --history` writes here, not into the live demo's spectax.sqlite: the live
+# demo restored its ridge batch fit from this simulated history (B* = 89.6, issue 17).
+DEMO_HISTORY_FILE = "demo-history.sqlite"
+
+
+def demo_history_settings() -> Settings:
+    """The demo's defaults with the store in DEMO_HISTORY_FILE, in the state directory:
+    where `demo --history` writes and `report` without --config reads."""
+    from spectax.simulate.fleet import DEMO_DEFAULTS
+
+    state = Path(validate(DEMO_DEFAULTS, "<demo>").config.state_directory)
+    url = f"sqlite+aiosqlite:///{state / DEMO_HISTORY_FILE}"
+    return validate({**DEMO_DEFAULTS, "storage_url": url}, "<demo history>")
 
 
 def described_endpoints(settings: Settings) -> Sequence[EndpointConfig]:
     """The endpoints the report describes: the configured ones.
 
-    Without configured endpoints spectax watches the built-in simulated servers
-    (`spectax run`, `spectax demo`), so the report describes those.
+    Without configured endpoints the history can only be the simulated servers'
+    (`spectax demo`; `spectax run` refuses to start without endpoints), so it describes those.
     """
     if settings.config.endpoints:
         return settings.config.endpoints
@@ -81,7 +96,7 @@ def report_main(args: argparse.Namespace) -> int:
     except (ValueError, ReportUsageError) as exc:
         print(f"spectax report: {exc}", file=sys.stderr)
         return 2
-    settings = load_config(args.config)
+    settings = load_config(args.config) if args.config else demo_history_settings()
     infos = endpoint_infos(described_endpoints(settings))
     try:
         written = asyncio.run(
@@ -105,7 +120,6 @@ def report_main(args: argparse.Namespace) -> int:
 
 def demo_history_main(args: argparse.Namespace) -> int:
     """`spectax demo --history SPAN`: write simulated history, then say which report to run."""
-    from spectax.simulate.fleet import DEMO_DEFAULTS
     from spectax.simulate.history import parse_span, write_demo_history
 
     try:
@@ -113,7 +127,7 @@ def demo_history_main(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"spectax demo: {exc}", file=sys.stderr)
         return 2
-    settings = load_config(args.config) if args.config else validate(DEMO_DEFAULTS, "<demo>")
+    settings = load_config(args.config) if args.config else demo_history_settings()
     progress = Progress(0)
 
     def step(done: int, total: int) -> None:

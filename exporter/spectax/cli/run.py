@@ -1,30 +1,28 @@
 """`spectax run` and `spectax demo`: the daemon, on the configured endpoints or on simulated ones.
 
-Both start the same daemon, and `run` with no endpoints configured is the
-demo, so their command lines live together. The demo itself (the simulated
-servers and the guide it prints) is `spectax.cli.demo`; it and the daemon are
-imported only when they run, since they bring the simulator and the web
-server, which every other command does without.
+Both start the same daemon, so their command lines live together. The demo
+itself (the simulated servers and the guide it prints) is `spectax.cli.demo`;
+it and the daemon are imported only when they run, since they bring the
+simulator and the web server, which every other command does without.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
+import sys
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
-from spectax.config import load_config, validate
-
-log = logging.getLogger("spectax")
+from spectax.cli.check_config import NO_ENDPOINTS
+from spectax.config import ConfigError, load_config, validate
 
 
 def add_parser(commands: Any) -> None:
-    run = commands.add_parser(
-        "run", help="run the daemon (with no endpoints configured: on simulated vLLM servers)"
-    )
+    run = commands.add_parser("run", help="run the daemon on the configured endpoints")
     run.add_argument("--config", type=Path, help="YAML configuration file")
+    _add_listen_address(run)
     run.add_argument(
         "--web.config.file",
         dest="web_config_file",
@@ -38,9 +36,7 @@ def add_parser(commands: Any) -> None:
 def add_demo_parser(commands: Any) -> None:
     demo = commands.add_parser("demo", help="simulated vLLM servers plus the daemon, on SQLite")
     demo.add_argument("--config", type=Path, help="YAML file for listen, storage, intervals")
-    demo.add_argument(
-        "--listen", help="HOST:PORT for spectax's own server (default 127.0.0.1:9837)"
-    )
+    _add_listen_address(demo, "--listen")  # --listen: the demo's flag before 0.x, kept
     demo.add_argument(
         "--history",
         metavar="SPAN",
@@ -50,21 +46,41 @@ def add_demo_parser(commands: Any) -> None:
     demo.set_defaults(func=demo_command)
 
 
+def _add_listen_address(parser: argparse.ArgumentParser, *aliases: str) -> None:
+    parser.add_argument(
+        "--web.listen-address",
+        *aliases,
+        dest="listen_address",
+        metavar="HOST:PORT",
+        type=_listen_address,
+        help="address of spectax's own server (default 127.0.0.1:9837);"
+        " overrides the configuration's listen",
+    )
+
+
+def _listen_address(value: str) -> str:
+    """The flag checked by the configuration's own `listen` rule, so that a bad one is an
+    argparse error naming the flag (exit 2), not a problem of the configuration file."""
+    try:
+        return validate({"listen": value}, "--web.listen-address").config.listen
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError("; ".join(exc.problems)) from None
+
+
 def run_command(args: argparse.Namespace) -> int:
-    settings = load_config(args.config)
+    settings = load_config(args.config, args.listen_address)
     if not settings.config.endpoints:
-        log.info("no endpoints configured: watching the built-in simulated vLLM servers")
-        return demo_command(args)
+        where = args.config or "the defaults (no --config FILE given)"
+        print(f"spectax run: {where}: {NO_ENDPOINTS}", file=sys.stderr)
+        return 2
     from spectax.daemon import Daemon
 
-    daemon = Daemon(settings, args.config, getattr(args, "web_config_file", None))
-    asyncio.run(daemon.run_until_signalled())
-    return 0
+    daemon = Daemon(settings, args.config, args.web_config_file, args.listen_address)
+    return _serve(daemon.run_until_signalled())
 
 
 def demo_command(args: argparse.Namespace) -> int:
-    """`spectax demo` (and `spectax run` without endpoints, whose arguments lack the demo's)."""
-    if getattr(args, "history", None):
+    if args.history:
         from spectax.cli.report import demo_history_main
 
         return demo_history_main(args)
@@ -73,7 +89,19 @@ def demo_command(args: argparse.Namespace) -> int:
 
     raw = load_config(args.config).config.model_dump(exclude_none=True) if args.config else {}
     raw = {**DEMO_DEFAULTS, **raw} if not args.config else raw
-    if getattr(args, "listen", None):
-        raw["listen"] = args.listen
-    asyncio.run(run_demo(validate(raw, str(args.config or "<demo>"))))
+    if args.listen_address:
+        raw["listen"] = args.listen_address
+    return _serve(run_demo(validate(raw, str(args.config or "<demo>"))))
+
+
+def _serve(daemon: Coroutine[Any, Any, None]) -> int:
+    """Run until signalled; an address that cannot be listened on is one line and exit 2
+    (a traceback of ~25 lines before)."""
+    from spectax.webserver import ListenError
+
+    try:
+        asyncio.run(daemon)
+    except ListenError as exc:
+        print(f"spectax: {exc}", file=sys.stderr)
+        return 2
     return 0

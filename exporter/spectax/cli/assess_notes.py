@@ -1,0 +1,168 @@
+"""Why `spectax assess` shows "-" for a figure, or adjusted one: one note per reason.
+
+A fresh clone gives both pages the same modification time, so the span is
+unknown and every money figure is "-": without a note a user cannot tell
+that `--seconds` is what is missing. Each note names the JSON keys it
+explains, so the text output can mark each "-" with its note's number.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from spectax import economics
+from spectax.pipeline.windows import Window
+
+JSON_KEYS = (
+    "model",
+    "output_tokens",
+    "prompt_tokens",
+    "drafts",
+    "draft_tokens",
+    "accepted_tokens",
+    "concurrency_requests",
+    "restarted",
+    "acceptance_ratio",
+    "acceptance_length_tokens",
+    "position_acceptance_ratio",
+    "breakeven_acceptance_ratio",
+    "speedup_ratio",
+    "speedup_measured_ratio",
+    "crossover_concurrency_requests",
+    "recommended_speculative_tokens",
+    "draft_compute_share_ratio",
+    "rejected_share_ratio",
+    "spend_usd",
+    "cost_per_million_output_tokens_usd",
+    "cost_per_million_output_tokens_no_speculation_usd",
+    "speculation_savings_usd",
+    "verdict",
+    "notes",
+)
+FIGURES = JSON_KEYS[1:-2]  # the lines of the text output between the verdict and the notes
+SPECULATION_KEYS = ("drafts", "draft_tokens", "accepted_tokens", "breakeven_acceptance_ratio")
+DRAFTING_KEYS = (
+    "acceptance_ratio",
+    "acceptance_length_tokens",
+    "speedup_ratio",
+    "crossover_concurrency_requests",
+    "recommended_speculative_tokens",
+    "draft_compute_share_ratio",
+    "rejected_share_ratio",
+)
+MONEY_KEYS = (
+    "spend_usd",
+    "cost_per_million_output_tokens_usd",
+    "cost_per_million_output_tokens_no_speculation_usd",
+    "speculation_savings_usd",
+)
+WHY_NOT_DRAFTING = {
+    "no_speculation": "the pages show no speculative decoding",
+    "no_traffic": "no output tokens were generated between the pages",
+    "no_drafts": "speculation is on but nothing was drafted between the pages",
+}
+
+
+@dataclass(frozen=True)
+class Note:
+    """Why some figures are "-" or were adjusted: `keys` are the JSON keys it explains."""
+
+    keys: tuple[str, ...]
+    text: str
+
+
+def finished_requests(
+    window: Window, control: Window | None, model: str
+) -> tuple[float, float | None] | None:
+    """Requests finished on our side and the control's (None: no control given)."""
+    if control is None:
+        return None
+    ours = window.models[model].time_per_output_token
+    theirs = control.models.get(model) or next(iter(control.models.values()))
+    other = theirs.time_per_output_token
+    return (ours.count if ours else 0, other.count if other else None)
+
+
+def notes_for(
+    a: economics.Assessment,
+    seconds_known: bool,
+    priced: bool,
+    no_seconds_reason: str,
+    concurrency: float,
+    finished: tuple[float, float | None] | None,
+) -> tuple[Note, ...]:
+    """One note per reason a figure is "-" or was adjusted, naming the keys it explains."""
+    data = json_object(a)
+    notes: list[Note] = []
+
+    def why(keys: Sequence[str], text: str) -> None:
+        """A note for those of `keys` that are "-" and not explained yet."""
+        explained = {k for n in notes for k in n.keys}
+        missing = tuple(k for k in keys if data[k] is None and k not in explained)
+        if missing:
+            notes.append(Note(missing, text))
+
+    if concurrency < 1.0:
+        notes.append(
+            Note(
+                ("concurrency_requests",),
+                f"concurrency {concurrency:g} taken as 1: a step serves at least one request",
+            )
+        )
+    seen = len(a.position_acceptance_ratio)
+    if seen and (a.recommended_speculative_tokens or 0) > seen:
+        notes.append(
+            Note(
+                ("recommended_speculative_tokens",),
+                f"K {a.recommended_speculative_tokens} is beyond the {seen} positions the pages"
+                f" show: position {seen + 1}'s acceptance is extrapolated from the last two",
+            )
+        )
+    not_drafting = WHY_NOT_DRAFTING.get(a.verdict)
+    if not_drafting:
+        why((*SPECULATION_KEYS, *DRAFTING_KEYS, "speedup_measured_ratio"), not_drafting)
+    crossover = a.crossover_concurrency_requests
+    why(
+        ("crossover_concurrency_requests",),
+        "acceptance never pays at any concurrency (alpha <= c)"
+        if crossover is None
+        else "acceptance pays at any concurrency (B_x infinite)",
+    )
+    if finished is None:
+        why(("speedup_measured_ratio",), "give --control CBEFORE CAFTER for a measured speedup")
+    else:
+        ours, theirs = finished
+        why(
+            ("speedup_measured_ratio",),
+            f"measured speedup withheld: fewer than {economics.MIN_MEASURED_REQUESTS} requests"
+            f" finished (ours {ours:g}, the control's {theirs or 0:g})",
+        )
+    no_price = "no price: pass --usd-per-hour X or --gpu G --provider P"
+    if not seconds_known:
+        why(
+            MONEY_KEYS,
+            f"no money figures: no time between the pages is known; {no_seconds_reason}"
+            + ("" if priced else f"; and {no_price}"),
+        )
+    elif not priced:
+        why(MONEY_KEYS, f"no money figures: {no_price}")
+    elif a.output_tokens <= 0:
+        why(MONEY_KEYS, "no cost per token: no output tokens were generated between the pages")
+    elif not_drafting:
+        why(MONEY_KEYS, f"no savings: {not_drafting}")
+    return tuple(notes)
+
+
+def json_object(a: economics.Assessment) -> dict[str, Any]:
+    data: dict[str, Any] = {}
+    for key in JSON_KEYS[:-1]:
+        value = getattr(a, key)
+        if isinstance(value, tuple):
+            value = list(value)
+        if isinstance(value, float) and not math.isfinite(value):
+            value = None  # JSON has no infinity; B_x = inf means "never a tax"
+        data[key] = value
+    return data

@@ -1,0 +1,248 @@
+"""The status page: per endpoint, is speculation paying, on what basis, and what it costs.
+
+Rendered on the server from the snapshots `/metrics` reads and the in-memory history,
+so the handler does no I/O. Every value that comes from a target (model names, error
+text) is hostile input and is escaped; error text is blanked of registered secrets.
+Inline CSS and SVG only, no script, nothing fetched: it works offline, behind the same
+web-config auth as `/metrics`, at 800 px wide and in dark mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from html import escape
+
+from spectax import __version__, logs
+from spectax.economics import Assessment
+from spectax.endpoint import EndpointSnapshot
+from spectax.status.chart import chart
+from spectax.status.history import StatusHistory, main_assessment
+
+# Where the shipped alerts' runbook_url points by default (alerts/install.py installs the
+# runbook beside the rules), sections by alert name.
+RUNBOOK_URL = "file:///etc/prometheus/spectax/runbook.md"
+REPORT_COMMAND = "spectax report --config YOUR-CONFIG.yml --format html --out report.html"
+# A person glances at the page; the window it summarises is minutes long (5 min by
+# default), so a reload every 30 s is fresh enough and costs one request per open tab.
+REFRESH_SECONDS = 30
+# 100 cards are ~4 screens already; past that /metrics (or Grafana) is the tool, and the
+# page stays quick to render at 2,000 endpoints. The worst come first, so none is hidden.
+MAX_ENDPOINTS = 100
+# A 3 h chart costs ~2.4 ms to draw (measured, 180 points, a loaded 2-core machine) on the
+# event loop that also scrapes: charts for the first 20 cards keep the page near 50 ms.
+MAX_CHARTS = 20
+
+VERDICT_TEXT = {
+    "pays": "pays",
+    "tax": "tax",
+    "no_drafts": "no drafts proposed",
+    "no_traffic": "no traffic",
+    "no_speculation": "no speculation configured",
+}
+# The order cards are shown in: what needs a person first.
+RANK = {
+    "down": 0,
+    "tax": 1,
+    "no_drafts": 2,
+    "no_traffic": 3,
+    "waiting": 4,
+    "pays": 5,
+    "no_speculation": 6,
+}
+BADGE = {**VERDICT_TEXT, "down": "down", "waiting": "not scraped yet"}
+
+STYLE = """
+:root{color-scheme:light dark;--fg:#1f2328;--bg:#fff;--card:#f6f8fa;--muted:#59636e;
+--line:#d1d9e0;--pays:#1a7f37;--tax:#cf222e;--idle:#9a6700}
+@media (prefers-color-scheme:dark){:root{--fg:#e6edf3;--bg:#0d1117;--card:#161b22;
+--muted:#9198a1;--line:#3d444d;--pays:#3fb950;--tax:#f85149;--idle:#d29922}}
+*{box-sizing:border-box}
+body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;color:var(--fg);
+background:var(--bg);max-width:60rem;margin:0 auto;padding:1rem}
+h1{font-size:1.4rem;margin:0 0 .3rem}h2{font-size:1.15rem;margin:0}
+h3{font-size:1rem;margin:.8rem 0 .3rem;overflow-wrap:anywhere}
+a{color:inherit}code{font-size:.9em;overflow-wrap:anywhere}
+.muted,.meta,.legend{color:var(--muted);font-size:.85rem;margin:.2rem 0}
+section{background:var(--card);border:1px solid var(--line);border-left:6px solid var(--muted);
+border-radius:6px;padding:.7rem 1rem;margin:1rem 0}
+section.pays{border-left-color:var(--pays)}
+section.tax,section.down{border-left-color:var(--tax)}
+section.no_drafts,section.no_traffic{border-left-color:var(--idle)}
+.badge{font-size:.8rem;font-weight:700;padding:.1rem .45rem;border-radius:4px;
+border:1px solid currentColor;margin-left:.4rem;text-transform:uppercase}
+.pays .badge,.v-pays{color:var(--pays)}
+.tax .badge,.down .badge,.v-tax,.error{color:var(--tax)}
+.v-no_drafts,.v-no_traffic{color:var(--idle)}
+dl{display:grid;grid-template-columns:repeat(auto-fit,minmax(14rem,1fr));gap:.3rem 1rem;margin:0}
+dt{color:var(--muted);font-size:.8rem}dd{margin:0 0 .2rem}
+svg.chart{width:100%;height:110px;display:block;margin-top:.4rem}
+svg text{font-size:10px;fill:var(--muted)}svg title{display:none}
+.grid{stroke:var(--line);stroke-width:1}
+path{fill:none;stroke-width:2;vector-effect:non-scaling-stroke}
+path.acceptance{stroke:var(--fg)}path.breakeven{stroke:var(--tax);stroke-dasharray:5 4}
+.key{display:inline-block;width:1.4rem;border-top:2px solid var(--fg);vertical-align:middle}
+.key.breakeven{border-top:2px dashed var(--tax);margin-left:.8rem}
+"""
+
+
+def render_status_page(
+    snapshots: Mapping[str, EndpointSnapshot], history: StatusHistory, now: float
+) -> str:
+    """The whole page, as text; the history forgets endpoints no longer configured."""
+    history.keep_only(snapshots)
+    cards = sorted(snapshots.items(), key=lambda item: (RANK[_state(item[1])], item[0]))
+    counts: dict[str, int] = {}
+    for _, snapshot in cards:
+        counts[_state(snapshot)] = counts.get(_state(snapshot), 0) + 1
+    summary = ", ".join(
+        f"{n} {BADGE[s]}" for s, n in sorted(counts.items(), key=lambda c: RANK[c[0]])
+    )
+    hidden = len(cards) - MAX_ENDPOINTS
+    more = (
+        f'<p class="muted">{hidden} more endpoint(s), no worse than the last shown: see '
+        '<a href="/metrics">/metrics</a>.</p>'
+        if hidden > 0
+        else ""
+    )
+    body = "".join(
+        _card(name, s, history, charted=i < MAX_CHARTS)
+        for i, (name, s) in enumerate(cards[:MAX_ENDPOINTS])
+    )
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width,initial-scale=1">
+<meta http-equiv="refresh" content="{REFRESH_SECONDS}">
+<link rel="icon" href="data:,">
+<title>spectax status</title><style>{STYLE}</style></head>
+<body>
+<h1>spectax {escape(__version__)}: is speculative decoding paying?</h1>
+<p class="meta">{len(cards)} endpoint(s){": " + escape(summary) if summary else ""}.
+As of {_clock(now)} UTC; this page reloads every {REFRESH_SECONDS} s.</p>
+<p><a href="/metrics">/metrics</a> · <a href="{RUNBOOK_URL}">runbook</a> ·
+<a href="/-/healthy">/-/healthy</a> · <a href="/-/ready">/-/ready</a> ·
+monthly review: <code>{escape(REPORT_COMMAND)}</code></p>
+{body or '<p class="muted">No endpoint configured.</p>'}{more}
+</body></html>
+"""
+
+
+def _state(snapshot: EndpointSnapshot) -> str:
+    """The card's verdict: its main model's, "down", or "waiting" for a first scrape."""
+    if not snapshot.up:
+        return "down" if snapshot.last_error is not None else "waiting"
+    main = main_assessment(snapshot)
+    if main is not None:
+        return main.verdict
+    return "no_speculation" if snapshot.config.speculation is None else "no_traffic"
+
+
+def _card(name: str, snapshot: EndpointSnapshot, history: StatusHistory, charted: bool) -> str:
+    state = _state(snapshot)
+    config = snapshot.config
+    method = config.speculation.method if config.speculation else "none"
+    scraped = (
+        f"last scrape {_clock(snapshot.last_success_timestamp)} UTC"
+        if snapshot.last_success_timestamp is not None
+        else "not scraped yet"
+    )
+    lines = [
+        f'<section class="{state}" data-endpoint="{escape(name)}" data-state="{state}">',
+        f'<h2>{escape(name)} <span class="badge">{BADGE[state]}</span></h2>',
+        f'<p class="meta">{"up" if snapshot.up else "down"} · {escape(config.engine)} · '
+        f"speculation: {escape(method)} · {config.gpus} GPU(s), {escape(config.billing_mode)} "
+        f"· {scraped}</p>",
+    ]
+    if snapshot.last_error is not None and not snapshot.up:
+        error = logs.blank_secrets(snapshot.last_error)
+        lines.append(
+            f'<p class="error">last error: {escape(error)} (<a href="{RUNBOOK_URL}'
+            '#spectaxendpointdown">runbook</a>)</p>'
+        )
+    for assessment in sorted(snapshot.assessments.values(), key=lambda a: a.model):
+        lines.append(_model(snapshot, assessment))
+    if snapshot.up and snapshot.engine_metrics and not snapshot.assessments:
+        lines.append('<p class="muted">No window yet: figures follow the second scrape.</p>')
+    if snapshot.up and not snapshot.engine_metrics:
+        lines.append(
+            '<p class="muted">The page has no engine metrics (vLLM with --disable-log-stats?).</p>'
+        )
+    main = main_assessment(snapshot)
+    if main is not None and main.draft_tokens is not None and charted:
+        title = f"{escape(name)}: acceptance against break-even, last hours"
+        lines.append(chart(history.points(name), history.step_seconds, history.span_seconds, title))
+    lines.append("</section>")
+    return "\n".join(lines)
+
+
+def _model(snapshot: EndpointSnapshot, a: Assessment) -> str:
+    config = snapshot.config
+    verdict = VERDICT_TEXT[a.verdict]
+    if a.speedup_measured_ratio is not None:
+        basis = f"measured against {escape(config.control or '')}"
+    elif a.verdict == "no_speculation":
+        basis = "nothing to weigh"
+    elif config.control:
+        basis = (
+            "modelled (a measured speedup needs full windows and 10 finished requests each side)"
+        )
+    else:
+        basis = "modelled (no control endpoint configured)"
+    tax_link = (
+        f' (<a href="{RUNBOOK_URL}#speculationisatax">runbook</a>)' if a.verdict == "tax" else ""
+    )
+    unpriced = snapshot.usd_per_hour is None
+    kind = "invoice" if config.billing_mode == "serverless" else "capacity"
+    savings = a.per_hour(a.speculation_savings_usd)
+    running_k = len(a.position_acceptance_ratio)
+    k = a.recommended_speculative_tokens
+    actual = _usd(a.cost_per_million_output_tokens_usd, unpriced)
+    without = _usd(a.cost_per_million_output_tokens_no_speculation_usd, unpriced)
+    acceptance, breakeven = _ratio(a.acceptance_ratio), _ratio(a.breakeven_acceptance_ratio)
+    figures = [("$ per million output tokens", actual)]
+    if a.draft_tokens is not None:  # the figures of speculation, where there is some
+        figures = [
+            ("acceptance", f"{acceptance} vs break-even {breakeven}"),
+            (
+                "speedup",
+                f"modelled {_times(a.speedup_ratio)} · measured {_times(a.speedup_measured_ratio)}",
+            ),
+            ("$ per million output tokens", f"{actual} actual · {without} without speculation"),
+            (f"savings per hour ({kind})", _usd(savings, unpriced, signed=True, unit="/h")),
+            (
+                "recommended K",
+                ("0: turn speculation off" if k == 0 else _plain(k))
+                + (f" (running {running_k})" if running_k else ""),
+            ),
+        ]
+    figures.append(("concurrency", f"{a.concurrency_requests:.1f} requests"))
+    cells = "".join(f"<div><dt>{dt}</dt><dd>{dd}</dd></div>" for dt, dd in figures)
+    return (
+        f'<div class="model" data-model="{escape(a.model)}" data-verdict="{a.verdict}">'
+        f'<h3>{escape(a.model)}: <span class="v-{a.verdict}">{verdict}</span>{tax_link} '
+        f'<span class="muted">{basis}</span></h3><dl>{cells}</dl></div>'
+    )
+
+
+def _ratio(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
+
+
+def _times(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}×"
+
+
+def _plain(value: int | None) -> str:
+    return "—" if value is None else str(value)
+
+
+def _usd(value: float | None, unpriced: bool, signed: bool = False, unit: str = "") -> str:
+    """Dollars to the tenth of a cent; a savings figure carries its sign (negative: a tax)."""
+    if value is None:
+        return "— (no price configured)" if unpriced else "—"
+    sign = ("+" if value >= 0 else "−") if signed else ("−" if value < 0 else "")
+    return f"{sign}${abs(value):,.3f}{unit}"
+
+
+def _clock(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S")

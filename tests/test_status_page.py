@@ -1,0 +1,333 @@
+"""The status page at `/`: verdicts and figures a person reads when Grafana is not at hand.
+
+Rendered from snapshots built by feeding recorded vLLM pages through the endpoint
+monitor; and in headless Chromium, served by a real `spectax run` over the simulated
+demo servers, where the verdicts shown must be those `/metrics` gives and nothing may
+be fetched from anywhere but 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import re
+from collections.abc import AsyncIterator
+from html import escape, unescape
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from conftest import page
+from e2e import Samples, Spectax, free_port, value, wait_until, write_config
+from spectax.config import validate
+from spectax.endpoint import EndpointMonitor
+from spectax.scrape import ScrapeError
+from spectax.simulate import DEMO_PROFILES, start_simulated_servers
+from spectax.simulate.fleet import demo_endpoints
+from spectax.status import StatusHistory, render_status_page
+from spectax.status.page import RUNBOOK_URL
+from test_report import ARTIFACTS, Browser, _chromium, _save
+
+NGRAM = {"method": "ngram"}
+HOSTILE = '<img src=x onerror=alert(1)>&"'
+PAGES = {  # endpoint: (first page, second page) of the recorded vLLM 0.32.0 fixtures
+    "ngram": ("spec_ngram_0_before_traffic.txt", "spec_ngram_3_after.txt"),
+    "draft": ("spec_draft_0_before_traffic.txt", "spec_draft_3_after.txt"),
+    "heavy-draft": ("spec_draft_0_before_traffic.txt", "spec_draft_3_after.txt"),
+    "plain": ("nospec_0_before_traffic.txt", "nospec_3_after.txt"),
+    "idle": ("spec_ngram_inflight_running_waiting.txt", "spec_ngram_inflight_after.txt"),
+    "hostile": ("spec_ngram_0_before_traffic.txt", "spec_ngram_3_after.txt"),
+}
+
+
+def fixture_page() -> tuple[str, dict[str, EndpointMonitor], StatusHistory]:
+    settings = validate(
+        {
+            "window": "5m",
+            "endpoints": [
+                {
+                    "name": "ngram",
+                    "url": "http://h:1",
+                    "price": {"usd_per_hour": 4},
+                    "speculation": NGRAM,
+                },
+                {
+                    "name": "draft",
+                    "url": "http://h:2",
+                    "price": {"usd_per_hour": 4},
+                    "billing_mode": "serverless",
+                    "speculation": {"method": "draft_model", "draft_cost_ratio": 0.1},
+                },
+                {
+                    "name": "heavy-draft",  # a draft as costly as the target: a tax
+                    "url": "http://h:3",
+                    "price": {"usd_per_hour": 4},
+                    "speculation": {"method": "draft_model", "draft_cost_ratio": 1.0},
+                },
+                {"name": "plain", "url": "http://h:4", "price": {"usd_per_hour": 4}},
+                {"name": "idle", "url": "http://h:5", "speculation": NGRAM},
+                {"name": "hostile", "url": "http://h:6", "speculation": NGRAM},
+                {"name": "down", "url": "http://h:7", "speculation": NGRAM},
+            ],
+        }
+    )
+    monitors = {
+        e.name: EndpointMonitor(e, settings.usd_per_hour.get(e.name), 300.0)
+        for e in settings.config.endpoints
+    }
+    history = StatusHistory(step_seconds=60.0)
+    for name, (first, second) in PAGES.items():
+        texts = [page(first), page(second)]
+        if name == "hostile":  # a target names its model with markup
+            texts = [
+                t.replace(
+                    'model_name="tiny-llama"',
+                    'model_name="{}"'.format(HOSTILE.replace('"', '\\"')),
+                )
+                for t in texts
+            ]
+        for at, text in ((0.0, texts[0]), (60.0, texts[1]), (120.0, texts[1])):
+            monitors[name].observe_page(at, text, 0.01)
+            history.record(name, monitors[name].snapshot)
+    monitors["down"].observe_failure(ScrapeError("connect", "connection refused"), 0.01)
+    html = render_status_page({n: m.snapshot for n, m in monitors.items()}, history, 180.0)
+    return html, monitors, history
+
+
+def cards(html: str) -> dict[str, str]:
+    """Each endpoint's card (its section of the page), by endpoint name."""
+    found = re.findall(r'(<section class="[^"]*" data-endpoint="([^"]*)".*?</section>)', html, re.S)
+    return {unescape(name): section for section, name in found}
+
+
+def test_the_page_shows_each_endpoints_verdict_with_its_basis_and_figures() -> None:
+    html, monitors, _ = fixture_page()
+    shown = cards(html)
+    verdicts = {n: re.findall(r'data-verdict="([^"]+)"', c) for n, c in shown.items()}
+    assert verdicts == {
+        "heavy-draft": ["tax"],
+        "down": [],
+        "idle": ["no_drafts"],
+        "ngram": ["pays"],
+        "draft": ["pays"],
+        "hostile": ["pays"],
+        "plain": ["no_speculation"],
+    }
+    for name, card in shown.items():  # what economics concluded, model by model
+        for model, assessment in monitors[name].snapshot.assessments.items():
+            assert f'data-model="{escape(model)}" data-verdict="{assessment.verdict}"' in card
+    # What needs a person comes first: the endpoint down, then the tax.
+    assert list(shown)[:2] == ["down", "heavy-draft"]
+    ngram = monitors["ngram"].snapshot.assessments["tiny-llama"]
+    card = shown["ngram"]
+    assert f"{564 / 740:.3f} vs break-even {ngram.breakeven_acceptance_ratio:.3f}" in card
+    assert f"modelled {ngram.speedup_ratio:.2f}× · measured —" in card
+    assert "modelled (no control endpoint configured)" in card
+    assert f"${ngram.cost_per_million_output_tokens_usd:,.3f} actual" in card
+    assert f"${ngram.cost_per_million_output_tokens_no_speculation_usd:,.3f} without" in card
+    savings = ngram.per_hour(ngram.speculation_savings_usd)
+    assert savings is not None and savings > 0
+    assert f"savings per hour (capacity)</dt><dd>+${savings:,.3f}/h" in card
+    assert f"recommended K</dt><dd>{ngram.recommended_speculative_tokens} (running 4)" in card
+    assert "savings per hour (invoice)" in shown["draft"]  # serverless: money on the bill
+    heavy = monitors["heavy-draft"].snapshot.assessments["tiny-llama"]
+    heavy_savings = heavy.per_hour(heavy.speculation_savings_usd)
+    assert heavy_savings is not None and heavy_savings < 0
+    assert f"−${-heavy_savings:,.3f}/h" in shown["heavy-draft"]
+    assert "#speculationisatax" in shown["heavy-draft"]
+    assert "— (no price configured)" in shown["idle"]
+    assert "last error: connection refused" in shown["down"]
+    assert "<svg" in card and card.count("<path") == 2  # the chart: acceptance, break-even
+    assert "<svg" not in shown["plain"]  # nothing to chart without speculation
+
+
+def test_a_hostile_model_name_is_shown_as_text_never_as_markup() -> None:
+    html, _, _ = fixture_page()
+    assert "<img" not in html
+    assert "&lt;img src=x onerror=alert(1)&gt;&amp;&quot;" in cards(html)["hostile"]
+
+
+def test_the_page_is_self_contained_refreshes_itself_and_has_no_script() -> None:
+    html, _, _ = fixture_page()
+    assert '<meta http-equiv="refresh" content="30">' in html
+    assert "<script" not in html.lower() and "@import" not in html and "url(" not in html
+    refs = re.findall(r"""\b(?:src|href)\s*=\s*["']([^"']*)["']""", html)
+    fetched = re.findall(r"""\bsrc\s*=\s*["']([^"']*)["']""", html)
+    assert fetched == []  # a link is followed by a person; nothing is loaded with the page
+    assert {r for r in refs if not r.startswith(("/", "#", RUNBOOK_URL))} == {"data:,"}
+    assert "prefers-color-scheme:dark" in html
+
+
+def test_past_100_endpoints_the_worst_are_shown_and_the_rest_counted() -> None:
+    endpoints = [{"name": f"e{i:03}", "url": f"http://h:{i + 1}"} for i in range(105)]
+    settings = validate({"endpoints": endpoints})
+    monitors = {e.name: EndpointMonitor(e, None, 300.0) for e in settings.config.endpoints}
+    monitors["e104"].observe_failure(ScrapeError("connect", "connection refused"), 0.01)
+    html = render_status_page({n: m.snapshot for n, m in monitors.items()}, StatusHistory(), 0.0)
+    shown = cards(html)
+    assert len(shown) == 100 and next(iter(shown)) == "e104"  # down, so first
+    assert "5 more endpoint(s)" in html
+
+
+def test_the_history_keeps_a_point_per_step_and_forgets_removed_endpoints() -> None:
+    _, monitors, history = fixture_page()
+    points = history.points("ngram")
+    assert [p.at for p in points] == [60.0, 120.0]  # the first page opens no window
+    assert points[-1].acceptance == pytest.approx(564 / 740, rel=1e-6)
+    small = StatusHistory(step_seconds=1.0, points=3)
+    for at in range(5):
+        snapshot = monitors["ngram"].snapshot
+        small.record(
+            "ngram", type(snapshot)(**{**_fields(snapshot), "last_success_timestamp": float(at)})
+        )
+    assert [p.at for p in small.points("ngram")] == [2.0, 3.0, 4.0]  # the ring wraps
+    render_status_page({}, small, 10.0)
+    assert small.points("ngram") == []
+
+
+def _fields(snapshot: Any) -> dict[str, Any]:
+    return {name: getattr(snapshot, name) for name in snapshot.__slots__}
+
+
+# ---------------------------------------------------------------- in Chromium, live
+
+
+@pytest.fixture
+async def demo(tmp_path: Path) -> AsyncIterator[Spectax]:
+    """`spectax run` over the demo's simulated servers at 4x speed, 1 s scrapes, 6 s windows."""
+    async with await start_simulated_servers(DEMO_PROFILES, speed=4.0) as fleet:
+        port = free_port()
+        endpoints = demo_endpoints(dict(fleet.urls), DEMO_PROFILES)
+        spectax = Spectax(write_config(tmp_path, port, endpoints, window="6s"), port)
+        await spectax.start()
+        try:
+            yield spectax
+        finally:
+            assert await spectax.stop() == 0
+
+
+def verdicts_of(m: Samples) -> dict[tuple[str, str], str]:
+    """pays/tax per (endpoint, model) as /metrics says: the speedup in force against 1."""
+    found: dict[tuple[str, str], str] = {}
+    for (name, labels), v in m.items():
+        if name != "spectax_speedup_ratio":
+            continue
+        label = dict(labels)
+        key = (label["endpoint"], label["model"])
+        measured = value(m, name, endpoint=key[0], model=key[1], method="measured")
+        in_force = measured if measured is not None else v
+        found[key] = "pays" if in_force > 1 else "tax"
+    return found
+
+
+SHOWN = """JSON.stringify({
+  verdicts: [...document.querySelectorAll("[data-model]")].map(e => [
+    e.closest("[data-endpoint]").dataset.endpoint, e.dataset.model, e.dataset.verdict]),
+  charts: document.querySelectorAll("svg.chart").length,
+  width: document.documentElement.scrollWidth,
+  background: getComputedStyle(document.body).backgroundColor})"""
+
+
+async def look(browser: Browser, url: str, dark: bool, shot: Path) -> dict[str, Any]:
+    """Load `url` at 800 px wide (light or dark), screenshot it; what the page shows, and
+    every URL the browser requested for it."""
+    assert browser.session is not None
+    requested: list[str] = []
+    pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+    loaded = asyncio.Event()
+    ids = iter(range(1, 10_000))
+    async with browser.session.ws_connect(await browser._page_socket_url(), max_msg_size=0) as ws:
+
+        async def read() -> None:
+            async for message in ws:
+                data = json.loads(message.data)
+                if data.get("id") in pending:
+                    pending.pop(data["id"]).set_result(data)
+                elif data.get("method") == "Network.requestWillBeSent":
+                    requested.append(data["params"]["request"]["url"])
+                elif data.get("method") == "Page.loadEventFired":
+                    loaded.set()
+
+        async def call(method: str, **params: Any) -> dict[str, Any]:
+            i = next(ids)
+            pending[i] = asyncio.get_running_loop().create_future()
+            await ws.send_json({"id": i, "method": method, "params": params})
+            reply = await asyncio.wait_for(pending[i], 30)
+            assert "error" not in reply, (method, reply)
+            return dict(reply.get("result", {}))
+
+        reader = asyncio.create_task(read())
+        try:
+            await call("Page.enable")
+            await call("Network.enable")
+            await call(
+                "Emulation.setDeviceMetricsOverride",
+                width=800,
+                height=900,
+                deviceScaleFactor=1,
+                mobile=False,
+            )
+            scheme = "dark" if dark else "light"
+            features = [{"name": "prefers-color-scheme", "value": scheme}]
+            await call("Emulation.setEmulatedMedia", features=features)
+            await call("Page.navigate", url=url)
+            await asyncio.wait_for(loaded.wait(), 30)
+            result = await call("Runtime.evaluate", expression=SHOWN, returnByValue=True)
+            shown: dict[str, Any] = json.loads(result["result"]["value"])
+            size = await call("Page.getLayoutMetrics")
+            height = min(int(size["cssContentSize"]["height"]) + 1, 16_000)
+            picture = await call(
+                "Page.captureScreenshot",
+                format="png",
+                captureBeyondViewport=True,
+                clip={"x": 0, "y": 0, "width": 800, "height": height, "scale": 1},
+            )
+            await asyncio.to_thread(_save, shot, base64.b64decode(picture["data"]))
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+    return {**shown, "requested": requested}
+
+
+async def test_the_demos_status_page_in_chromium_shows_the_verdicts_of_metrics(
+    demo: Spectax,
+) -> None:
+    binary = _chromium()
+
+    def speculating_assessed(m: Samples) -> bool:
+        return all(
+            value(m, "spectax_speedup_ratio", endpoint=e, method="modeled") is not None
+            for e in ("code-assistant", "chat-creative")
+        )
+
+    await demo.wait_for(speculating_assessed)
+    async with Browser(binary) as browser:
+
+        async def agrees() -> dict[str, Any] | None:
+            """The page against /metrics read just before and just after it (a scrape a
+            second may turn a verdict between two reads: then look again)."""
+            before = verdicts_of(await demo.metrics())
+            light = await look(browser, f"{demo.url}/", False, ARTIFACTS / "status-page.png")
+            after = verdicts_of(await demo.metrics())
+            shown = {(e, m): v for e, m, v in light["verdicts"] if v in ("pays", "tax")}
+            charted = light["charts"] == 2  # both speculating endpoints have a chart drawn
+            return light if charted and before == after == shown else None
+
+        light = await wait_until(agrees, 30, "the page's verdicts to equal /metrics'", [demo])
+        dark = await look(browser, f"{demo.url}/", True, ARTIFACTS / "status-page-dark.png")
+    verdicts = {v for _, _, v in light["verdicts"]}
+    weighed = {e for e, _, v in light["verdicts"] if v in ("pays", "tax")}
+    assert weighed == {"chat-creative", "code-assistant"}  # the two that speculate
+    assert "no_speculation" in verdicts  # chat-control, the tax's control, speculates not
+    for seen in (light, dark):
+        assert seen["requested"] and all(
+            urlsplit(u).hostname == "127.0.0.1" for u in seen["requested"]
+        ), seen["requested"]
+        assert seen["width"] <= 800  # readable at 800 px: nothing runs off to the right
+    assert light["background"] != dark["background"]  # dark mode is honoured
+    assert (ARTIFACTS / "status-page.png").read_bytes().startswith(b"\x89PNG")
