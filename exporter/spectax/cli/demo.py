@@ -46,6 +46,7 @@ def _print_guide(daemon: Daemon, urls: Any) -> None:
         "",
         "spectax demo: three simulated vLLM servers, watched by spectax.",
         *(f"  simulated {name:<15} {url}/metrics" for name, url in urls.items()),
+        f"  spectax status page      {daemon.listen_url}/",
         f"  spectax gauges           {daemon.listen_url}/metrics",
         f"  history                  {_where(config.database_url)}",
         f"First figures after two scrapes ({2 * config.scrape_interval:g} s); try:",
