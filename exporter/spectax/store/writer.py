@@ -130,7 +130,11 @@ class StoreWriter:
         store what is queued within `timeout`, and spool to disk what the database did
         not take."""
         if self._task is not None:
-            self._task.cancel()  # a write it had begun stays queued; writes are idempotent
+            # A write it had begun stays queued; writes are idempotent. Cancelled again until
+            # it ends: a library that swallows one cancellation must not hold the stop.
+            while not self._task.done():
+                self._task.cancel()
+                await asyncio.wait({self._task}, timeout=0.5)
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         for write in last:
@@ -167,8 +171,7 @@ class StoreWriter:
         health = LogOnce(self._log, "store")
         failures = 0
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), OPEN_WINDOW_SECONDS)
+            await self._woken_or_timed_out()
             self._wakeup.clear()
             while self.queue:
                 try:
@@ -188,6 +191,17 @@ class StoreWriter:
                     continue
                 health.recovered("writing again after %d failed attempt(s)", failures)
                 failures = 0
+
+    async def _woken_or_timed_out(self) -> None:
+        """Wait for a wake-up, OPEN_WINDOW_SECONDS at most. Not `asyncio.wait_for`: on
+        Python 3.11 it can swallow the task's cancellation when the event is set at the same
+        moment, and `stop()` then waited forever for this loop (seen in CI: a SIGTERM that
+        never finished while scrapes kept waking the writer)."""
+        waiter = asyncio.ensure_future(self._wakeup.wait())
+        try:
+            await asyncio.wait({waiter}, timeout=OPEN_WINDOW_SECONDS)
+        finally:
+            waiter.cancel()
 
     async def _write_batch(self) -> None:
         """Store the oldest queued writes in one transaction (bench/store_ingest.py: at a
