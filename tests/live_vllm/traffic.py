@@ -6,7 +6,10 @@ run is repeatable up to the engine's own scheduling:
 
 - "repetitive" prompts repeat a short code snippet, so n-gram drafting finds matches
   (and at temperature 0 the random-weight model falls into loops that it predicts);
-- "random" prompts are seeded random words with no repeats.
+- "random" prompts are seeded random words with no repeats;
+- "chat" prompts are a short chat turn (a question of random words after "User:", then
+  "Assistant:"), what an assistant serves; sampled at temperature 0.7 they are the
+  creative traffic on which n-gram drafting finds nothing to propose.
 
 `ignore_eos` makes every request produce exactly `max_tokens` tokens, so a run's
 output is known in advance.
@@ -70,6 +73,14 @@ def random_prompt(rng: random.Random) -> str:
     return " ".join(rng.sample(WORDS, rng.randint(12, 30)))
 
 
+def chat_prompt(rng: random.Random) -> str:
+    words = " ".join(rng.sample(WORDS, rng.randint(6, 14)))
+    return f"User: tell me about {words}?\nAssistant:"
+
+
+PROMPTS = {"repetitive": repetitive_prompt, "random": random_prompt, "chat": chat_prompt}
+
+
 def mix(
     seed: int,
     kinds: Sequence[str] = ("repetitive", "random"),
@@ -81,7 +92,7 @@ def mix(
     requests = []
     for _ in range(8):
         for kind, temperature, tokens in itertools.product(kinds, temperatures, max_tokens):
-            prompt = repetitive_prompt(rng) if kind == "repetitive" else random_prompt(rng)
+            prompt = PROMPTS[kind](rng)
             requests.append(Request(prompt, tokens, temperature))
     rng.shuffle(requests)
     return itertools.cycle(requests)

@@ -17,6 +17,17 @@ request-steps, which verified `(G - A) + Dt` tokens:
     T_spec = (G - A)*r + (G - A + Dt) + c*Dt*(r + 1)
     T_ns   = G*(r + 1)
     S      = T_ns / T_spec
+
+Per-step overhead (ECONOMICS.md §3b). A speculative step also carries fixed
+work a plain step does not (the proposer, rejection sampling, the draft
+model's own forward passes): its fixed cost is `a*(1 + h)`. Every formula
+here takes `h` (the step overhead ratio, default 0, which is §3 exactly):
+
+    T_spec = (G - A)*r*(1 + h) + (G - A + Dt) + c*Dt*(r + 1)
+
+B* is then the ridge batch of the target *without* speculation: what a
+control, the endpoint's own history before speculation, a profile or a sweep
+tells, never the speculative endpoint's own step times.
 """
 
 from __future__ import annotations
@@ -100,11 +111,15 @@ def relative_batch(ridge_batch: float, concurrency: float) -> float:
 
 
 def gpu_time_with_speculation(
-    output_tokens: float, accepted: float, draft_tokens: float, r: float, c: float
+    output_tokens: float, accepted: float, draft_tokens: float, r: float, c: float, h: float = 0.0
 ) -> float:
-    """T_spec = (G - A)*r + (G - A + Dt) + c*Dt*(r + 1), in units of b."""
+    """T_spec = (G - A)*r*(1 + h) + (G - A + Dt) + c*Dt*(r + 1), in units of b.
+
+    `G - A` request-steps each pay the fixed share `r` plus the overhead `h*r`
+    (§3b), whether they carried a draft or not: the proposer runs every step.
+    """
     steps = output_tokens - accepted
-    return steps * r + (steps + draft_tokens) + c * draft_tokens * (r + 1.0)
+    return steps * r * (1.0 + h) + (steps + draft_tokens) + c * draft_tokens * (r + 1.0)
 
 
 def gpu_time_without_speculation(output_tokens: float, r: float) -> float:
@@ -119,39 +134,110 @@ def modelled_speedup(
     concurrency: float,
     ridge_batch: float,
     c: float,
+    h: float = 0.0,
 ) -> float | None:
-    """S = T_ns / T_spec. Above 1 speculation pays; below 1 it is a tax."""
+    """S = T_ns / T_spec. Above 1 speculation pays; below 1 it is a tax.
+
+    A window that proposed nothing (Dt = 0) still paid the overhead:
+    S = (r + 1) / (r*(1 + h) + 1), below 1 whenever h > 0.
+    """
     if output_tokens <= 0:
         return None
     r = relative_batch(ridge_batch, concurrency)
-    t_spec = gpu_time_with_speculation(output_tokens, accepted, draft_tokens, r, c)
+    t_spec = gpu_time_with_speculation(output_tokens, accepted, draft_tokens, r, c, h)
     return gpu_time_without_speculation(output_tokens, r) / t_spec
 
 
-def breakeven_acceptance(concurrency: float, ridge_batch: float, c: float) -> float:
-    """alpha* = c + B / (B + B*): the acceptance at which S = 1.
+def speedup_per_step(
+    acceptance_length: float,
+    speculative_tokens: float,
+    concurrency: float,
+    ridge_batch: float,
+    c: float,
+    h: float = 0.0,
+) -> float:
+    """S = tau*(r + 1) / (r*(1 + h) + 1 + K + c*K*(r + 1)) (ECONOMICS.md §3b).
 
-    Setting T_spec = T_ns and dividing by Dt gives
-    `A/Dt = c + 1/(r + 1)`, and `1/(r + 1) = B/(B + B*)`. The G terms cancel,
-    and so does K: the bar depends on batch and draft cost only. Batch is
-    floored at 1 request, as in `relative_batch`.
+    The per-step form of `modelled_speedup` when every step drafts K tokens
+    and emits tau: what-if planning from a tau and a K rather than counters.
+    K = 0 is plain decoding: S = 1 whatever tau says.
+    """
+    if speculative_tokens <= 0:
+        return 1.0
+    r = relative_batch(ridge_batch, concurrency)
+    k = speculative_tokens
+    return acceptance_length * (r + 1.0) / (r * (1.0 + h) + 1.0 + k + c * k * (r + 1.0))
+
+
+def breakeven_acceptance(
+    concurrency: float,
+    ridge_batch: float,
+    c: float,
+    h: float = 0.0,
+    steps_per_draft_token: float = 0.0,
+) -> float:
+    """alpha* = c + (B + h*B**q) / (B + B*): the acceptance at which S = 1.
+
+    q = (G - A)/Dt is request-steps per draft token (1/K when every step
+    drafts K). Hold the steps and Dt fixed and let A = alpha*Dt vary:
+
+        T_ns - T_spec = A*(r + 1) - (G - A)*r*h - Dt*(1 + c*(r + 1))
+
+    which is 0 at `A/Dt = c + 1/(r + 1) + h*r*q/(r + 1)`; with
+    `1/(r + 1) = B/(B + B*)` and `r/(r + 1) = B*/(B + B*)` that is the form
+    above. With h = 0 the steps cancel, and so does K: §3's `c + B/(B + B*)`.
+    Batch is floored at 1 request, as in `relative_batch`.
     """
     b = max(concurrency, 1.0)
-    return c + b / (b + ridge_batch)
+    return c + (b + h * ridge_batch * steps_per_draft_token) / (b + ridge_batch)
 
 
-def crossover_concurrency(alpha: float, ridge_batch: float, c: float) -> float | None:
-    """B_x = B* (alpha - c) / (1 - alpha + c): the batch above which today's acceptance is a tax.
+def crossover_concurrency(
+    alpha: float,
+    ridge_batch: float,
+    c: float,
+    h: float = 0.0,
+    steps_per_draft_token: float = 0.0,
+) -> float | None:
+    """B_x = B* (alpha - c - h*q) / (1 - alpha + c): the batch above which today's acceptance
+    is a tax.
 
-    Solving `alpha = c + B/(B + B*)` for B. None when `alpha <= c` (it never
-    pays); +inf when `alpha - c >= 1` (it never turns into a tax).
+    Solving `alpha = c + (B + h*B*q)/(B + B*)` for B:
+    `(alpha - c)(B + B*) = B + h*B*q`. None when `alpha - c - h*q <= 0` (it
+    never pays, at any batch); +inf when `alpha - c >= 1` (it never turns
+    into a tax).
     """
-    if alpha <= c:
+    pays_at_all = alpha - c - h * steps_per_draft_token
+    if pays_at_all <= 0:
         return None
     denominator = 1.0 - alpha + c
     if denominator <= 0:
         return math.inf
-    return ridge_batch * (alpha - c) / denominator
+    return ridge_batch * pays_at_all / denominator
+
+
+def implied_step_overhead(
+    output_tokens: float,
+    accepted: float,
+    draft_tokens: float,
+    concurrency: float,
+    ridge_batch: float,
+    c: float,
+    speedup: float,
+) -> float | None:
+    """The h at which `modelled_speedup` equals a speedup known another way (§3b).
+
+    Solves `T_ns / S = (G - A)*r*(1 + h) + (G - A + Dt) + c*Dt*(r + 1)` for h:
+    the per-step overhead that the endpoint's own time per token shows
+    against the counterfactual. None without output or steps.
+    """
+    steps = output_tokens - accepted
+    if output_tokens <= 0 or steps <= 0 or speedup <= 0:
+        return None
+    r = relative_batch(ridge_batch, concurrency)
+    t_spec = gpu_time_without_speculation(output_tokens, r) / speedup
+    rest = steps + draft_tokens + c * draft_tokens * (r + 1.0)
+    return (t_spec - rest) / (steps * r) - 1.0
 
 
 def recommended_speculative_tokens(
@@ -174,15 +260,15 @@ def recommended_speculative_tokens(
 
 
 def draft_compute_share(
-    output_tokens: float, accepted: float, draft_tokens: float, r: float, c: float
+    output_tokens: float, accepted: float, draft_tokens: float, r: float, c: float, h: float = 0.0
 ) -> float:
     """Share of GPU time spent drafting: c*Dt*(r + 1) / T_spec."""
-    t_spec = gpu_time_with_speculation(output_tokens, accepted, draft_tokens, r, c)
+    t_spec = gpu_time_with_speculation(output_tokens, accepted, draft_tokens, r, c, h)
     return c * draft_tokens * (r + 1.0) / t_spec
 
 
 def rejected_share(
-    output_tokens: float, accepted: float, draft_tokens: float, r: float, c: float
+    output_tokens: float, accepted: float, draft_tokens: float, r: float, c: float, h: float = 0.0
 ) -> float:
     """Share of GPU time spent on draft tokens thrown away: (Dt - A)(1 + c(r + 1)) / T_spec.
 
@@ -190,7 +276,7 @@ def rejected_share(
     The drafting part is also inside `draft_compute_share`: the two shares
     overlap and are not to be added.
     """
-    t_spec = gpu_time_with_speculation(output_tokens, accepted, draft_tokens, r, c)
+    t_spec = gpu_time_with_speculation(output_tokens, accepted, draft_tokens, r, c, h)
     return (draft_tokens - accepted) * (1.0 + c * (r + 1.0)) / t_spec
 
 

@@ -3,18 +3,20 @@
 
 Each concern has its room: `db` (the connection, dialects, upserts), `windows` (window
 and cursor writes, restore at start-up), `rollup` (rollups, retention, reading rows back),
-`billing` (billing lines, periods and reads), `writer` (the daemon's queue, spool and
-retries). `Store` is all of them in one object, the one callers use.
+`billing` (billing lines, periods and reads), `profiles` (stored step-time profiles),
+`writer` (the daemon's queue, spool and retries). `Store` is all of them in one object,
+the one callers use.
 """
 
 from spectax.store.billing import BillingHistory
 from spectax.store.db import StoreError
 from spectax.store.models import Cursor, WindowRow
+from spectax.store.profiles import ProfileHistory
 from spectax.store.rollup import Rollups
 from spectax.store.windows import Restored, WindowHistory, WindowWrite
 
 
-class Store(WindowHistory, Rollups, BillingHistory):
+class Store(WindowHistory, Rollups, BillingHistory, ProfileHistory):
     """Reading and writing history: `await Store.open(url)`, then any room's methods."""
 
 

@@ -125,6 +125,12 @@ class WindowRow(Sums, Base):
     speedup_ratio: Mapped[float | None] = mapped_column(Float)
     ridge_batch_source: Mapped[str] = mapped_column(String(16), default="configured")
     verdict: Mapped[str] = mapped_column(String(16))
+    # How the verdict was reached (ECONOMICS.md §3b): the speedup's band, the step overhead
+    # in force, and the basis (measured, calibrated, profile or default). NULL before 0004.
+    speedup_low_ratio: Mapped[float | None] = mapped_column(Float)
+    speedup_high_ratio: Mapped[float | None] = mapped_column(Float)
+    step_overhead_ratio: Mapped[float | None] = mapped_column(Float)
+    verdict_basis: Mapped[str | None] = mapped_column(String(16))
 
 
 class HourlyRow(Sums, Base):
@@ -228,3 +234,22 @@ class BillingPollRow(Base):
     attempted_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     succeeded_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     ok: Mapped[bool] = mapped_column(Boolean)
+
+
+class ProfileRow(Base):
+    """A named step-time profile (spectax.economics.Profile): learned from an endpoint that
+    has a control, or fitted to a benchmark sweep by `spectax model fit --save-profile`."""
+
+    __tablename__ = "model_profiles"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    source: Mapped[str] = mapped_column(String(16))
+    learned_from: Mapped[str] = mapped_column(String(512))
+    ridge_batch_requests: Mapped[float] = mapped_column(Float)
+    step_overhead_ratio: Mapped[float] = mapped_column(Float)
+    draft_cost_ratio: Mapped[float | None] = mapped_column(Float)
+    plain_fixed_seconds: Mapped[float | None] = mapped_column(Float)
+    plain_per_token_seconds: Mapped[float | None] = mapped_column(Float)
+    points: Mapped[int] = mapped_column(Integer)
+    mean_abs_error_ratio: Mapped[float | None] = mapped_column(Float)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime)

@@ -1,0 +1,189 @@
+"""The counterfactual: what the same output would have cost without speculation (§3b).
+
+A speculative endpoint sees its own time per output token; what it cannot see
+is the time per output token it would have had without speculation. That plain
+curve comes, in this order, from:
+
+1. ``control``: a control endpoint serving the same model without speculation;
+2. ``baseline``: the same endpoint's own windows before speculation was on;
+3. ``profile``: a stored profile learned on an endpoint of the same model and
+   hardware that had a control (config ``profile: NAME``);
+4. ``sweep``: a profile fitted to a benchmark sweep (``spectax model fit``);
+5. ``configured``: the endpoint's configured B* and h, with wide ranges.
+
+With a plain curve (1-3, and 4 when the sweep had absolute times) the speedup
+of a window is direct: the curve's time per token at the window's tokens per
+step over the window's own time per token. Without one it is §3b's formula,
+and its band spans the ranges the parameters could plausibly take. Which basis
+a verdict had, and its band, go with it everywhere it is shown.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from spectax.economics.formulas import DEFAULT_RIDGE_BATCH
+
+Source = Literal["control", "baseline", "profile", "sweep", "configured"]
+Basis = Literal["measured", "calibrated", "profile", "default"]
+SOURCES: tuple[Source, ...] = ("control", "baseline", "profile", "sweep", "configured")
+BASIS_OF_SOURCE: dict[Source, Basis] = {
+    "control": "calibrated",
+    "baseline": "calibrated",
+    "profile": "profile",
+    "sweep": "profile",
+    "configured": "default",
+}
+#: Where the step overhead h may lie when nothing measured it: on live vLLM here the
+#: implied h ran from 0.3 (n-gram on repetitive text) to 2.5 (n-gram on chat traffic,
+#: which proposed nothing); bench/README.md, "Model check against measurement".
+DEFAULT_STEP_OVERHEAD_RANGE = (0.0, 3.0)
+#: B* is known within a factor of 4 either way when it is only configured.
+DEFAULT_RIDGE_BATCH_FACTOR = 4.0
+#: A plain curve's own spread: the 10th and 90th percentiles of its points' relative
+#: residuals bound the band of a speedup computed from it.
+BAND_QUANTILES = (0.1, 0.9)
+#: A flat curve (points without spread in tokens per step) is used this far from the
+#: tokens per step it saw; a sloped one twice as far.
+FLAT_REACH, SLOPED_REACH = 1.25, 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class PlainCurve:
+    """Time per output token of plain decoding against tokens per step: a + b*n (seconds).
+
+    `residuals` are the 10th and 90th percentiles of (observed / fitted - 1)
+    over the points it was fitted to; `tokens_range` the tokens per step they
+    spanned (None: a curve from a profile, used at any load).
+    """
+
+    fixed_seconds: float
+    per_token_seconds: float
+    points: int = 0
+    residuals: tuple[float, float] = (0.0, 0.0)
+    tokens_range: tuple[float, float] | None = None
+
+    @property
+    def ridge_batch(self) -> float | None:
+        """B* = a / b; None for a flat curve."""
+        if self.per_token_seconds <= 0:
+            return None
+        return self.fixed_seconds / self.per_token_seconds
+
+    def seconds_per_token(self, tokens_per_step: float) -> float:
+        return self.fixed_seconds + self.per_token_seconds * tokens_per_step
+
+    def covers(self, tokens_per_step: float) -> bool:
+        """Whether the curve may be read at this load (a line is not extrapolated far)."""
+        if self.tokens_range is None:
+            return True
+        reach = SLOPED_REACH if self.per_token_seconds > 0 else FLAT_REACH
+        low, high = self.tokens_range
+        return low / reach <= tokens_per_step <= high * reach
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """The step-time parameters of one (model, hardware, method), learned once and used by
+    every endpoint of the same kind that names it (config `profile: NAME`).
+
+    `source` is how it was learned: "control" (an endpoint that had a control) or
+    "sweep" (`spectax model fit` on a benchmark sweep). `plain` is the plain curve in
+    absolute time when the source had one.
+    """
+
+    name: str
+    source: Literal["control", "sweep"]
+    learned_from: str
+    ridge_batch: float
+    step_overhead_ratio: float
+    draft_cost_ratio: float | None = None
+    plain: PlainCurve | None = None
+    points: int = 0
+    mean_abs_error_ratio: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StepModel:
+    """The counterfactual in force for an endpoint: B*, h, and where they came from."""
+
+    ridge_batch: float = DEFAULT_RIDGE_BATCH
+    step_overhead_ratio: float = 0.0
+    source: Source = "configured"
+    curve: PlainCurve | None = None
+    profile: str | None = None
+    #: Relative half-width of §3b's speedup when it comes from a fitted profile (its
+    #: mean |error| on the sweep it was fitted to); None: draw the band over ranges.
+    relative_error: float | None = None
+
+    @property
+    def basis(self) -> Basis:
+        return BASIS_OF_SOURCE[self.source]
+
+    def ridge_batch_range(self) -> tuple[float, float]:
+        if self.source != "configured":
+            return (self.ridge_batch, self.ridge_batch)
+        f = DEFAULT_RIDGE_BATCH_FACTOR
+        return (self.ridge_batch / f, self.ridge_batch * f)
+
+    def step_overhead_range(self) -> tuple[float, float]:
+        if self.source != "configured":
+            return (self.step_overhead_ratio, self.step_overhead_ratio)
+        low, high = DEFAULT_STEP_OVERHEAD_RANGE
+        return (min(low, self.step_overhead_ratio), max(high, self.step_overhead_ratio))
+
+
+def plain_tokens_per_step(concurrency: float, output_tokens: float, prompt_tokens: float) -> float:
+    """Tokens a plain engine step would carry at this load: one decode token for each of the
+    B running requests, plus the prompt tokens prefilled alongside, B*P/G per step (plain
+    decoding takes G/B steps for G output tokens). Batch floored at 1, as everywhere."""
+    if output_tokens <= 0:
+        return max(concurrency, 1.0)
+    return max(concurrency, 1.0) * (1.0 + prompt_tokens / output_tokens)
+
+
+def fit_plain_curve(
+    points: Sequence[tuple[float, float]], min_points: int, min_spread: float
+) -> PlainCurve | None:
+    """A plain curve through (tokens per step, seconds per output token) points.
+
+    Theil-Sen (median pairwise slope) when the points spread in tokens per
+    step; otherwise (one load level) a flat curve, used only near that load.
+    A fit with a negative intercept or slope is refused: it is noise.
+    """
+    if len(points) < min_points:
+        return None
+    xs = [x for x, _ in points]
+    low, high = min(xs), max(xs)
+    if low <= 0:
+        return None
+    a = b = 0.0
+    if high >= min_spread * low:
+        slopes = [
+            (q[1] - p[1]) / (q[0] - p[0])
+            for i, p in enumerate(points)
+            for q in points[i + 1 :]
+            if q[0] != p[0]
+        ]
+        b = statistics.median(slopes)
+        a = statistics.median(y - b * x for x, y in points)
+        if a <= 0 or b < 0:
+            return None
+    else:
+        a = statistics.median(y for _, y in points)
+        if a <= 0:
+            return None
+    relative = sorted(y / (a + b * x) - 1.0 for x, y in points)
+    q_low, q_high = BAND_QUANTILES
+    residuals = (_quantile(relative, q_low), _quantile(relative, q_high))
+    return PlainCurve(a, b, len(points), residuals, (low, high))
+
+
+def _quantile(ordered: Sequence[float], q: float) -> float:
+    position = q * (len(ordered) - 1)
+    i = int(position)
+    j = min(i + 1, len(ordered) - 1)
+    return ordered[i] + (ordered[j] - ordered[i]) * (position - i)
