@@ -25,7 +25,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from spectax.economics.formulas import DEFAULT_RIDGE_BATCH
+from spectax.economics.formulas import (
+    DEFAULT_RIDGE_BATCH,
+    implied_step_overhead,
+    modelled_speedup,
+)
 
 Source = Literal["control", "baseline", "profile", "sweep", "configured"]
 Basis = Literal["measured", "calibrated", "profile", "default"]
@@ -124,16 +128,102 @@ class StepModel:
         return BASIS_OF_SOURCE[self.source]
 
     def ridge_batch_range(self) -> tuple[float, float]:
+        """Where B* may lie: known from any measured source, within x4 when configured."""
         if self.source != "configured":
             return (self.ridge_batch, self.ridge_batch)
         f = DEFAULT_RIDGE_BATCH_FACTOR
         return (self.ridge_batch / f, self.ridge_batch * f)
 
     def step_overhead_range(self) -> tuple[float, float]:
-        if self.source != "configured":
+        """Where h may lie: known from a profile or sweep; otherwise only its plausible range
+        (a plain curve alone says nothing of the speculative step's overhead)."""
+        if self.source in ("profile", "sweep"):
             return (self.step_overhead_ratio, self.step_overhead_ratio)
         low, high = DEFAULT_STEP_OVERHEAD_RANGE
         return (min(low, self.step_overhead_ratio), max(high, self.step_overhead_ratio))
+
+
+@dataclass(frozen=True, slots=True)
+class SpeedupEstimate:
+    """A speedup without a control, its band, and how it was reached."""
+
+    speedup: float
+    low: float
+    high: float
+    basis: Basis
+    step_overhead_ratio: float | None  # the h it implies, or the h it assumed
+
+
+def estimate_speedup(
+    model: StepModel,
+    *,
+    output_tokens: float,
+    accepted: float,
+    draft_tokens: float,
+    prompt_tokens: float,
+    concurrency: float,
+    c: float,
+    time_per_output_token: float | None,
+) -> SpeedupEstimate | None:
+    """The speedup of a speculative window that has no control over the same span.
+
+    With a plain curve that covers the window's load and the window's own time
+    per output token: S = curve(n) / tpot, n the tokens per step a plain engine
+    would carry (`plain_tokens_per_step`); the band is the curve's residual
+    spread, and h is what S implies (`implied_step_overhead`), so break-even
+    and crossover computed with it agree with S. Otherwise §3b's formula with
+    the model's B* and h, its band drawn over their ranges (or, from a fitted
+    profile, its mean error either way). None without output.
+    """
+    if output_tokens <= 0:
+        return None
+    curve = model.curve
+    n = plain_tokens_per_step(concurrency, output_tokens, prompt_tokens)
+    if curve is not None and time_per_output_token and curve.covers(n):
+        speedup = curve.seconds_per_token(n) / time_per_output_token
+        res_low, res_high = curve.residuals
+        h = implied_step_overhead(
+            output_tokens,
+            accepted,
+            draft_tokens,
+            concurrency,
+            curve.ridge_batch or model.ridge_batch,
+            c,
+            speedup,
+        )
+        return SpeedupEstimate(
+            speedup, speedup * (1 + res_low), speedup * (1 + res_high), model.basis, h
+        )
+
+    def s(ridge: float, h: float) -> float:
+        value = modelled_speedup(output_tokens, accepted, draft_tokens, concurrency, ridge, c, h)
+        assert value is not None
+        return value
+
+    speedup = s(model.ridge_batch, model.step_overhead_ratio)
+    basis: Basis = "profile" if model.source in ("profile", "sweep") else "default"
+    if basis == "profile" and model.relative_error is not None:
+        e = model.relative_error
+        return SpeedupEstimate(
+            speedup, speedup * (1 - e), speedup * (1 + e), basis, model.step_overhead_ratio
+        )
+    corners = [s(b, h) for b in model.ridge_batch_range() for h in model.step_overhead_range()]
+    return SpeedupEstimate(
+        speedup,
+        min(*corners, speedup),
+        max(*corners, speedup),
+        basis,
+        model.step_overhead_ratio,
+    )
+
+
+def verdict_of_band(low: float, high: float) -> Literal["pays", "tax", "uncertain"]:
+    """pays when even the low end is above 1, tax when even the high end is below."""
+    if low > 1.0:
+        return "pays"
+    if high < 1.0:
+        return "tax"
+    return "uncertain"
 
 
 def plain_tokens_per_step(concurrency: float, output_tokens: float, prompt_tokens: float) -> float:
