@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -43,6 +43,7 @@ from spectax.economics.formulas import (
     draft_cost_ratio_for,
 )
 from spectax.engines import ENGINES
+from spectax.gpus import GpuSpec, gpu_spec
 from spectax.store.db import database_url
 from spectax.units import NAME, Duration, InvalidFile, StrictModel, parse_duration
 
@@ -195,22 +196,18 @@ class Config(StrictModel):
         return next(e for e in self.endpoints if e.name == name)
 
 
+@dataclass
 class Settings:
-    """A validated configuration with its prices resolved: what the daemon runs on."""
+    """A validated configuration with its prices resolved: what the daemon runs on. By
+    endpoint name: the price, what its scrapes send, its GPU's specs (when the table has
+    them); the billing sources with their secrets resolved (price_table first)."""
 
-    def __init__(
-        self,
-        config: Config,
-        prices: PriceTable,
-        usd_per_hour: dict[str, Decimal],
-        target_auth: dict[str, TargetAuth] | None = None,
-        billing: list[SourceSpec] | None = None,
-    ):
-        self.config = config
-        self.prices = prices
-        self.usd_per_hour = usd_per_hour
-        self.target_auth = target_auth or {}  # endpoint name -> what its scrapes send
-        self.billing = billing or []  # billing sources, secrets resolved (price_table first)
+    config: Config
+    prices: PriceTable
+    usd_per_hour: dict[str, Decimal]
+    target_auth: dict[str, TargetAuth] = field(default_factory=dict)
+    billing: list[SourceSpec] = field(default_factory=list)
+    gpus: dict[str, GpuSpec] = field(default_factory=dict)
 
 
 def load_config(path: Path | str | None, listen: str | None = None) -> Settings:
@@ -301,7 +298,9 @@ def validate(raw: Any, source: str = "<config>") -> Settings:
         problems.append("window: must hold at least two scrape intervals")
     if problems:
         raise ConfigError(source, problems)
-    return Settings(config, prices, usd_per_hour, target_auth, billing)
+    named = {e.name: (e.price and e.price.gpu) or e.gpu for e in config.endpoints}  # as priced
+    gpus = {name: known for name, gpu in named.items() if (known := gpu_spec(gpu))}
+    return Settings(config, prices, usd_per_hour, target_auth, billing, gpus)
 
 
 @dataclass(frozen=True)

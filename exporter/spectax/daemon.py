@@ -369,6 +369,7 @@ class Daemon:
             restored,
             **self._peers(endpoint.control),
             profile=self.profiles.lookup(endpoint.profile),
+            gpu=self.settings.gpus.get(endpoint.name),
         )
         if restored.cursor is not None:
             resumed = datetime.fromtimestamp(restored.cursor[0], UTC)

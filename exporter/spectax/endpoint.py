@@ -30,6 +30,7 @@ from spectax.economics import (
 )
 from spectax.engines import get_parser
 from spectax.engines.base import EngineSample, ParseError
+from spectax.gpus import GpuSpec
 from spectax.health import LogOnce
 from spectax.pipeline.intervals import interval_between
 from spectax.pipeline.windows import AlignedWindows, SlidingWindow, Window
@@ -83,10 +84,13 @@ class EndpointMonitor:
         control_window: ControlLookup | None = None,
         control_curve: CurveLookup | None = None,
         profile: ProfileLookup | None = None,
+        gpu: GpuSpec | None = None,
     ):
         restored = restored or Restored()
         self.config = config
         self.usd_per_hour = usd_per_hour
+        self.gpu = gpu  # its peak FLOP/s and bandwidth, for the roofline prior of B*
+        self._said_no_gpu = False
         self._parse = get_parser(config.engine)
         self._tariff = tariff_of(config, usd_per_hour)
         self._health = LogOnce(log, "endpoint", config.name)
@@ -112,10 +116,11 @@ class EndpointMonitor:
         )
         self.calibrate(restored.recent_windows)
 
-    def step_model(self) -> StepModel:
+    def step_model(self, window: Window | None = None) -> StepModel:
         """The counterfactual in force, from the first source that has one (ECONOMICS.md §3b):
         the control's plain curve, this endpoint's own from before speculation, the profile
-        its config names (learned from a control, or fitted to a sweep), the configuration."""
+        its config names (learned from a control, or fitted to a sweep), the roofline of
+        `window` (the sliding one by default), the configuration."""
         config = self.config
         h = config.step_overhead_ratio
         control = self._control_curve() if self._control_curve is not None else None
@@ -134,7 +139,27 @@ class EndpointMonitor:
                 profile.name,
                 profile.mean_abs_error_ratio if profile.plain is None else None,
             )
+        if (roofline := self._roofline(window or self._sliding.total())) is not None:
+            return StepModel(roofline, h, "roofline")
         return StepModel(config.ridge_batch, h, "configured")
+
+    def _roofline(self, window: Window | None) -> float | None:
+        """B* from the window's FLOP and byte estimates and the GPU's peaks, if both are
+        known. vLLM estimating while the GPU is unknown is said once, not every window."""
+        estimates = economics.roofline_estimates(window) if window is not None else None
+        if estimates is not None and (gpu := self.gpu) is not None:
+            peaks = (gpu.peak_flops_per_second, gpu.memory_bytes_per_second)
+            return economics.roofline_ridge_batch(*estimates, *peaks)
+        if estimates is not None and not self._said_no_gpu:
+            self._said_no_gpu = True
+            named = (self.config.price and self.config.price.gpu) or self.config.gpu
+            log.info(
+                "endpoint %s: vLLM estimates FLOPs and bytes, but %s: no roofline prior, B* "
+                "stays the configured one",
+                self.config.name,
+                f"GPU {named!r} is not in spectax's table" if named else "it names no `gpu:`",
+            )
+        return None
 
     def learned_profile(self) -> Profile | None:
         """The profile this endpoint teaches: its config names one, it has a control whose
@@ -154,12 +179,12 @@ class EndpointMonitor:
             points=curve.points,
         )
 
-    @property
-    def parameters(self) -> economics.Parameters:
+    def parameters(self, window: Window | None = None) -> economics.Parameters:
+        """The parameters to assess `window` under (its own roofline, if it is the source)."""
         spec = self.config.speculation
         return economics.Parameters(
             draft_cost_ratio=spec.cost_ratio if spec else 0.0,
-            step_model=self.step_model(),
+            step_model=self.step_model(window),
             draft_weight_bytes=spec.draft_weight_bytes if spec else None,
             gpu_memory_bytes=self.config.gpu_memory_bytes,
         )
@@ -309,7 +334,7 @@ class EndpointMonitor:
         one also adds the step overhead it implied to what this endpoint's profile learns."""
         spend = economics.spend_by_model(window, self._tariff)
         spec = self.config.speculation
-        params = self.parameters
+        params = self.parameters(window)
         assessments = economics.assess_window(window, params, spend)
         for assessment in assessments.values() if closed else ():
             h = assessment.step_overhead_ratio
@@ -335,7 +360,7 @@ class EndpointMonitor:
         if window is None or window.seconds < full or control is None or control.seconds < full:
             control = None
         assessments = {}
-        params = self.parameters
+        params = self.parameters(window)
         if window is not None:
             spend = economics.spend_by_model(window, self._tariff)
             assessments = economics.assess_window(window, params, spend, control)

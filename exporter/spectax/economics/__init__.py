@@ -40,6 +40,7 @@ from spectax.economics.counterfactual import (
     estimate_speedup,
     fit_plain_curve,
     plain_tokens_per_step,
+    roofline_estimates,
     verdict_of_band,
 )
 from spectax.economics.formulas import (
@@ -64,6 +65,7 @@ from spectax.economics.formulas import (
     recommended_speculative_tokens,
     rejected_share,
     relative_batch,
+    roofline_ridge_batch,
     speculation_savings_usd,
     speedup_per_step,
     spend_estimate_usd,
@@ -129,6 +131,8 @@ __all__ = [
     "recommended_speculative_tokens",
     "rejected_share",
     "relative_batch",
+    "roofline_estimates",
+    "roofline_ridge_batch",
     "speculation_savings_usd",
     "speedup_per_step",
     "spend_by_model",

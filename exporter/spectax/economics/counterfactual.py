@@ -9,7 +9,9 @@ curve comes, in this order, from:
 3. ``profile``: a stored profile learned on an endpoint of the same model and
    hardware that had a control (config ``profile: NAME``);
 4. ``sweep``: a profile fitted to a benchmark sweep (``spectax model fit``);
-5. ``configured``: the endpoint's configured B* and h, with wide ranges.
+5. ``roofline``: B* from vLLM's FLOP and byte estimates and the GPU's datasheet peaks
+   (`roofline_ridge_batch`), a prior and not a measurement: basis default;
+6. ``configured``: the endpoint's configured B* and h, with wide ranges.
 
 With a plain curve (1-3, and 4 when the sweep had absolute times) the speedup
 of a window is direct: the curve's time per token at the window's tokens per
@@ -30,15 +32,17 @@ from spectax.economics.formulas import (
     implied_step_overhead,
     modelled_speedup,
 )
+from spectax.pipeline.windows import Window
 
-Source = Literal["control", "baseline", "profile", "sweep", "configured"]
+Source = Literal["control", "baseline", "profile", "sweep", "roofline", "configured"]
 Basis = Literal["measured", "calibrated", "profile", "default"]
-SOURCES: tuple[Source, ...] = ("control", "baseline", "profile", "sweep", "configured")
+SOURCES: tuple[Source, ...] = ("control", "baseline", "profile", "sweep", "roofline", "configured")
 BASIS_OF_SOURCE: dict[Source, Basis] = {
     "control": "calibrated",
     "baseline": "calibrated",
     "profile": "profile",
     "sweep": "profile",
+    "roofline": "default",
     "configured": "default",
 }
 #: Where the step overhead h may lie when nothing measured it: on live vLLM here the
@@ -47,6 +51,11 @@ BASIS_OF_SOURCE: dict[Source, Basis] = {
 DEFAULT_STEP_OVERHEAD_RANGE = (0.0, 3.0)
 #: B* is known within a factor of 4 either way when it is only configured.
 DEFAULT_RIDGE_BATCH_FACTOR = 4.0
+#: Within a factor of 2 when it is the roofline's: B* scales with the ratio of the two
+#: datasheet peaks, and real kernels reach 60-90% of peak bandwidth and 50-80% of peak
+#: FLOP/s, so that ratio is off by well under 2 either way; the bytes and FLOPs are the
+#: engine's own count for this model at this load, where a configured B* is a guess.
+ROOFLINE_RIDGE_BATCH_FACTOR = 2.0
 #: A plain curve's own spread: the 10th and 90th percentiles of its points' relative
 #: residuals bound the band of a speedup computed from it.
 BAND_QUANTILES = (0.1, 0.9)
@@ -128,10 +137,14 @@ class StepModel:
         return BASIS_OF_SOURCE[self.source]
 
     def ridge_batch_range(self) -> tuple[float, float]:
-        """Where B* may lie: known from any measured source, within x4 when configured."""
-        if self.source != "configured":
+        """Where B* may lie: known from any measured source, within x2 from the roofline,
+        within x4 when configured."""
+        if self.source == "roofline":
+            f = ROOFLINE_RIDGE_BATCH_FACTOR
+        elif self.source == "configured":
+            f = DEFAULT_RIDGE_BATCH_FACTOR
+        else:
             return (self.ridge_batch, self.ridge_batch)
-        f = DEFAULT_RIDGE_BATCH_FACTOR
         return (self.ridge_batch / f, self.ridge_batch * f)
 
     def step_overhead_range(self) -> tuple[float, float]:
@@ -215,6 +228,20 @@ def estimate_speedup(
         basis,
         model.step_overhead_ratio,
     )
+
+
+def roofline_estimates(window: Window) -> tuple[float, float, float, float] | None:
+    """(FLOPs, bytes read, tokens, steps) per GPU over the window, for
+    `roofline_ridge_batch`: from the models whose engine estimated FLOPs (vLLM with
+    --enable-mfu-metrics; 0 without) and counted its steps. None when none did."""
+    flops = read = tokens = steps = 0.0
+    for counts in window.models.values():
+        if counts.iteration_tokens is not None and counts.estimated_flops > 0:
+            flops += counts.estimated_flops
+            read += counts.estimated_read_bytes
+            tokens += counts.iteration_tokens.sum
+            steps += counts.iteration_tokens.count
+    return (flops, read, tokens, steps) if flops > 0 and steps > 0 else None
 
 
 def verdict_of_band(low: float, high: float) -> Literal["pays", "tax", "uncertain"]:

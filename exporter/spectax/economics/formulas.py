@@ -110,6 +110,39 @@ def relative_batch(ridge_batch: float, concurrency: float) -> float:
     return ridge_batch / max(concurrency, 1.0)
 
 
+def roofline_ridge_batch(
+    flops: float,
+    read_bytes: float,
+    tokens: float,
+    steps: float,
+    peak_flops_per_second: float,
+    memory_bytes_per_second: float,
+) -> float | None:
+    """B* from the roofline: what the engine's own FLOP and byte estimates and the GPU's
+    datasheet say, before anything was measured (a prior; ECONOMICS.md §3b).
+
+    A step over n tokens takes T(n) = a + b*n (§3). On a roofline the fixed part is the
+    memory traffic every step pays whatever its batch, reading the weights:
+    a = (bytes read per step) / bandwidth; and each token then costs its FLOPs at the
+    tensor cores' peak: b = (FLOPs per token) / peak FLOP/s. So
+
+        B* = a / b = (read_bytes / steps / bandwidth) / (flops / tokens / peak)
+
+    with steps and tokens the count and sum of vLLM's `iteration_tokens_total` (one
+    observation per engine step, of the tokens it carried) over the same span as
+    `estimated_flops_per_gpu` and `estimated_read_bytes_per_gpu`. Both estimates are per
+    GPU, and so are the peaks: tensor parallelism cancels. The bytes per step include
+    the KV cache the step read at the span's load, not the weights alone. None when the
+    span has no estimate (vLLM without --enable-mfu-metrics reports 0) or no step.
+    """
+    values = (flops, read_bytes, tokens, steps, peak_flops_per_second, memory_bytes_per_second)
+    if min(values) <= 0 or not all(map(math.isfinite, values)):
+        return None
+    weight_read_seconds = read_bytes / steps / memory_bytes_per_second  # a
+    token_compute_seconds = flops / tokens / peak_flops_per_second  # b
+    return weight_read_seconds / token_compute_seconds
+
+
 def gpu_time_with_speculation(
     output_tokens: float, accepted: float, draft_tokens: float, r: float, c: float, h: float = 0.0
 ) -> float:

@@ -78,6 +78,8 @@ class Counters:
     iteration_tokens: Histogram | None = counter("histogram")
     inter_token_latency: Histogram | None = counter("histogram")
     time_per_output_token: Histogram | None = counter("histogram")
+    estimated_flops: float = counter("plain")  # per GPU; vLLM only with --enable-mfu-metrics
+    estimated_read_bytes: float = counter("plain")  # per GPU, likewise
 
 
 @dataclass(frozen=True, slots=True)

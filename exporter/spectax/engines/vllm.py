@@ -66,8 +66,10 @@ MAX_VALUE: Final = float(2**53)
     _V0_TPOT_COUNT,
     _LEGACY_RATE,
     _LEGACY_EFF,
+    _FLOPS,
+    _READ_BYTES,
     _N_SLOTS,
-) = range(19)
+) = range(21)
 _PER_POS: Final = -1
 _PROCESS_START: Final = -2
 
@@ -75,6 +77,7 @@ _PROCESS_START: Final = -2
 _CUMULATIVE: Final = 0  # counter / histogram _sum / _count: finite, >= 0, summed
 _COUNT_GAUGE: Final = 1  # num_requests_*: finite, >= 0, summed over ranks
 _LEGACY_GAUGE: Final = 2  # V0 ratio gauges: as reported, one series per model
+_ESTIMATE: Final = 3  # estimated FLOPs / bytes: finite, >= 0, summed, with no 2**53 bound
 
 _FAMILIES: Final[dict[str, tuple[int, int]]] = {
     # vLLM V1 (and the V0 names that kept their meaning).
@@ -93,6 +96,9 @@ _FAMILIES: Final[dict[str, tuple[int, int]]] = {
     "vllm:inter_token_latency_seconds_count": (_ITL_COUNT, _CUMULATIVE),
     "vllm:request_time_per_output_token_seconds_sum": (_TPOT_SUM, _CUMULATIVE),
     "vllm:request_time_per_output_token_seconds_count": (_TPOT_COUNT, _CUMULATIVE),
+    # Non-zero only with --enable-mfu-metrics (vLLM 0.32+; v1/metrics/perf.py).
+    "vllm:estimated_flops_per_gpu_total": (_FLOPS, _ESTIMATE),
+    "vllm:estimated_read_bytes_per_gpu_total": (_READ_BYTES, _ESTIMATE),
     # vLLM V0 only (before 0.11).
     "vllm:spec_decode_draft_acceptance_rate": (_LEGACY_RATE, _LEGACY_GAUGE),
     "vllm:spec_decode_efficiency": (_LEGACY_EFF, _LEGACY_GAUGE),
@@ -249,9 +255,14 @@ def parse(text: str | bytes) -> EngineSample:
             ) from None
         slot, kind = families[name]
 
-        if kind != _LEGACY_GAUGE and not 0.0 <= value <= MAX_VALUE:
+        if kind < _LEGACY_GAUGE and not 0.0 <= value <= MAX_VALUE:
             raise ParseError(
                 f"{name} must be a finite non-negative number at most 2**53, got {raw_value}",
+                *_line_of(body, match.start()),
+            )
+        if kind == _ESTIMATE and not 0.0 <= value < math.inf:
+            raise ParseError(
+                f"{name} must be a finite non-negative number, got {raw_value}",
                 *_line_of(body, match.start()),
             )
         if slot == _PROCESS_START:
@@ -311,7 +322,7 @@ def parse(text: str | bytes) -> EngineSample:
             )
         else:
             acc[slot] = previous = previous + value
-            if previous > MAX_VALUE:  # each series passed, their sum over ranks does not
+            if previous > MAX_VALUE and kind != _ESTIMATE:  # each series passed, their sum not
                 raise ParseError(
                     f"{name} of model {model!r} sums to more than 2**53",
                     *_line_of(body, match.start()),
@@ -339,6 +350,8 @@ def parse(text: str | bytes) -> EngineSample:
             iteration_tokens=hist[(_ITER_SUM, _ITER_COUNT)],
             inter_token_latency=itl,
             time_per_output_token=hist[(_TPOT_SUM, _TPOT_COUNT)],
+            estimated_flops=acc[_FLOPS] or 0.0,
+            estimated_read_bytes=acc[_READ_BYTES] or 0.0,
             legacy_acceptance_rate=acc[_LEGACY_RATE],
             legacy_efficiency=acc[_LEGACY_EFF],
         )

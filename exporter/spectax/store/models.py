@@ -96,6 +96,9 @@ class Sums:
     inter_token_latency_count: Mapped[float | None] = mapped_column(Float)
     time_per_output_token_sum: Mapped[float | None] = mapped_column(Float)
     time_per_output_token_count: Mapped[float | None] = mapped_column(Float)
+    # vLLM's estimates per GPU (--enable-mfu-metrics; 0 without): floats, they pass 2**53.
+    estimated_flops: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    estimated_read_bytes: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     spend_usd: Mapped[Decimal | None] = mapped_column(Money)
     busy_spend_usd: Mapped[Decimal | None] = mapped_column(Money)
     cold_start_usd: Mapped[Decimal | None] = mapped_column(Money)

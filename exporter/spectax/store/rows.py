@@ -109,7 +109,9 @@ def sum_usd(values: Iterable[Decimal | None]) -> Decimal:
 
 
 def _number_column(column: str, value: float) -> dict[str, Any]:
-    return {column: round(value)}
+    # Only vLLM's FLOP and byte estimates (Float columns) pass 2**53; rounded, they could
+    # overflow a database integer, and a whole FLOP means nothing.
+    return {column: round(value) if value < 2**53 else value}
 
 
 def _optional_column(column: str, value: float | None) -> dict[str, Any]:
