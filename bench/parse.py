@@ -51,6 +51,8 @@ _PLAIN = {
     "vllm:time_per_output_token_seconds_count": "v0_itl_count",
     "vllm:request_time_per_output_token_seconds_sum": "tpot_sum",
     "vllm:request_time_per_output_token_seconds_count": "tpot_count",
+    "vllm:estimated_flops_per_gpu_total": "estimated_flops",
+    "vllm:estimated_read_bytes_per_gpu_total": "estimated_read_bytes",
 }
 _PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 
@@ -96,6 +98,8 @@ def reference(text: str) -> EngineSample:
             iteration_tokens=hist(v, "iteration"),
             inter_token_latency=hist(v, "itl") or hist(v, "v0_itl"),
             time_per_output_token=hist(v, "tpot"),
+            estimated_flops=v.get("estimated_flops", 0.0),
+            estimated_read_bytes=v.get("estimated_read_bytes", 0.0),
             legacy_acceptance_rate=v.get("legacy_acceptance_rate"),
             legacy_efficiency=v.get("legacy_efficiency"),
         )

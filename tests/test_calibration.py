@@ -171,7 +171,8 @@ def test_a_baseline_survives_a_restart_and_becomes_the_counterfactual() -> None:
     ]
     fresh = monitor()
     assert (
-        fresh.step_model().source == "configured" and fresh.parameters().step_model.ridge_batch == 32
+        fresh.step_model().source == "configured"
+        and fresh.parameters().step_model.ridge_batch == 32
     )
     m = EndpointMonitor(
         fresh.config, fresh.usd_per_hour, 300.0, Restored(recent_windows=tuple(windows))

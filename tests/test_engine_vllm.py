@@ -56,6 +56,8 @@ _PLAIN = {  # sample name -> (ModelSample field, family type prometheus_client r
     "vllm:spec_decode_num_accepted_tokens_total": ("accepted_tokens", "counter"),
     "vllm:spec_decode_draft_acceptance_rate": ("legacy_acceptance_rate", "gauge"),
     "vllm:spec_decode_efficiency": ("legacy_efficiency", "gauge"),
+    "vllm:estimated_flops_per_gpu_total": ("estimated_flops", "counter"),
+    "vllm:estimated_read_bytes_per_gpu_total": ("estimated_read_bytes", "counter"),
 }
 _HIST = {  # histogram family -> ModelSample field
     "vllm:iteration_tokens_total": "iteration_tokens",
@@ -121,6 +123,8 @@ def reference(text: str) -> EngineSample:
             iteration_tokens=hist("iteration_tokens"),
             inter_token_latency=hist("inter_token_latency") or hist("v0_time_per_output_token"),
             time_per_output_token=hist("time_per_output_token"),
+            estimated_flops=v.get("estimated_flops", 0.0),
+            estimated_read_bytes=v.get("estimated_read_bytes", 0.0),
             legacy_acceptance_rate=v.get("legacy_acceptance_rate"),
             legacy_efficiency=v.get("legacy_efficiency"),
         )
@@ -525,6 +529,30 @@ def test_series_that_sum_past_the_bound_over_ranks_are_a_parse_error() -> None:
             f'{per_pos}{{engine="0",model_name="m",position="0"}} {half}\n'
             f'{per_pos}{{engine="1",model_name="m",position="0"}} {half}\n'
         )
+
+
+def test_the_flop_and_byte_estimates_are_read_where_vllm_makes_them() -> None:
+    """vLLM exports them always but fills them only with --enable-mfu-metrics: 0 on every
+    other recorded page, the engine's counts on the page recorded with it."""
+    mfu = parse(page("spec_ngram_mfu_3_after.txt")).models["tiny-llama"]
+    assert mfu.estimated_flops == 6.539429888e09
+    assert mfu.estimated_read_bytes == 1.61592704e09
+    assert mfu.iteration_tokens == Histogram(sum=5412.0, count=782.0)
+    plain = parse(page("spec_ngram_3_after.txt")).models["tiny-llama"]
+    assert (plain.estimated_flops, plain.estimated_read_bytes) == (0.0, 0.0)
+
+
+def test_the_estimates_may_pass_2_53_but_not_be_negative_or_infinite() -> None:
+    """A GPU does 2**53 FLOPs in seconds: the estimates are floats with no such bound (they
+    are stored as floats); what a counter can never be is still refused."""
+    flops = "vllm:estimated_flops_per_gpu_total"
+    two = f'{flops}{{engine="0",model_name="m"}} 1e20\n{flops}{{engine="1",model_name="m"}} 1e20\n'
+    assert parse(two).models["m"].estimated_flops == 2e20
+    for bad in ("-1", "+Inf", "NaN"):
+        with pytest.raises(ParseError, match=r"^line 1: .*finite non-negative"):
+            parse(f'{flops}{{model_name="m"}} {bad}\n')
+    with pytest.raises(ParseError, match=r"^line 2: .*sums to more than the largest float"):
+        parse(two.replace("1e20", "1e308"))
 
 
 def test_a_model_name_longer_than_the_store_column_is_a_parse_error() -> None:

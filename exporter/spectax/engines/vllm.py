@@ -14,9 +14,9 @@ Strictness on the lines that are read: a bad value, an unterminated label set
 or quote, a missing/empty or over-long `model_name`, a bad `position`, a
 duplicate series, and a cumulative value (counter, histogram `_sum`/`_count`)
 or request-count gauge that is negative, NaN, infinite or above `MAX_VALUE`
-raise `ParseError` naming the 1-based line. What passes fits the store's
-columns, so one target's page can never stop the history of the others. The
-V0 legacy gauges are passed through as reported (vLLM V0 could report NaN
+(the FLOP and byte estimates: negative, NaN or infinite) raise `ParseError`
+naming the 1-based line. What passes fits the store's columns, so one target's
+page can never stop the history of the others. The V0 legacy gauges are passed through as reported (vLLM V0 could report NaN
 there before the first draft).
 """
 
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from typing import Final
 
 from spectax.engines.base import EngineSample, Histogram, ModelSample, ParseError
@@ -45,6 +46,9 @@ MAX_MODEL_NAME: Final = 256
 #: BIGINT columns (2**63) keep 2**10 times that as headroom for rollups summing windows.
 #: 2**53 tokens is 285 years at a million tokens a second.
 MAX_VALUE: Final = float(2**53)
+#: The estimated FLOPs and bytes (vLLM --enable-mfu-metrics) pass 2**53 within seconds on a
+#: GPU: they are only bounded to be finite, and stored as floats.
+_LARGEST_FLOAT: Final = sys.float_info.max
 
 # Accumulator slots, one list of these per model.
 (
@@ -322,9 +326,11 @@ def parse(text: str | bytes) -> EngineSample:
             )
         else:
             acc[slot] = previous = previous + value
-            if previous > MAX_VALUE and kind != _ESTIMATE:  # each series passed, their sum not
+            # Each series passed, their sum over ranks does not (an estimate: when infinite).
+            if previous > (MAX_VALUE if kind != _ESTIMATE else _LARGEST_FLOAT):
+                bound = "2**53" if kind != _ESTIMATE else "the largest float"
                 raise ParseError(
-                    f"{name} of model {model!r} sums to more than 2**53",
+                    f"{name} of model {model!r} sums to more than {bound}",
                     *_line_of(body, match.start()),
                 )
 
