@@ -225,8 +225,8 @@ def _basis(control: str | None, profile: str | None, a: Assessment) -> str:
     if a.verdict_basis is None:
         return "nothing to weigh"
     band = f" · band {_times(a.speedup_low_ratio)}–{_times(a.speedup_high_ratio)}"
-    if a.verdict_basis == "measured":
-        return f"measured against {escape(control or '')}{band}"
+    if a.verdict_basis == "measured":  # the band is the measured speedup itself
+        return f"measured against {escape(control or '')}"
     waiting = (
         " (a measured speedup needs full windows and 10 finished requests each side)"
         if control
@@ -246,7 +246,7 @@ def _counterfactual(profile: str | None, a: Assessment) -> str:
     """Where the speedup without speculation came from, and the step overhead h in force."""
     named = f" {escape(profile)}" if profile and a.model_source in ("profile", "sweep") else ""
     h = "—" if a.step_overhead_ratio is None else f"{a.step_overhead_ratio:.2f}"
-    if a.verdict_basis == "default":  # nothing measured h: the band spans its whole range
+    if a.model_source == "configured":  # nothing measured h: the band spans its whole range
         h += " assumed (the band spans 0–3)"
     return f"{a.model_source}{named} · step overhead h {h}"
 
