@@ -134,7 +134,7 @@ def test_the_page_shows_each_endpoints_verdict_with_its_basis_and_figures() -> N
     assert low is not None and high is not None and low < 1 < high
     assert 'data-verdict="uncertain" data-basis="default"' in card
     assert (
-        "basis default: no control, history or profile, so B* and h are guessed"
+        "basis default: B* and h guessed (no control, history or profile fitted yet)"
         f" · band {low:.2f}×–{high:.2f}×" in card
     )
     assert "configured · step overhead h 0.00 assumed (the band spans 0–3)" in card
