@@ -103,7 +103,8 @@ ridge = timeseries(
     "B* = a/b of the plain-decode step-time model behind break-even and crossover. The"
     " source label says where it comes from: control (a control endpoint's step times),"
     " baseline (this endpoint's history before speculation), profile (a stored profile),"
-    " sweep (a benchmark sweep) or configured (the endpoint's ridge_batch, or the default).",
+    " sweep (a benchmark sweep), roofline (vLLM's FLOP and byte estimates against the GPU's"
+    " peaks: a prior) or configured (the endpoint's ridge_batch, or the default).",
     [
         (
             f"max by (endpoint, source) (spectax_ridge_batch_requests{{{SEL_ENDPOINT}}})",

@@ -251,8 +251,9 @@ model_source = table(
     "spectax_model_info: control (a control endpoint's step times, fitted), baseline (this"
     " endpoint's own windows before speculation), profile (a profile learned from an A/B"
     " elsewhere, named in `profile:`), sweep (a benchmark sweep saved with `spectax model"
-    " fit --save-profile`), or configured (the defaults: the verdict's basis is then"
-    " default, and usually uncertain).",
+    " fit --save-profile`), roofline (B* from vLLM's FLOP and byte estimates and the GPU's"
+    " datasheet, a prior: basis default, band within x2) or configured (the defaults: the"
+    " verdict's basis is then default, and usually uncertain).",
     [(f"max by (endpoint, source, profile) (spectax_model_info{{{SEL_ENDPOINT}}})", "")],
     transformations=[
         {

@@ -145,7 +145,7 @@ FAMILIES: dict[str, Family] = {
         gauge(
             "spectax_ridge_batch_requests",
             "Ridge batch B* = a/b of plain decoding, from the counterfactual's source: control,"
-            " baseline (own history before speculation), profile, sweep or configured.",
+            " baseline (own history before speculation), profile, sweep, roofline or configured.",
             ENDPOINT,
             "source",
         ),

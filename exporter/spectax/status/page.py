@@ -237,7 +237,13 @@ def _basis(control: str | None, profile: str | None, a: Assessment) -> str:
         + ("the control's step times" if a.model_source == "control" else "its own history"),
         "profile": f"profile {escape(profile or '')}"
         + (" (benchmark sweep)" if a.model_source == "sweep" else ""),
-        "default": "default: B* and h guessed (no control, history or profile fitted yet)",
+        "default": "default: B* "
+        + (
+            "from the roofline prior, h guessed"
+            if a.model_source == "roofline"
+            else "and h guessed"
+        )
+        + " (no control, history or profile fitted yet)",
     }[a.verdict_basis]
     return f"basis {said}{band}{waiting}"
 
@@ -246,7 +252,7 @@ def _counterfactual(profile: str | None, a: Assessment) -> str:
     """Where the speedup without speculation came from, and the step overhead h in force."""
     named = f" {escape(profile)}" if profile and a.model_source in ("profile", "sweep") else ""
     h = "—" if a.step_overhead_ratio is None else f"{a.step_overhead_ratio:.2f}"
-    if a.model_source == "configured" and a.verdict_basis != "measured":
+    if a.model_source in ("roofline", "configured") and a.verdict_basis != "measured":
         h += " assumed (the band spans 0–3)"  # nothing measured h: its whole range counts
     return f"{a.model_source}{named} · step overhead h {h}"
 
