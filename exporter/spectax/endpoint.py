@@ -90,6 +90,7 @@ class EndpointMonitor:
         self.config = config
         self.usd_per_hour = usd_per_hour
         self.gpu = gpu  # its peak FLOP/s and bandwidth, for the roofline prior of B*
+        self._roofline_batch: float | None = None  # the last window's, kept while idle
         self._said_no_gpu = False
         self._parse = get_parser(config.engine)
         self._tariff = tariff_of(config, usd_per_hour)
@@ -144,22 +145,21 @@ class EndpointMonitor:
         return StepModel(config.ridge_batch, h, "configured")
 
     def _roofline(self, window: Window | None) -> float | None:
-        """B* from the window's FLOP and byte estimates and the GPU's peaks, if both are
-        known. vLLM estimating while the GPU is unknown is said once, not every window."""
+        """B* from the window's FLOP and byte estimates and the GPU's peaks; a window without
+        estimates (idle) keeps the last. Estimates for a GPU not in the table: said once."""
         estimates = economics.roofline_estimates(window) if window is not None else None
         if estimates is not None and (gpu := self.gpu) is not None:
             peaks = (gpu.peak_flops_per_second, gpu.memory_bytes_per_second)
-            return economics.roofline_ridge_batch(*estimates, *peaks)
-        if estimates is not None and not self._said_no_gpu:
+            self._roofline_batch = economics.roofline_ridge_batch(*estimates, *peaks)
+        elif estimates is not None and not self._said_no_gpu:
             self._said_no_gpu = True
             named = (self.config.price and self.config.price.gpu) or self.config.gpu
             log.info(
-                "endpoint %s: vLLM estimates FLOPs and bytes, but %s: no roofline prior, B* "
-                "stays the configured one",
+                "endpoint %s: vLLM estimates FLOPs and bytes, but %s: B* stays the configured one",
                 self.config.name,
-                f"GPU {named!r} is not in spectax's table" if named else "it names no `gpu:`",
+                f"GPU {named!r} is not in spectax's GPU table" if named else "it names no `gpu:`",
             )
-        return None
+        return self._roofline_batch
 
     def learned_profile(self) -> Profile | None:
         """The profile this endpoint teaches: its config names one, it has a control whose

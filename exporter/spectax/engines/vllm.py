@@ -16,8 +16,8 @@ duplicate series, and a cumulative value (counter, histogram `_sum`/`_count`)
 or request-count gauge that is negative, NaN, infinite or above `MAX_VALUE`
 (the FLOP and byte estimates: negative, NaN or infinite) raise `ParseError`
 naming the 1-based line. What passes fits the store's columns, so one target's
-page can never stop the history of the others. The V0 legacy gauges are passed through as reported (vLLM V0 could report NaN
-there before the first draft).
+page can never stop the history of the others. The V0 legacy gauges are passed
+through as reported (vLLM V0 could report NaN there before the first draft).
 """
 
 from __future__ import annotations
