@@ -33,6 +33,7 @@ import itertools
 import json
 import os
 import platform
+import statistics
 import sys
 import threading
 import time
@@ -292,6 +293,7 @@ class Row:
     kind: str  # control | profile | sweep | defaults | old §3
     source: str  # the kind and what it was calibrated on
     measured: float
+    noise: float  # the measured speedup's own standard error, relative (`round_noise`)
     modelled: float | None = None
     low: float | None = None
     high: float | None = None
@@ -330,6 +332,20 @@ def merged(runs: list[dict], server: str, workload: str, level: int) -> tuple[di
     delta = {k: sum(r["delta"].get(k, 0.0) for r in parts) for k in keys}
     running = [x for r in parts for x in r["running"]]
     return delta, (sum(running) / len(running) if running else float(level))
+
+
+def round_noise(runs: list[dict], endpoint: str, workload: str, level: int) -> float:
+    """How well the measurement knows itself: the standard error of the per-round speedups
+    (control TPOT / endpoint TPOT, the k-th round of each), relative to their mean. An error
+    within about twice this is noise, not the model."""
+    of = [
+        [r for r in runs if (r["server"], r["workload"], r["level"]) == (s, workload, level)]
+        for s in ("control", endpoint)
+    ]
+    ratios = [tpot(c["delta"]) / tpot(e["delta"]) for c, e in zip(*of, strict=True)]
+    if len(ratios) < 2:
+        return float("nan")
+    return statistics.stdev(ratios) / len(ratios) ** 0.5 / statistics.mean(ratios)
 
 
 def plain_points(runs: list[dict], workload: str, levels: list[int]) -> list[tuple[float, float]]:
@@ -466,9 +482,9 @@ def analyse(data: dict) -> int:
                 alpha = d["accepted"] / dt if dt else None
                 tau = 1 + d["accepted"] / dr if dr else None
 
-                base = Row(
-                    workload, endpoint, level, b, alpha, tau, "", "", tpot(control) / tpot(d)
-                )
+                measured = tpot(control) / tpot(d)
+                noise = round_noise(runs, endpoint, workload, level)
+                base = Row(workload, endpoint, level, b, alpha, tau, "", "", measured, noise)
 
                 def row(kind: str, source: str, base: Row = base) -> Row:
                     return dataclasses.replace(base, kind=kind, source=source)
@@ -516,7 +532,7 @@ def analyse(data: dict) -> int:
     print()
     header = (
         f"{'workload':15s} {'endpoint':8s} {'conc':>4s} {'B':>5s} {'alpha':>5s} {'tau':>4s} "
-        f"{'source':15s} {'modelled':>8s} {'band':>11s} {'measured':>8s} {'error':>6s} "
+        f"{'source':15s} {'modelled':>8s} {'band':>11s} {'measured':>8s} {'+-':>4s} {'error':>6s} "
         f"{'v(meas)':7s} {'v(model)':9s}"
     )
     print(header)
@@ -529,7 +545,7 @@ def analyse(data: dict) -> int:
             + (f"{r.tau:4.2f} " if r.tau is not None else "   - ")
             + f"{r.source:15s} "
             + (f"{r.modelled:8.3f} " if r.modelled is not None else "       - ")
-            + f"{band:>11s} {r.measured:8.3f} "
+            + f"{band:>11s} {r.measured:8.3f} {r.noise:4.0%} "
             + (f"{r.error:+6.0%} " if r.error is not None else "     - ")
             + f"{r.verdict_measured:7s} {r.verdict_modelled:9s}"
         )
@@ -537,7 +553,8 @@ def analyse(data: dict) -> int:
     print()
     header = (
         f"{'source':9s} {'rows':>4s} {'mean |error|':>12s} {'max |error|':>11s} "
-        f"{'direction right (|measured-1| > 0.1)':>37s} {'wrong':>5s} {'uncertain':>9s}"
+        f"{'direction right (|measured-1| > 0.1)':>37s} {'wrong':>5s} {'uncertain':>9s} "
+        f"{'|error| <= 2 noise':>18s}"
     )
     print(header)
     print("-" * len(header))
@@ -552,9 +569,11 @@ def analyse(data: dict) -> int:
         wrong = sum(r.verdict_modelled not in (r.verdict_measured, "uncertain") for r in clear)
         uncertain = sum(r.verdict_modelled == "uncertain" for r in of_kind) / len(of_kind)
         missing = sum(1 for r in rows if r.kind == kind and r.error is None)
+        within = sum(abs(r.error or 0.0) <= 2 * r.noise for r in of_kind)
         print(
             f"{kind:9s} {len(of_kind):4d} {sum(errors) / len(errors):12.1%} {max(errors):11.1%} "
-            f"{f'{right}/{len(clear)}':>37s} {wrong:5d} {uncertain:9.0%}"
+            f"{f'{right}/{len(clear)}':>37s} {wrong:5d} {uncertain:9.0%} "
+            f"{f'{within}/{len(of_kind)}':>18s}"
             + (f"   ({missing} rows without a figure)" if missing else "")
         )
     print(
