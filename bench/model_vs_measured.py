@@ -1,26 +1,29 @@
-"""Model check against measurement: modelled speedup (calibrated B*) vs the control's TPOT ratio.
+"""Model check against measurement: spectax's verdict without a control, held out, vs the control.
 
 Starts the live-vLLM tier's three servers (tests/live_vllm/: n-gram speculation,
 draft-model speculation, no-speculation control; same tiny random-weight model) and,
 for each workload and concurrency level, drives each server ALONE (the other two sit
 idle) with the same seeded request sequence for `--seconds`, split in `--rounds`
-rounds in which the three take turns (background load then hits all three alike):
+rounds in which the three take turns (background load then hits all three alike).
+`collect` keeps the raw runs (`--save`); `analyse` judges them (`--load`):
 
 - measured speedup = control TPOT / endpoint TPOT, from the deltas of
-  `vllm:request_time_per_output_token_seconds` sum/count over the run;
-- modelled speedup = `spectax.economics.formulas.modelled_speedup(G, A, Dt, B, B*, c)` from the
-  same run's deltas, with B the time-average of `vllm:num_requests_running` (sampled
-  every second) and B* calibrated per endpoint the way spectax does it: Theil-Sen
-  `spectax.economics.calibration.fit_ridge_batch` over sub-windows of every run of that endpoint
-  (mean tokens/step from `vllm:iteration_tokens_total`, mean step time from
-  `vllm:inter_token_latency_seconds`);
+  `vllm:request_time_per_output_token_seconds` sum/count summed over the rounds;
+- modelled = spectax's own `estimate_speedup` over the same deltas, B the time-average
+  of `vllm:num_requests_running`, for each source of the counterfactual, calibrated on
+  data the judged row did not contribute: the control's plain curve from the same
+  workload's OTHER half of the levels (`control`), from another workload (`profile`),
+  §3b's B*, h, c fitted to another workload's speedups (`sweep`, where the tree has
+  `fit_sweep`), the configured defaults; and §3 as it was (h = 0, B* from the
+  endpoint's own step times) for contrast;
 - c: 0 for n-gram (spectax's default), and for the draft model its parameter count
   relative to the target's (~0.88: both carry a 4096 x 128 embedding and LM head,
   which outweigh the one layer the draft lacks).
 
-    PYTHONPATH=exporter python bench/model_vs_measured.py [--seconds 20] [--rounds 4]
+    PYTHONPATH=exporter python bench/model_vs_measured.py [--seconds 20] [--rounds 4] --save F
+    PYTHONPATH=exporter python bench/model_vs_measured.py --load bench/data/FILE.json.gz
 
-Needs `bash tests/live_vllm/setup.sh` first. ~14 minutes with the defaults.
+Needs `bash tests/live_vllm/setup.sh` first to measure. ~23 minutes with the defaults.
 """
 
 from __future__ import annotations
@@ -253,9 +256,13 @@ def main() -> int:
     )
     parser.add_argument("--levels", default="1,2,4,8,12", help="concurrency levels")
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated")
-    parser.add_argument("--save", type=Path, help="write the raw runs to this JSON file")
     parser.add_argument(
-        "--load", type=Path, help="analyse the raw runs of this JSON file instead of measuring"
+        "--save", type=Path, help="write the raw runs to this JSON file (gzipped if it ends .gz)"
+    )
+    parser.add_argument(
+        "--load",
+        type=Path,
+        help="analyse the raw runs of this JSON file (.gz: gzipped) instead of measuring",
     )
     args = parser.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
@@ -269,7 +276,8 @@ def main() -> int:
             return 2
         data = collect(workloads, levels, args.seconds, args.rounds)
         if args.save:
-            args.save.write_text(json.dumps(data))
+            text = json.dumps(data).encode()
+            args.save.write_bytes(gzip.compress(text) if args.save.suffix == ".gz" else text)
     return analyse(data)
 
 
