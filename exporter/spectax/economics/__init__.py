@@ -30,6 +30,7 @@ from spectax.economics.calibration import (
     plain_point,
 )
 from spectax.economics.counterfactual import (
+    DEFAULT_STEP_OVERHEAD_RATIO,
     SOURCES,
     Basis,
     PlainCurve,
@@ -82,6 +83,7 @@ from spectax.economics.pricing import (
 __all__ = [
     "DEFAULT_DRAFT_COST_RATIO",
     "DEFAULT_RIDGE_BATCH",
+    "DEFAULT_STEP_OVERHEAD_RATIO",
     "MAX_RECOMMENDED_SPECULATIVE_TOKENS",
     "MIN_MEASURED_REQUESTS",
     "SOURCES",

@@ -45,6 +45,11 @@ BASIS_OF_SOURCE: dict[Source, Basis] = {
 #: implied h ran from 0.3 (n-gram on repetitive text) to 2.5 (n-gram on chat traffic,
 #: which proposed nothing); bench/README.md, "Model check against measurement".
 DEFAULT_STEP_OVERHEAD_RANGE = (0.0, 3.0)
+#: The h assumed when nothing measured it. Not 0: that would call a window that proposed
+#: nothing "no effect", when every one measured was a tax. Small: on a GPU the proposer and
+#: the rejection sampler are a few percent of a step's weight reads. CPU vLLM here, where
+#: the step is tiny, implied 0.3 to 1.05 for n-gram (bench/README.md): inside the band.
+DEFAULT_STEP_OVERHEAD_RATIO = 0.1
 #: B* is known within a factor of 4 either way when it is only configured.
 DEFAULT_RIDGE_BATCH_FACTOR = 4.0
 #: A plain curve's own spread: the 10th and 90th percentiles of its points' relative
@@ -115,7 +120,7 @@ class StepModel:
     """The counterfactual in force for an endpoint: B*, h, and where they came from."""
 
     ridge_batch: float = DEFAULT_RIDGE_BATCH
-    step_overhead_ratio: float = 0.0
+    step_overhead_ratio: float = DEFAULT_STEP_OVERHEAD_RATIO
     source: Source = "configured"
     curve: PlainCurve | None = None
     profile: str | None = None

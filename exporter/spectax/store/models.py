@@ -250,6 +250,9 @@ class ProfileRow(Base):
     draft_cost_ratio: Mapped[float | None] = mapped_column(Float)
     plain_fixed_seconds: Mapped[float | None] = mapped_column(Float)
     plain_per_token_seconds: Mapped[float | None] = mapped_column(Float)
+    # the plain curve's own spread (10th and 90th percentile of relative residuals): the band
+    plain_residual_low: Mapped[float | None] = mapped_column(Float)
+    plain_residual_high: Mapped[float | None] = mapped_column(Float)
     points: Mapped[int] = mapped_column(Integer)
     mean_abs_error_ratio: Mapped[float | None] = mapped_column(Float)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
