@@ -3,7 +3,8 @@
 - formulas: each quantity of ECONOMICS.md §2-§4 as a function;
 - assessment: the formulas composed per model and window, the measured speedup, verdicts;
 - pricing: what GPU time costs (interval spend, cold starts, the split between models);
-- calibration: the ridge batch B* fitted from an endpoint's own step times.
+- calibration: the ridge batch B* fitted from an endpoint's own step times;
+- sweep: B*, h and c fitted to a benchmark sweep (`spectax model fit`).
 
 Callers write `from spectax import economics` and `economics.assess_window(...)`.
 """
@@ -63,6 +64,7 @@ from spectax.economics.pricing import (
     spend_by_model,
     split_exactly,
 )
+from spectax.economics.sweep import FittedRow, SweepError, SweepFit, SweepRow, fit_sweep
 
 __all__ = [
     "DEFAULT_DRAFT_COST_RATIO",
@@ -73,12 +75,16 @@ __all__ = [
     "AssessedWindow",
     "Assessment",
     "BillingMode",
+    "FittedRow",
     "ModelSpend",
     "Money",
     "Parameters",
     "RidgeCalibration",
     "RidgeFit",
     "StepPoint",
+    "SweepError",
+    "SweepFit",
+    "SweepRow",
     "Tariff",
     "Traffic",
     "Verdict",
@@ -94,6 +100,7 @@ __all__ = [
     "draft_compute_share",
     "draft_cost_ratio_for",
     "fit_ridge_batch",
+    "fit_sweep",
     "gpu_time_with_speculation",
     "gpu_time_without_speculation",
     "iid_acceptance_length",
