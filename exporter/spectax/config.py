@@ -99,6 +99,8 @@ class EndpointConfig(StrictModel):
     billing_mode: Literal["provisioned", "serverless"] = "provisioned"
     speculation: SpeculationConfig | None = None
     ridge_batch: float = Field(default=DEFAULT_RIDGE_BATCH, gt=0)
+    step_overhead_ratio: float = Field(default=0.0, ge=-0.9, le=20)  # h (ECONOMICS.md §3b)
+    profile: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
     calibration_min_windows: int = Field(default=MIN_WINDOWS, ge=2)
     acceptance_threshold: float = Field(default=0.5, ge=0, le=1)
     control: str | None = None

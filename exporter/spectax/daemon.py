@@ -20,29 +20,23 @@ import gc
 import logging
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from prometheus_client import CollectorRegistry
 
-from spectax import logs
 from spectax.billing.coordinator import BillingService
 from spectax.config import ConfigError, EndpointConfig, Settings
-from spectax.endpoint import CALIBRATION_POINTS, EndpointMonitor, EndpointSnapshot
+from spectax.endpoint import CALIBRATION_POINTS, EndpointMonitor, EndpointSnapshot, endpoint_states
 from spectax.exposition.collector import ReloadStatus, SnapshotCollector, StoreStatus
-from spectax.pipeline.windows import Window
+from spectax.profiles import REFRESH_SECONDS, ProfileBook
 from spectax.reload import endpoint_changes, read_new_configuration
 from spectax.schedule import ScrapeSchedule
-from spectax.scrape import (
-    ScrapeError,
-    fetch,
-    lift_open_files_limit,
-    metrics_url,
-    scrape_session,
-)
+from spectax.scrape import ScrapeError, fetch, lift_open_files_limit, metrics_url, scrape_session
 from spectax.status import StatusHistory, render_status_page
 from spectax.store import Store
 from spectax.store.writer import PendingWrite, StoreWriter
@@ -101,6 +95,7 @@ class Daemon:
         self._ready = False
         self.stopped = asyncio.Event()
         self.billing = BillingService(settings.billing)  # its jobs run beside the scrapes
+        self.profiles = ProfileBook()
         self.registry = CollectorRegistry(auto_describe=False)
         self.collector = SnapshotCollector(
             self.snapshots,
@@ -147,7 +142,7 @@ class Daemon:
         app = make_app(
             self.registry,
             lambda: self._ready,
-            self._endpoint_states,
+            lambda: endpoint_states(self.monitors),
             reload=self.reload if self._config_path is not None else None,
             middlewares=[self.guard.middleware],
             render_text=self.collector.render_text,
@@ -156,13 +151,7 @@ class Daemon:
         self._server = await start_server(
             app, self.config.listen_host, self.config.listen_port, self.guard.server_ssl
         )
-        open_files, endpoints = lift_open_files_limit(), len(self.config.endpoints)
-        if open_files is not None and open_files < endpoints + 256:
-            log.warning(
-                "open files limited to %d for %d endpoints: raise LimitNOFILE (ulimit -n)",
-                open_files,
-                endpoints,
-            )
+        lift_open_files_limit(len(self.config.endpoints))
         self.store = await self.writer.connect()
         if self.store is None:
             return  # asked to stop while waiting
@@ -174,6 +163,7 @@ class Daemon:
                 self.writer.queue.pending_rows,
                 self._startup_drain,
             )
+        await self.profiles.refresh(self.store, (), datetime.now(UTC))
         await self._restore()
         self._session = scrape_session()
         self.writer.start()
@@ -270,7 +260,7 @@ class Daemon:
             self._enqueue(old[name].flush())
         self.settings, self.config = settings, settings.config
         if changes.changed:
-            await self._settle(self._grace)  # changed ones resume from the store
+            await self.writer.settle(self._grace)  # changed ones resume from the store
         monitors: dict[str, EndpointMonitor] = {}
         for endpoint in settings.config.endpoints:
             name = endpoint.name
@@ -286,10 +276,6 @@ class Daemon:
             len(monitors) - len(changes.kept),
             len(changes.stopped),
         )
-
-    async def _settle(self, timeout: float) -> None:
-        """Wait (bounded) until the writer has stored what is queued."""
-        await self.writer.settle(timeout)
 
     # ------------------------------------------------------------ scraping
 
@@ -335,7 +321,15 @@ class Daemon:
             max_instances=1,
             coalesce=True,
         )
+        self._scheduler.add_job(
+            self.refresh_profiles, "interval", seconds=REFRESH_SECONDS, id="profiles"
+        )
         self._scheduler.start()
+
+    async def refresh_profiles(self) -> None:
+        """Save what teaching endpoints learned; read every stored profile back."""
+        assert self.store is not None
+        await self.profiles.refresh(self.store, self.monitors.values(), datetime.now(UTC))
 
     async def maintain_store(self) -> None:
         """Roll windows into hours and days, then apply retention."""
@@ -344,13 +338,6 @@ class Daemon:
             datetime.now(UTC),
             {"window": retention.windows, "hour": retention.hourly, "day": retention.daily},
         )
-
-    def _endpoint_states(self) -> list[tuple[str, bool, str]]:
-        """For the landing page; a target that echoes a credential into its page is blanked."""
-        return [
-            (n, m.snapshot.up, logs.blank_secrets(m.snapshot.last_error or ""))
-            for n, m in self.monitors.items()
-        ]
 
     # ------------------------------------------------------------ store
 
@@ -380,7 +367,8 @@ class Daemon:
             self.settings.usd_per_hour.get(endpoint.name),
             self.config.window,
             restored,
-            control_window=self._window_of(endpoint.control) if endpoint.control else None,
+            **self._peers(endpoint.control),
+            profile=self.profiles.lookup(endpoint.profile),
         )
         if restored.cursor is not None:
             resumed = datetime.fromtimestamp(restored.cursor[0], UTC)
@@ -392,9 +380,15 @@ class Daemon:
             )
         return monitor
 
-    def _window_of(self, name: str) -> Callable[[], Window | None]:
-        """The control endpoint's current sliding window, looked up when needed."""
-        return lambda: self.monitors[name].snapshot.window if name in self.monitors else None
+    def _peers(self, control: str | None) -> dict[str, Any]:
+        """The control endpoint's sliding window and plain curve, looked up when needed."""
+        if control is None:
+            return {}
+        get = self.monitors.get
+        return {
+            "control_window": lambda: (m := get(control)) and m.snapshot.window,
+            "control_curve": lambda: (m := get(control)) and m.calibration.fit,
+        }
 
     def _enqueue(self, write: PendingWrite | None) -> None:
         self.writer.enqueue(write)

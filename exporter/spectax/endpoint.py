@@ -11,7 +11,9 @@ rows of a `PendingWrite`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+import statistics
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 
@@ -20,8 +22,10 @@ from spectax.config import EndpointConfig
 from spectax.economics import (
     AssessedWindow,
     Assessment,
-    RidgeCalibration,
-    RidgeFit,
+    PlainCalibration,
+    PlainCurve,
+    Profile,
+    StepModel,
     Tariff,
 )
 from spectax.engines import get_parser
@@ -59,17 +63,14 @@ class EndpointSnapshot:
     cold_start_usd_total: Decimal = Decimal(0)
     last_cold_start_seconds: float | None = None
     tokens_total: dict[str, tuple[float, float, float]] = field(default_factory=dict)
-    ridge_batch: float = economics.DEFAULT_RIDGE_BATCH
-    ridge_fit: RidgeFit | None = None
+    step_model: StepModel = field(default_factory=StepModel)  # the counterfactual in force
     assessments: dict[str, Assessment] = field(default_factory=dict)
     window: Window | None = None
 
-    @property
-    def ridge_source(self) -> str:
-        return "calibrated" if self.ridge_fit is not None else "configured"
-
 
 ControlLookup = Callable[[], Window | None]
+CurveLookup = Callable[[], PlainCurve | None]
+ProfileLookup = Callable[[], Profile | None]
 
 
 class EndpointMonitor:
@@ -80,6 +81,8 @@ class EndpointMonitor:
         window_seconds: float,
         restored: Restored | None = None,
         control_window: ControlLookup | None = None,
+        control_curve: CurveLookup | None = None,
+        profile: ProfileLookup | None = None,
     ):
         restored = restored or Restored()
         self.config = config
@@ -93,7 +96,12 @@ class EndpointMonitor:
         self._sliding = SlidingWindow(window_seconds)
         self._aligned = AlignedWindows(window_seconds, restored.open_window)
         self._control_window = control_window
-        self.calibration = RidgeCalibration(
+        self._control_curve = control_curve
+        self._profile = profile
+        # The step overheads its windows implied against the control's curve: their median
+        # is the h of the profile this endpoint teaches (config `profile:` with a `control:`).
+        self._implied_overheads: deque[float] = deque(maxlen=CALIBRATION_POINTS)
+        self.calibration = PlainCalibration(
             config.name, CALIBRATION_POINTS, config.calibration_min_windows
         )
         self.snapshot = EndpointSnapshot(
@@ -101,16 +109,57 @@ class EndpointMonitor:
             usd_per_hour,
             spend_usd_total=restored.spend_usd_total,
             cold_start_usd_total=restored.cold_start_usd_total,
-            ridge_batch=config.ridge_batch,
         )
         self.calibrate(restored.recent_windows)
+
+    def step_model(self) -> StepModel:
+        """The counterfactual in force, from the first source that has one (ECONOMICS.md §3b):
+        the control's plain curve, this endpoint's own from before speculation, the profile
+        its config names (learned from a control, or fitted to a sweep), the configuration."""
+        config = self.config
+        h = config.step_overhead_ratio
+        control = self._control_curve() if self._control_curve is not None else None
+        if control is not None:
+            return StepModel(control.ridge_batch or config.ridge_batch, h, "control", control)
+        own = self.calibration.fit
+        if own is not None and config.speculation is not None:
+            return StepModel(own.ridge_batch or config.ridge_batch, h, "baseline", own)
+        profile = self._profile() if self._profile is not None else None
+        if profile is not None:
+            return StepModel(
+                profile.ridge_batch,
+                profile.step_overhead_ratio,
+                "sweep" if profile.source == "sweep" else "profile",
+                profile.plain,
+                profile.name,
+                profile.mean_abs_error_ratio if profile.plain is None else None,
+            )
+        return StepModel(config.ridge_batch, h, "configured")
+
+    def learned_profile(self) -> Profile | None:
+        """The profile this endpoint teaches: its config names one, it has a control whose
+        plain curve is fitted, and its windows have implied a step overhead against it."""
+        curve = self._control_curve() if self._control_curve is not None else None
+        if self.config.profile is None or curve is None or not self._implied_overheads:
+            return None
+        spec = self.config.speculation
+        return Profile(
+            name=self.config.profile,
+            source="control",
+            learned_from=f"endpoint {self.config.name} against control {self.config.control}",
+            ridge_batch=curve.ridge_batch or self.config.ridge_batch,
+            step_overhead_ratio=statistics.median(self._implied_overheads),
+            draft_cost_ratio=spec.cost_ratio if spec else None,
+            plain=curve,
+            points=curve.points,
+        )
 
     @property
     def parameters(self) -> economics.Parameters:
         spec = self.config.speculation
         return economics.Parameters(
             draft_cost_ratio=spec.cost_ratio if spec else 0.0,
-            ridge_batch=self.snapshot.ridge_batch,
+            step_model=self.step_model(),
             draft_weight_bytes=spec.draft_weight_bytes if spec else None,
             gpu_memory_bytes=self.config.gpu_memory_bytes,
         )
@@ -171,7 +220,8 @@ class EndpointMonitor:
         when the engine restarted meanwhile, and at a graceful stop."""
         if self._aligned.open is None or self._last is None:
             return None
-        return pending_write(self.config.name, [self._assessed(self._aligned.open)], self._last)
+        open_window = self._assessed(self._aligned.open, closed=False)
+        return pending_write(self.config.name, [open_window], self._last)
 
     def close_due(self, now: float) -> PendingWrite | None:
         """Close the open window once its end has passed although no scrape succeeded."""
@@ -182,20 +232,21 @@ class EndpointMonitor:
         return pending_write(self.config.name, map(self._assessed, closed), self._last)
 
     def calibrate(self, windows: Iterable[Window]) -> None:
-        """Feed closed windows (at start-up: the store's recent ones) to the ridge batch's fit;
-        B* follows a sound fit, else stays the configured one."""
+        """Feed closed windows (at start-up: the store's recent ones) to the plain curve's
+        fit: windows without speculation, this endpoint's counterfactual once it speculates
+        (and its control's, for the endpoints it is the control of)."""
+        had = self.calibration.fit is not None
         if not self.calibration.add(windows):
             return
         fit = self.calibration.fit
-        ridge = fit.ridge_batch if fit is not None else self.config.ridge_batch
-        if (fit is None) != (self.snapshot.ridge_fit is None):
+        if (fit is not None) != had:
             log.info(
-                "endpoint %s: ridge batch B* = %.1f (%s)",
+                "endpoint %s: plain curve %s",
                 self.config.name,
-                ridge,
-                "calibrated" if fit else "configured",
+                f"fitted (B* = {fit.ridge_batch or float('inf'):.1f}, {fit.points} windows)"
+                if fit
+                else "no longer sound",
             )
-        self.snapshot = replace(self.snapshot, ridge_batch=ridge, ridge_fit=fit)
 
     # ------------------------------------------------------------ internals
 
@@ -253,16 +304,25 @@ class EndpointMonitor:
         self.calibrate(closed)
         return closed
 
-    def _assessed(self, window: Window) -> AssessedWindow:
-        """A history window with its economics, under the parameters now in force."""
+    def _assessed(self, window: Window, closed: bool = True) -> AssessedWindow:
+        """A history window with its economics, under the parameters now in force; a closed
+        one also adds the step overhead it implied to what this endpoint's profile learns."""
         spend = economics.spend_by_model(window, self._tariff)
         spec = self.config.speculation
+        params = self.parameters
+        assessments = economics.assess_window(window, params, spend)
+        for assessment in assessments.values() if closed else ():
+            h = assessment.step_overhead_ratio
+            learned = (
+                assessment.model_source == "control" and assessment.verdict_basis == "calibrated"
+            )
+            if h is not None and learned:
+                self._implied_overheads.append(h)
         return AssessedWindow(
             window=window,
-            assessments=economics.assess_window(window, self.parameters, spend),
+            assessments=assessments,
             spend=spend,
-            ridge_batch=self.snapshot.ridge_batch,
-            ridge_batch_source=self.snapshot.ridge_source,
+            step_model=params.step_model,
             draft_cost_ratio=spec.cost_ratio if spec else None,
         )
 
@@ -275,9 +335,10 @@ class EndpointMonitor:
         if window is None or window.seconds < full or control is None or control.seconds < full:
             control = None
         assessments = {}
+        params = self.parameters
         if window is not None:
             spend = economics.spend_by_model(window, self._tariff)
-            assessments = economics.assess_window(window, self.parameters, spend, control)
+            assessments = economics.assess_window(window, params, spend, control)
         self.snapshot = replace(
             self.snapshot,
             up=True,
@@ -287,6 +348,7 @@ class EndpointMonitor:
             last_error=None,
             window=window,
             assessments=assessments,
+            step_model=params.step_model,
         )
 
 
@@ -303,3 +365,11 @@ def tariff_of(config: EndpointConfig, usd_per_hour: Decimal | None) -> Tariff:
         cold_start_seconds=config.cold_start_seconds,
         draft_load_seconds=draft_load,
     )
+
+
+def endpoint_states(monitors: Mapping[str, EndpointMonitor]) -> list[tuple[str, bool, str]]:
+    """For the landing page; a target that echoes a credential into its page is blanked."""
+    return [
+        (n, m.snapshot.up, logs.blank_secrets(m.snapshot.last_error or ""))
+        for n, m in monitors.items()
+    ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import re
 import resource
 from typing import TYPE_CHECKING, Literal
@@ -21,6 +22,8 @@ from yarl import URL
 if TYPE_CHECKING:
     from spectax.credentials import TargetAuth
 
+# The daemon's logger: the warning below was the daemon's before it moved here.
+log = logging.getLogger("spectax.daemon")
 Reason = Literal["timeout", "connection", "http_status", "too_large", "parse", "decode"]
 REASONS: tuple[Reason, ...] = (
     "timeout",
@@ -64,9 +67,10 @@ def scrape_session() -> aiohttp.ClientSession:
     )
 
 
-def lift_open_files_limit() -> int | None:
+def lift_open_files_limit(endpoints: int) -> int | None:
     """Raise the soft limit on open files to the hard one, as Go's runtime does for
-    Prometheus; the limit now in force (None: unlimited).
+    Prometheus; the limit now in force (None: unlimited), with a warning when it is still
+    too low for the endpoints watched.
 
     Every target being scraped can hold a socket (and the server's clients more): at fleet
     scale the usual soft limit of 1,024 would fail scrapes with "Too many open files".
@@ -76,7 +80,15 @@ def lift_open_files_limit() -> int | None:
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
             soft = hard
-    return None if soft == resource.RLIM_INFINITY else soft
+    if soft == resource.RLIM_INFINITY:
+        return None
+    if soft < endpoints + 256:
+        log.warning(
+            "open files limited to %d for %d endpoints: raise LimitNOFILE (ulimit -n)",
+            soft,
+            endpoints,
+        )
+    return soft
 
 
 def redact(url: str | URL) -> str:

@@ -89,7 +89,8 @@ def assess_pages(
         if not control_window.models:
             raise AssessError("the control pages have no engine metrics in common")
     c = _draft_cost_ratio(options, _speculates(after))
-    params = economics.Parameters(draft_cost_ratio=c, ridge_batch=options.ridge_batch)
+    step = economics.StepModel(ridge_batch=options.ridge_batch)
+    params = economics.Parameters(draft_cost_ratio=c, step_model=step)
     spend = None
     if options.usd_per_hour is not None and options.seconds is not None:
         spend = economics.spend_estimate_usd(options.usd_per_hour, options.gpus, options.seconds)

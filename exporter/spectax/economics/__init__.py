@@ -3,7 +3,9 @@
 - formulas: each quantity of ECONOMICS.md §2-§4 as a function;
 - assessment: the formulas composed per model and window, the measured speedup, verdicts;
 - pricing: what GPU time costs (interval spend, cold starts, the split between models);
-- calibration: the ridge batch B* fitted from an endpoint's own step times;
+- counterfactual: the plain-decode curve a speculative endpoint cannot see, its sources,
+  and the speedup with its band and basis (§3b);
+- calibration: the plain curve fitted from an endpoint's own windows without speculation;
 - sweep: B*, h and c fitted to a benchmark sweep (`spectax model fit`).
 
 Callers write `from spectax import economics` and `economics.assess_window(...)`.
@@ -24,11 +26,22 @@ from spectax.economics.assessment import (
     verdict_for,
 )
 from spectax.economics.calibration import (
-    RidgeCalibration,
-    RidgeFit,
+    PlainCalibration,
     StepPoint,
-    fit_ridge_batch,
-    step_point,
+    plain_point,
+)
+from spectax.economics.counterfactual import (
+    SOURCES,
+    Basis,
+    PlainCurve,
+    Profile,
+    Source,
+    SpeedupEstimate,
+    StepModel,
+    estimate_speedup,
+    fit_plain_curve,
+    plain_tokens_per_step,
+    verdict_of_band,
 )
 from spectax.economics.formulas import (
     DEFAULT_DRAFT_COST_RATIO,
@@ -46,12 +59,14 @@ from spectax.economics.formulas import (
     gpu_time_with_speculation,
     gpu_time_without_speculation,
     iid_acceptance_length,
+    implied_step_overhead,
     modelled_speedup,
     position_acceptance,
     recommended_speculative_tokens,
     rejected_share,
     relative_batch,
     speculation_savings_usd,
+    speedup_per_step,
     spend_estimate_usd,
     vram_opportunity_usd,
 )
@@ -71,16 +86,22 @@ __all__ = [
     "DEFAULT_RIDGE_BATCH",
     "MAX_RECOMMENDED_SPECULATIVE_TOKENS",
     "MIN_MEASURED_REQUESTS",
+    "SOURCES",
     "SPECULATIVE_METHODS",
     "AssessedWindow",
     "Assessment",
+    "Basis",
     "BillingMode",
     "FittedRow",
     "ModelSpend",
     "Money",
     "Parameters",
-    "RidgeCalibration",
-    "RidgeFit",
+    "PlainCalibration",
+    "PlainCurve",
+    "Profile",
+    "Source",
+    "SpeedupEstimate",
+    "StepModel",
     "StepPoint",
     "SweepError",
     "SweepFit",
@@ -99,24 +120,29 @@ __all__ = [
     "crossover_concurrency",
     "draft_compute_share",
     "draft_cost_ratio_for",
-    "fit_ridge_batch",
+    "estimate_speedup",
+    "fit_plain_curve",
     "fit_sweep",
     "gpu_time_with_speculation",
     "gpu_time_without_speculation",
     "iid_acceptance_length",
+    "implied_step_overhead",
     "measured_speedup",
     "modelled_speedup",
+    "plain_point",
+    "plain_tokens_per_step",
     "position_acceptance",
     "price_interval",
     "recommended_speculative_tokens",
     "rejected_share",
     "relative_batch",
     "speculation_savings_usd",
+    "speedup_per_step",
     "spend_by_model",
     "spend_estimate_usd",
     "split_exactly",
-    "step_point",
     "traffic_of",
     "verdict_for",
+    "verdict_of_band",
     "vram_opportunity_usd",
 ]

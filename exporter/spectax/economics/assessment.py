@@ -9,11 +9,17 @@ concluded about it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
+from spectax.economics.counterfactual import (
+    Basis,
+    Source,
+    StepModel,
+    estimate_speedup,
+    verdict_of_band,
+)
 from spectax.economics.formulas import (
-    DEFAULT_RIDGE_BATCH,
     acceptance_length,
     acceptance_ratio,
     breakeven_acceptance,
@@ -21,19 +27,19 @@ from spectax.economics.formulas import (
     cost_per_million_without_speculation,
     crossover_concurrency,
     draft_compute_share,
-    modelled_speedup,
     position_acceptance,
     recommended_speculative_tokens,
     rejected_share,
     relative_batch,
     speculation_savings_usd,
+    speedup_per_step,
     vram_opportunity_usd,
 )
 from spectax.economics.pricing import ModelSpend
 from spectax.pipeline.counts import Counts
 from spectax.pipeline.windows import Window
 
-Verdict = Literal["pays", "tax", "no_speculation", "no_drafts", "no_traffic"]
+Verdict = Literal["pays", "tax", "uncertain", "no_speculation", "no_traffic"]
 
 #: Finished requests each side needs for a measured speedup: a ratio of two or three
 #: requests' timings says more about those requests than about speculation.
@@ -55,14 +61,17 @@ class Traffic:
     accepted_tokens: float | None = None
     accepted_per_position: tuple[float, ...] = ()
     restarted: bool = False
+    #: The endpoint's own mean time per output token (None: too few finished requests).
+    time_per_output_token: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Parameters:
-    """Per-endpoint settings the formulas need (ECONOMICS.md §5)."""
+    """Per-endpoint settings the formulas need (ECONOMICS.md §5), and the counterfactual in
+    force (§3b: B*, h and where they came from)."""
 
     draft_cost_ratio: float = 0.0
-    ridge_batch: float = DEFAULT_RIDGE_BATCH
+    step_model: StepModel = field(default_factory=StepModel)
     draft_weight_bytes: int | None = None
     gpu_memory_bytes: int | None = None
 
@@ -101,6 +110,11 @@ class Assessment:
     breakeven_acceptance_ratio: float | None
     speedup_ratio: float | None
     speedup_measured_ratio: float | None
+    speedup_low_ratio: float | None  # the band of the speedup in force
+    speedup_high_ratio: float | None
+    verdict_basis: Basis | None  # measured | calibrated | profile | default
+    model_source: Source  # where the counterfactual came from
+    step_overhead_ratio: float | None  # h in force (implied by a plain curve, or assumed)
     crossover_concurrency_requests: float | None
     recommended_speculative_tokens: int | None
     draft_compute_share_ratio: float | None
@@ -131,15 +145,24 @@ class Assessment:
         return usd * 3600.0 / self.seconds
 
 
-def verdict_for(traffic: Traffic, speedup: float | None) -> Verdict:
-    """pays | tax | no_speculation | no_drafts | no_traffic, in that order of precedence."""
+def verdict_for(
+    traffic: Traffic, band: tuple[float, float] | None, measured: float | None = None
+) -> Verdict:
+    """pays | tax | uncertain | no_speculation | no_traffic.
+
+    A measured speedup decides alone (above 1 pays); otherwise the band does:
+    pays when even its low end is above 1, tax when even its high end is below,
+    uncertain when it straddles 1. A window that proposed no drafts is priced
+    like any other (§3b: its steps still paid the proposer's overhead).
+    """
     if traffic.draft_tokens is None:
         return "no_speculation"
-    if traffic.output_tokens <= 0:
+    if traffic.output_tokens <= 0 or (measured is None and band is None):
         return "no_traffic"
-    if traffic.draft_tokens <= 0 or speedup is None:
-        return "no_drafts"
-    return "pays" if speedup > 1.0 else "tax"
+    if measured is not None:
+        return "pays" if measured > 1.0 else "tax"
+    assert band is not None
+    return verdict_of_band(*band)
 
 
 def assess_model(
@@ -151,35 +174,75 @@ def assess_model(
 ) -> Assessment:
     """Compose the quantities of ECONOMICS.md §2-§4 for one model over one window.
 
-    A window without output or without drafts has no acceptance, speedup or
-    savings: those are None rather than a 0 that looks like a real value.
-    The verdict uses the measured speedup when one is given.
+    A window without output has no speedup or savings, one without drafts no
+    acceptance: those are None rather than a 0 that looks like a real value.
+    The speedup is the measured one when given, else the estimate from the
+    counterfactual in force (`estimate_speedup`); the verdict says which.
     """
-    g, c, b_star = traffic.output_tokens, params.draft_cost_ratio, params.ridge_batch
+    g, c, step = traffic.output_tokens, params.draft_cost_ratio, params.step_model
+    b_star = step.ridge_batch
     speculating = traffic.draft_tokens is not None
     dt = traffic.draft_tokens or 0.0
     a = traffic.accepted_tokens or 0.0
     dr = traffic.drafts or 0.0
-    drafting = speculating and g > 0 and dt > 0
+    priced = speculating and g > 0
+    drafting = priced and dt > 0
 
     alpha = acceptance_ratio(a, dt) if drafting else None
     tau = acceptance_length(a, dr) if drafting else None
     positions = position_acceptance(traffic.accepted_per_position, dr) if drafting else ()
-    breakeven = breakeven_acceptance(traffic.concurrency, b_star, c) if speculating else None
-    r = relative_batch(b_star, traffic.concurrency)
-
-    speedup = shares = None
-    if drafting:
-        speedup = modelled_speedup(g, a, dt, traffic.concurrency, b_star, c)
-        shares = (draft_compute_share(g, a, dt, r, c), rejected_share(g, a, dt, r, c))
-    # A measured speedup speaks for speculation only in a window that drafted.
-    if not drafting:
+    estimate = None
+    if priced:
+        estimate = estimate_speedup(
+            step,
+            output_tokens=g,
+            accepted=a,
+            draft_tokens=dt,
+            prompt_tokens=traffic.prompt_tokens,
+            concurrency=traffic.concurrency,
+            c=c,
+            time_per_output_token=traffic.time_per_output_token,
+        )
+    speedup = estimate.speedup if estimate else None
+    h = estimate.step_overhead_ratio if estimate else None
+    h_or_0 = h if h is not None else step.step_overhead_ratio
+    # A measured speedup speaks for speculation only in a window that had output.
+    if not priced:
         measured_speedup = None
     in_force = measured_speedup if measured_speedup is not None else speedup
-    crossover = crossover_concurrency(alpha, b_star, c) if alpha is not None else None
+    band = None
+    if measured_speedup is not None:
+        band = (measured_speedup, measured_speedup)
+    elif estimate is not None:
+        band = (estimate.low, estimate.high)
+    basis: Basis | None = "measured" if measured_speedup is not None else None
+    if basis is None and estimate is not None:
+        basis = estimate.basis
+
+    r = relative_batch(b_star, traffic.concurrency)
+    steps_per_draft = (g - a) / dt if drafting else 0.0
+    breakeven = crossover = None
+    if drafting:
+        breakeven = breakeven_acceptance(traffic.concurrency, b_star, c, h_or_0, steps_per_draft)
+        assert alpha is not None
+        crossover = crossover_concurrency(alpha, b_star, c, h_or_0, steps_per_draft)
     recommended = None
-    if breakeven is not None and positions:
-        recommended = recommended_speculative_tokens(positions, breakeven)
+    if positions:
+        # Each position is worth drafting on its own merit (the marginal bar has no h: the
+        # overhead is paid per step, not per position); then the whole is worth it or not.
+        k = recommended_speculative_tokens(
+            positions, breakeven_acceptance(traffic.concurrency, b_star, c)
+        )
+        tau_k = 1.0 + sum(positions[:k])
+        if k and speedup_per_step(tau_k, k, traffic.concurrency, b_star, c, h_or_0) <= 1.0:
+            k = 0
+        recommended = k
+    shares = None
+    if priced:
+        shares = (
+            draft_compute_share(g, a, dt, r, c, h_or_0),
+            rejected_share(g, a, dt, r, c, h_or_0),
+        )
 
     spend, busy = money.spend_usd, money.busy_spend_usd
     savings = counterfactual = None
@@ -204,6 +267,11 @@ def assess_model(
         breakeven_acceptance_ratio=breakeven,
         speedup_ratio=speedup,
         speedup_measured_ratio=measured_speedup,
+        speedup_low_ratio=band[0] if band else None,
+        speedup_high_ratio=band[1] if band else None,
+        verdict_basis=basis,
+        model_source=step.source,
+        step_overhead_ratio=h if priced else None,
         crossover_concurrency_requests=crossover,
         recommended_speculative_tokens=recommended,
         draft_compute_share_ratio=shares[0] if shares else None,
@@ -226,12 +294,18 @@ def assess_model(
             if speculating and spend is not None
             else None
         ),
-        verdict=verdict_for(traffic, in_force),
+        verdict=verdict_for(traffic, band, measured_speedup),
     )
 
 
-def traffic_of(counts: Counts, concurrency: float, restarted: bool) -> Traffic:
+def traffic_of(
+    counts: Counts, concurrency: float, restarted: bool, min_requests: int = MIN_MEASURED_REQUESTS
+) -> Traffic:
     """The economics' input from one model's counter deltas."""
+    timing = counts.time_per_output_token
+    tpot = None
+    if timing is not None and timing.count >= min_requests and timing.sum > 0:
+        tpot = timing.sum / timing.count
     return Traffic(
         output_tokens=counts.generation_tokens,
         prompt_tokens=counts.prompt_tokens,
@@ -241,6 +315,7 @@ def traffic_of(counts: Counts, concurrency: float, restarted: bool) -> Traffic:
         accepted_tokens=counts.accepted_tokens,
         accepted_per_position=counts.accepted_per_position,
         restarted=restarted,
+        time_per_output_token=tpot,
     )
 
 
@@ -304,6 +379,5 @@ class AssessedWindow:
     window: Window
     assessments: dict[str, Assessment]
     spend: dict[str, ModelSpend]  # empty when the endpoint has no price
-    ridge_batch: float
-    ridge_batch_source: str
+    step_model: StepModel
     draft_cost_ratio: float | None

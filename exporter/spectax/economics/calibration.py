@@ -1,37 +1,37 @@
-"""Calibrating the ridge batch B* = a/b from an endpoint's own step times (ECONOMICS.md §3).
+"""Calibrating the plain curve from an endpoint's own windows without speculation (§3b).
 
-Each history window gives one point: mean tokens per engine step (from
-`vllm:iteration_tokens_total` sum/count) against mean step time (from
-`vllm:inter_token_latency_seconds` sum/count). A straight line
-`step = a + b*tokens` through them gives the fixed per-step cost `a` and the
-cost per token `b`. The fit is Theil-Sen (the median of pairwise slopes), so a
-few odd windows (a compile pause, a preemption storm) cannot drag it.
+Each history window in which nothing speculated gives one point: the tokens a
+plain step carried (`plain_tokens_per_step`: running requests, plus the prompt
+tokens prefilled alongside) against the mean time per output token (from
+`vllm:request_time_per_output_token_seconds` sum/count), which for plain
+decoding is the step time. A line `a + b*n` through them (Theil-Sen, so a few
+odd windows cannot drag it: `fit_plain_curve`) is the counterfactual for a
+speculative endpoint: this endpoint's own, before speculation was turned on
+(`baseline`), or its control's (`control`). B* = a/b.
 
-A fit is used only when it is sound: enough windows, real spread in tokens
-per step (otherwise the slope is noise), a positive intercept and slope, and
-a plausible B* (1 to 4096 requests).
-Otherwise the configured B* stays in force.
+A speculating window gives no point: its step times are not what the same
+output would have cost without speculation, which is why §3's calibration
+from them overestimated n-gram by 30-65% (bench/README.md).
 
 At fleet scale two costs matter: a day of points per endpoint is kept packed
 (`StepHistory`, 16 bytes a point), and Theil-Sen over a day's 288 points takes
 ~12 ms (41,000 pairs), so an endpoint refits once an hour, not every window
-(`RidgeCalibration`).
+(`PlainCalibration`).
 """
 
 from __future__ import annotations
 
-import statistics
 import zlib
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
+from spectax.economics.counterfactual import PlainCurve, fit_plain_curve, plain_tokens_per_step
 from spectax.pipeline.windows import Window
 
 MIN_WINDOWS = 8
-MIN_SPREAD = 1.5  # largest mean tokens/step at least 1.5x the smallest
-# A B* outside this range means the slope is noise (step time flat in tokens), not a GPU.
-PLAUSIBLE_RIDGE_BATCH = (1.0, 4096.0)
+MIN_SPREAD = 1.5  # largest tokens/step at least 1.5x the smallest, for a sloped line
+MIN_REQUESTS = 10  # finished requests a window needs for its time per token to count
 REFIT_EVERY = 12  # new points (an hour of 5-minute windows) between two fits
 # Below this many points a fit costs under ~0.1 ms (Theil-Sen is quadratic): a refused fit
 # is retried at every window, so warm-up windows cannot hold a sound fit back an hour.
@@ -41,18 +41,7 @@ CHEAP_FIT_POINTS = 48
 @dataclass(frozen=True, slots=True)
 class StepPoint:
     tokens_per_step: float
-    step_seconds: float
-
-
-@dataclass(frozen=True, slots=True)
-class RidgeFit:
-    a_seconds: float
-    b_seconds_per_token: float
-    points: int
-
-    @property
-    def ridge_batch(self) -> float:
-        return self.a_seconds / self.b_seconds_per_token
+    step_seconds: float  # mean time per output token: for plain decoding, the step time
 
 
 class StepHistory:
@@ -73,84 +62,37 @@ class StepHistory:
         if excess > 0:
             del self._xy[:excess]
 
-    def points(self) -> list[StepPoint]:
+    def pairs(self) -> list[tuple[float, float]]:
         xy = self._xy
-        return [StepPoint(xy[i], xy[i + 1]) for i in range(0, len(xy), 2)]
+        return [(xy[i], xy[i + 1]) for i in range(0, len(xy), 2)]
 
 
-def step_point(window: Window) -> StepPoint | None:
-    """The window's mean tokens per step and mean step time, summed over models.
-
-    vLLM's `iteration_tokens_total` counts prompt tokens plus *emitted*
-    tokens, but a speculating step computes every verified token, rejected
-    drafts included: `Dt - A` more than it emitted. They are added back, so
-    the fit sees the tokens the GPU actually processed.
-    """
-    tokens = steps = latency = latency_count = 0.0
-    for counts in window.models.values():
-        if counts.iteration_tokens is not None:
-            rejected = (counts.draft_tokens or 0.0) - (counts.accepted_tokens or 0.0)
-            tokens += counts.iteration_tokens.sum + max(rejected, 0.0)
-            steps += counts.iteration_tokens.count
-        if counts.inter_token_latency is not None:
-            latency += counts.inter_token_latency.sum
-            latency_count += counts.inter_token_latency.count
-    if steps <= 0 or latency_count <= 0 or tokens <= 0:
+def plain_point(window: Window, min_requests: int = MIN_REQUESTS) -> StepPoint | None:
+    """The window's plain-decoding point, summed over models; None when any model
+    speculated or too few requests finished for their time per token to mean much."""
+    output = prompt = running = tpot_sum = tpot_count = 0.0
+    for model, counts in window.models.items():
+        if counts.draft_tokens is not None:
+            return None
+        output += counts.generation_tokens
+        prompt += counts.prompt_tokens
+        running += window.concurrency(model)
+        if counts.time_per_output_token is not None:
+            tpot_sum += counts.time_per_output_token.sum
+            tpot_count += counts.time_per_output_token.count
+    if output <= 0 or tpot_count < min_requests or tpot_sum <= 0:
         return None
-    return StepPoint(tokens / steps, latency / latency_count)
+    return StepPoint(plain_tokens_per_step(running, output, prompt), tpot_sum / tpot_count)
 
 
-def theil_sen(points: Sequence[StepPoint]) -> tuple[float, float] | None:
-    """(intercept, slope): the median pairwise slope, and the median intercept at that slope."""
-    slopes = [
-        (q.step_seconds - p.step_seconds) / (q.tokens_per_step - p.tokens_per_step)
-        for i, p in enumerate(points)
-        for q in points[i + 1 :]
-        if q.tokens_per_step != p.tokens_per_step
-    ]
-    if not slopes:
-        return None
-    slope = statistics.median(slopes)
-    intercept = statistics.median(p.step_seconds - slope * p.tokens_per_step for p in points)
-    return intercept, slope
+class PlainCalibration:
+    """One endpoint's plain points and the schedule of their fits.
 
-
-def can_fit(
-    points: Sequence[StepPoint], min_windows: int = MIN_WINDOWS, min_spread: float = MIN_SPREAD
-) -> bool:
-    """Enough windows, spread enough in tokens per step, for a fit to be worth computing
-    (cheap; the fit itself is ~12 ms over a day of points)."""
-    if len(points) < min_windows:
-        return False
-    xs = [p.tokens_per_step for p in points]
-    return min(xs) > 0 and max(xs) >= min_spread * min(xs)
-
-
-def fit_ridge_batch(
-    points: Sequence[StepPoint], min_windows: int = MIN_WINDOWS, min_spread: float = MIN_SPREAD
-) -> RidgeFit | None:
-    """A sound fit of step = a + b*tokens, or None when the data cannot support one."""
-    if not can_fit(points, min_windows, min_spread):
-        return None
-    fit = theil_sen(points)
-    if fit is None:
-        return None
-    a, b = fit
-    if a <= 0 or b <= 0:
-        return None
-    result = RidgeFit(a_seconds=a, b_seconds_per_token=b, points=len(points))
-    low, high = PLAUSIBLE_RIDGE_BATCH
-    return result if low <= result.ridge_batch <= high else None
-
-
-class RidgeCalibration:
-    """One endpoint's step points and the schedule of its fits.
-
-    Fits at every window until a fit holds, then hourly. A refused fit (as on
-    CPU vLLM's implausible B*) is retried hourly too once the history is
-    large: 2,000 endpoints refitting a day of points at each window boundary
-    would stall the event loop ~24 s. The hourly fits are staggered by
-    endpoint name: windows close at the same instant everywhere.
+    Fits at every window until a fit holds, then hourly. A refused fit is
+    retried hourly too once the history is large: 2,000 endpoints refitting a
+    day of points at each window boundary would stall the event loop ~24 s. The
+    hourly fits are staggered by endpoint name: windows close at the same
+    instant everywhere.
     """
 
     def __init__(self, endpoint: str, capacity: int, min_windows: int = MIN_WINDOWS):
@@ -159,7 +101,7 @@ class RidgeCalibration:
         self._phase = zlib.crc32(endpoint.encode()) % REFIT_EVERY
         self._points_since_fit = self._phase
         self._refused = False  # the last fit was computed and found unsound
-        self.fit: RidgeFit | None = None
+        self.fit: PlainCurve | None = None
         self.fits = 0  # fits computed, sound or not: what the schedule costs
 
     def __len__(self) -> int:
@@ -167,9 +109,9 @@ class RidgeCalibration:
         return len(self._steps)
 
     def add(self, windows: Iterable[Window]) -> bool:
-        """Add the windows' step points and fit if one is due; True when a fit was computed
+        """Add the windows' plain points and fit if one is due; True when a fit was computed
         (`fit` is then its result: a sound fit, or None)."""
-        points = [p for p in map(step_point, windows) if p is not None]
+        points = [p for p in map(plain_point, windows) if p is not None]
         if not points:
             return False
         self._steps.extend(points)
@@ -184,8 +126,8 @@ class RidgeCalibration:
             # this endpoint's phase (a restart restores every endpoint's day of points at
             # once: counted from there, all of them would refit at the same window).
             self._points_since_fit = self._phase
-        history = self._steps.points()
-        self.fit = fit_ridge_batch(history, self._min_windows)
-        self._refused = self.fit is None and can_fit(history, self._min_windows)
+        history = self._steps.pairs()
+        self.fit = fit_plain_curve(history, self._min_windows, MIN_SPREAD)
+        self._refused = self.fit is None and len(history) >= self._min_windows
         self.fits += 1
         return True

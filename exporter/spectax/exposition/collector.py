@@ -155,7 +155,9 @@ def _endpoint_state(add: AddSample, name: str, snap: EndpointSnapshot) -> None:
         add("spectax_scrape_failures_total", (name, reason), float(snap.failures.get(reason, 0)))
     add("spectax_acceptance_threshold_ratio", (name,), config.acceptance_threshold)
     if speculation is not None:
-        add("spectax_ridge_batch_requests", (name, snap.ridge_source), snap.ridge_batch)
+        step = snap.step_model
+        add("spectax_ridge_batch_requests", (name, step.source), step.ridge_batch)
+        add("spectax_model_info", (name, step.source, step.profile or ""), 1)
     if snap.usd_per_hour is not None:
         add("spectax_gpu_cost_usd_per_hour", (name,), float(snap.usd_per_hour) * config.gpus)
         add("spectax_spend_usd_total", (name, "estimated"), float(snap.spend_usd_total))
@@ -182,6 +184,15 @@ def _model_assessment(
     add("spectax_breakeven_acceptance_ratio", endpoint_model, assessment.breakeven_acceptance_ratio)
     add("spectax_speedup_ratio", (*endpoint_model, "modeled"), assessment.speedup_ratio)
     add("spectax_speedup_ratio", (*endpoint_model, "measured"), assessment.speedup_measured_ratio)
+    add("spectax_speedup_band_ratio", (*endpoint_model, "low"), assessment.speedup_low_ratio)
+    add("spectax_speedup_band_ratio", (*endpoint_model, "high"), assessment.speedup_high_ratio)
+    if assessment.verdict_basis is not None:
+        add(
+            "spectax_verdict_info",
+            (*endpoint_model, assessment.verdict, assessment.verdict_basis),
+            1,
+        )
+    add("spectax_step_overhead_ratio", endpoint_model, assessment.step_overhead_ratio)
     add(
         "spectax_crossover_concurrency_requests",
         endpoint_model,

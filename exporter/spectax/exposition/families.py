@@ -107,6 +107,30 @@ FAMILIES: dict[str, Family] = {
             "method",
         ),
         gauge(
+            "spectax_speedup_band_ratio",
+            "Low and high ends of the speedup the verdict uses: the calibration's own spread,"
+            " or the plausible range of unknown parameters; one value when measured.",
+            ENDPOINT,
+            MODEL,
+            "bound",
+        ),
+        gauge(
+            "spectax_verdict_info",
+            "The verdict over the window (pays, tax, or uncertain when the band straddles 1)"
+            " and its basis: measured, calibrated, profile or default.",
+            ENDPOINT,
+            MODEL,
+            "verdict",
+            "basis",
+        ),
+        gauge(
+            "spectax_step_overhead_ratio",
+            "Extra fixed cost of a speculative step over a plain one's (h, ECONOMICS.md 3b):"
+            " implied by the window's own time per token against the plain curve, or assumed.",
+            ENDPOINT,
+            MODEL,
+        ),
+        gauge(
             "spectax_concurrency_requests",
             "Time-average of running requests over the window (B).",
             ENDPOINT,
@@ -120,10 +144,18 @@ FAMILIES: dict[str, Family] = {
         ),
         gauge(
             "spectax_ridge_batch_requests",
-            "Ridge batch B* = a/b of the step-time model in force: calibrated from the"
-            " endpoint's own step times when the fit is sound, else configured.",
+            "Ridge batch B* = a/b of plain decoding, from the counterfactual's source: control,"
+            " baseline (own history before speculation), profile, sweep or configured.",
             ENDPOINT,
             "source",
+        ),
+        gauge(
+            "spectax_model_info",
+            "Where the counterfactual (the plain-decode step time) comes from, and the profile"
+            " named, if any.",
+            ENDPOINT,
+            "source",
+            "profile",
         ),
         gauge(
             "spectax_recommended_speculative_tokens",

@@ -12,12 +12,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from spectax import economics
 from spectax.report.spend import combined_basis
 
 SEMANTICS = {"provisioned": "capacity", "serverless": "invoice"}
+
+
+HourVerdict = Literal["pays", "tax", "no_drafts", "no_traffic"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +72,7 @@ class HourPoint(NamedTuple):
         return self.speedup is not None
 
     @property
-    def verdict(self) -> economics.Verdict:
+    def verdict(self) -> HourVerdict:
         """pays | tax | no_drafts | no_traffic: the daemon's rule on the hour's sums.
 
         An hour point is of a speculating model, so never `no_speculation`.

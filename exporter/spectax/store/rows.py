@@ -54,13 +54,17 @@ def window_rows(endpoint: str, closed: AssessedWindow) -> list[dict[str, Any]]:
                     assessment.breakeven_acceptance_ratio if assessment else None
                 ),
                 "speedup_ratio": assessment.speedup_ratio if assessment else None,
-                "ridge_batch_requests": closed.ridge_batch,
-                "ridge_batch_source": closed.ridge_batch_source,
+                "ridge_batch_requests": closed.step_model.ridge_batch,
+                "ridge_batch_source": closed.step_model.source,
                 "draft_cost_ratio": closed.draft_cost_ratio,
                 "speculation_savings_usd": (
                     assessment.speculation_savings_usd if assessment else None
                 ),
                 "verdict": assessment.verdict if assessment else "no_traffic",
+                "speedup_low_ratio": assessment.speedup_low_ratio if assessment else None,
+                "speedup_high_ratio": assessment.speedup_high_ratio if assessment else None,
+                "step_overhead_ratio": assessment.step_overhead_ratio if assessment else None,
+                "verdict_basis": assessment.verdict_basis if assessment else None,
             }
         )
     return rows
