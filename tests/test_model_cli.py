@@ -119,6 +119,7 @@ def test_predict_says_to_turn_speculation_off_when_it_never_pays(
         (["--num-speculative-tokens", "3"], "--acceptance-length"),
         (["--acceptance-length", "2"], "--num-speculative-tokens"),
         (["--acceptance-length", "5", "--num-speculative-tokens", "3"], "tau"),
+        (["--position-acceptance", "0.5,0.3", "--num-speculative-tokens", "3"], "only 2"),
         (
             [
                 "--acceptance-length",
@@ -211,7 +212,7 @@ def test_fit_prints_rows_parameters_and_mean_error(
     code, out, _ = run(capsys, "fit", str(tmp_path / "s.csv"), "--method", "eagle")
     assert code == 0
     assert "B* (ridge batch, requests)" in out and "mean |error|" in out
-    assert "0.05 (given)" in out
+    assert "0.05 (fixed)" in out
     assert len([line for line in out.splitlines() if line.strip().startswith("256 ")]) == 1
 
 

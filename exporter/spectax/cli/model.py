@@ -50,6 +50,10 @@ def predict(args: argparse.Namespace) -> dict[str, Any]:
         if any(not 0 <= p <= 1 for p in positions):
             raise ModelError("--position-acceptance: each p_k is a share, between 0 and 1")
         k = k if k is not None else len(positions)
+        if k > len(positions):
+            raise ModelError(
+                f"K = {k}: --position-acceptance gives only {len(positions)} positions"
+            )
         tau = 1.0 + sum(positions[:k])
     else:
         if args.acceptance_length is None:

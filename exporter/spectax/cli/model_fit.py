@@ -276,7 +276,7 @@ def fit_text(data: dict[str, Any]) -> str:
     c_text = (
         "per row"
         if c is None
-        else f"{c:.4g}" + (" (fitted)" if data["draft_cost_fitted"] else " (given)")
+        else f"{c:.4g}" + (" (fitted)" if data["draft_cost_fitted"] else " (fixed)")
     )
     lines += [
         "",
