@@ -414,3 +414,32 @@ def test_fit_refuses_a_bad_file_in_one_line(
     code, out, err = run(capsys, "fit", *(str(tmp_path / n) for n in files))
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and says in err, err
+
+
+def test_fit_reads_real_vllm_bench_files_as_vllm_wrote_them(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Recorded with vLLM 0.32.0 (fixtures/vllm-bench/README.md): the greedy n-gram runs have
+    spec_decode_* keys, the random ones proposed nothing and carry only the metadata tag."""
+    greedy = {p.name: json.loads(p.read_text()) for p in BENCH.glob("greedy-*.json")}
+    fit = run_json(capsys, "fit", *(str(BENCH / n) for n in sorted(greedy)), "--method", "ngram")
+    assert [r["concurrency"] for r in fit["rows"]] == [1, 2, 4]
+    for row in fit["rows"]:
+        level = int(row["concurrency"])
+        spec, plain = greedy[f"greedy-ngram-c{level}.json"], greedy[f"greedy-control-c{level}.json"]
+        assert row["measured"] == pytest.approx(plain["mean_tpot_ms"] / spec["mean_tpot_ms"])
+        steps = spec["total_output_tokens"] - spec["spec_decode_accepted_tokens"]
+        assert row["acceptance_length"] == pytest.approx(spec["total_output_tokens"] / steps)
+        assert row["num_speculative_tokens"] == pytest.approx(
+            spec["spec_decode_draft_tokens"] / steps
+        )
+        assert row["num_speculative_tokens"] <= 4  # the server's K
+    assert fit["plain_curve"] is not None
+
+    silent = sorted(str(p) for p in BENCH.glob("random-*.json"))
+    assert all("spec_decode_num_drafts" not in json.loads(Path(p).read_text()) for p in silent)
+    fit = run_json(capsys, "fit", *silent, "--method", "ngram")
+    assert [(r["acceptance_length"], r["num_speculative_tokens"]) for r in fit["rows"]] == [
+        (1, 0),
+        (1, 0),
+    ]
