@@ -205,8 +205,8 @@ def predict_text(result: dict[str, Any]) -> str:
             "recommendation (vLLM 0.32): --speculative-config '" + json.dumps(config) + "'"
         )
         lines.append(
-            "  keep your other keys (method, model, prompt_lookup_*); K applies to the running batch,"
-            " and vLLM ignores the per-batch list with data parallelism"
+            "  keep your other keys (method, model, prompt_lookup_*); K applies to the running"
+            " batch, and vLLM ignores the per-batch list with data parallelism"
         )
     return "\n".join(lines)
 
