@@ -100,8 +100,10 @@ scrape_failures = timeseries(
 
 ridge = timeseries(
     "Ridge batch B* in force",
-    "B* = a/b of the step-time model behind break-even and crossover: configured, or"
-    " calibrated from the engine's step times once the fit is sound.",
+    "B* = a/b of the plain-decode step-time model behind break-even and crossover. The"
+    " source label says where it comes from: control (a control endpoint's step times),"
+    " baseline (this endpoint's history before speculation), profile (a stored profile),"
+    " sweep (a benchmark sweep) or configured (the endpoint's ridge_batch, or the default).",
     [
         (
             f"max by (endpoint, source) (spectax_ridge_batch_requests{{{SEL_ENDPOINT}}})",

@@ -24,30 +24,70 @@ from spectax_grafana import (
 from spectax_grafana import dashboard as spectax_dashboard
 
 SPEEDUP = "endpoint_model:spectax_speedup_ratio:measured_or_modeled"
+DOTTED = {"dash": [2, 6], "fill": "dot"}
+
+
+def coded(metric: str, label: str, codes: dict[str, int]) -> str:
+    """An info gauge's label as a number a table cell maps back to text: instant tables
+    merge on shared labels only, so a verdict or basis cannot be a label column there."""
+    parts = [
+        f'({metric}{{{SEL_MODEL}, {label}="{value}"}} * {code})' for value, code in codes.items()
+    ]
+    return f"max by (endpoint, model) ({' or '.join(parts)})"
+
+
+# Verdicts rank worst first (a table sorted by Verdict shows the taxes on top); bases
+# rank most trusted last. The text and colour of each code are the Verdict and Basis
+# columns' value mappings below.
+VERDICTS = {"tax": 0, "uncertain": 1, "pays": 2}
+BASES = {"default": 0, "profile": 1, "calibrated": 2, "measured": 3}
+
+
+NO_VERDICT = "no verdict: no speculation configured, or no traffic"
+
+
+def mapping(texts: dict[str, tuple[str, str | None]]) -> list[dict[str, object]]:
+    options: dict[str, dict[str, object]] = {}
+    for i, (code, (text, color)) in enumerate(texts.items()):
+        options[code] = {"text": text, "index": i, **({"color": color} if color else {})}
+    return [{"type": "value", "options": options}]
+
 
 VERDICT_COLUMNS = {
     "Value #A": "Verdict",
-    "Value #B": "Acceptance",
-    "Value #C": "Break-even",
-    "Value #D": "Speedup",
-    "Value #E": "$ per M output tokens",
-    "Value #F": "Savings $/h",
-    "Value #G": "Recommended K",
+    "Value #B": "Basis",
+    "Value #C": "Acceptance",
+    "Value #D": "Break-even",
+    "Value #E": "Speedup",
+    "Value #F": "Band low",
+    "Value #G": "Band high",
+    "Value #H": "$ per M output tokens",
+    "Value #I": "Savings $/h",
+    "Value #J": "Recommended K",
 }
 
 verdict = table(
-    "Is it paying? Per endpoint and model",
-    "Pays when the speedup is at least 1 (measured against the control endpoint where there"
-    " is one, modelled otherwise), i.e. when acceptance is above break-even. Figures are"
-    " over spectax's window (default 5 minutes). Savings are negative when speculation is a"
-    " tax; on provisioned endpoints they are GPU capacity, not invoice money. A row with no"
-    " verdict, acceptance or speedup is an endpoint with no speculation configured (a"
-    " control, or plain decoding), or one that drafted nothing in the window.",
+    "Is it paying? Per endpoint and model, with the verdict's basis and band",
+    "The verdict (spectax_verdict_info): pays when the speedup's whole band is above 1, TAX"
+    " when it is all below, uncertain when it straddles 1; measured against a control"
+    " endpoint, the band is the measured speedup. Basis: measured (a control), calibrated"
+    " (the speed without speculation fitted from a control or the endpoint's own history),"
+    " profile (a stored profile or benchmark sweep) or default (configured B* and an"
+    " assumed step overhead: usually uncertain; see the README, 'Three ways to a"
+    " trustworthy verdict'). Only a tax on a basis other than default pages. Figures are"
+    " over spectax's window (default 5 minutes); a window that proposed no drafts is"
+    " priced like any other. Savings are negative when speculation is a tax; on"
+    " provisioned endpoints they are GPU capacity, not invoice money. A row with no"
+    " verdict is an endpoint with no speculation configured (a control, or plain"
+    " decoding), or one with no traffic in the window.",
     [
-        (f"max by (endpoint, model) ({SPEEDUP}{{{SEL_MODEL}}} >= bool 1)", ""),
+        (coded("spectax_verdict_info", "verdict", VERDICTS), ""),
+        (coded("spectax_verdict_info", "basis", BASES), ""),
         (f"max by (endpoint, model) (spectax_acceptance_ratio{{{SEL_MODEL}}})", ""),
         (f"max by (endpoint, model) (spectax_breakeven_acceptance_ratio{{{SEL_MODEL}}})", ""),
         (f"max by (endpoint, model) ({SPEEDUP}{{{SEL_MODEL}}})", ""),
+        (f'min by (endpoint, model) (spectax_speedup_band_ratio{{{SEL_MODEL}, bound="low"}})', ""),
+        (f'max by (endpoint, model) (spectax_speedup_band_ratio{{{SEL_MODEL}, bound="high"}})', ""),
         (
             "max by (endpoint, model) "
             f'(spectax_cost_per_million_output_tokens_usd{{{SEL_MODEL}, scenario="actual"}})',
@@ -73,23 +113,37 @@ verdict = table(
         by_name(
             "Verdict",
             mappings=[
-                {
-                    "type": "value",
-                    "options": {
-                        "0": {"text": "TAX", "color": "red", "index": 0},
-                        "1": {"text": "pays", "color": "green", "index": 1},
-                    },
-                },
+                *mapping(
+                    {
+                        "0": ("TAX", "red"),
+                        "1": ("uncertain", "purple"),
+                        "2": ("pays", "green"),
+                    }
+                ),
                 {
                     "type": "special",
                     "options": {
                         "match": "null+nan",
-                        "result": {"text": "no speculation configured", "index": 2},
+                        "result": {"text": NO_VERDICT, "index": 3},
                     },
                 },
             ],
             custom__cellOptions={"type": "color-background"},
         ),
+        by_name(
+            "Basis",
+            mappings=mapping(
+                {
+                    "0": ("default (a guess)", "orange"),
+                    "1": ("profile", None),
+                    "2": ("calibrated", None),
+                    "3": ("measured", None),
+                }
+            ),
+            custom__cellOptions={"type": "color-text"},
+        ),
+        by_name("Band low", decimals=2),
+        by_name("Band high", decimals=2),
         by_name("Acceptance", unit="percentunit"),
         by_name("Break-even", unit="percentunit"),
         by_name("Speedup", decimals=2),
@@ -142,7 +196,7 @@ acceptance = timeseries(
         by_regexp("/break-even/", custom__lineStyle=DASHED),
         by_regexp(
             "/warning threshold/",
-            custom__lineStyle={"dash": [2, 6], "fill": "dot"},
+            custom__lineStyle=DOTTED,
             color={"mode": "fixed", "fixedColor": "red"},
         ),
     ],
@@ -167,19 +221,67 @@ positions = bargauge(
 )
 
 speedup = timeseries(
-    "Speedup: modelled and measured (below 1 is a tax)",
+    "Speedup: modelled and measured, with the band (below 1 is a tax)",
     "GPU time without speculation / with it over spectax's window. Measured compares"
     " against a control endpoint serving the same model without speculation; the alerts"
-    " prefer it where it exists.",
+    " prefer it where it exists. The band (dotted, low and high) is the range the verdict"
+    " weighs: the calibration's own spread, or with nothing calibrated the whole plausible"
+    " range of B* and the step overhead h; one value when measured. A band across 1 is an"
+    " uncertain verdict.",
     [
         (
             f"max by (endpoint, model, method) (spectax_speedup_ratio{{{SEL_MODEL}}})",
             "{{endpoint}} {{model}} {{method}}",
-        )
+        ),
+        (
+            f"max by (endpoint, model, bound) (spectax_speedup_band_ratio{{{SEL_MODEL}}})",
+            "{{endpoint}} {{model}} band {{bound}}",
+        ),
     ],
     threshold_steps=(("red", None), ("green", 1)),
     threshold_style="line+area",
-    overrides=[by_regexp("/measured/", custom__lineWidth=2)],
+    overrides=[
+        by_regexp("/measured/", custom__lineWidth=2),
+        by_regexp("/band (low|high)$/", custom__lineStyle=DOTTED, custom__lineWidth=1),
+    ],
+)
+
+model_source = table(
+    "Counterfactual source: where the speed without speculation comes from",
+    "spectax_model_info: control (a control endpoint's step times, fitted), baseline (this"
+    " endpoint's own windows before speculation), profile (a profile learned from an A/B"
+    " elsewhere, named in `profile:`), sweep (a benchmark sweep saved with `spectax model"
+    " fit --save-profile`), or configured (the defaults: the verdict's basis is then"
+    " default, and usually uncertain).",
+    [(f"max by (endpoint, source, profile) (spectax_model_info{{{SEL_ENDPOINT}}})", "")],
+    transformations=[
+        {
+            "id": "organize",
+            "options": {
+                "excludeByName": {"Time": True, "Value": True},
+                "renameByName": {"endpoint": "Endpoint", "source": "Source", "profile": "Profile"},
+                "indexByName": {"endpoint": 0, "source": 1, "profile": 2},
+            },
+        }
+    ],
+    width=12,
+    height=8,
+)
+
+step_overhead = timeseries(
+    "Step overhead h in force",
+    "Extra fixed cost of a speculative engine step over a plain one (ECONOMICS.md 3b):"
+    " implied by the window's own time per token against the plain curve where there is"
+    " one, else assumed (the configured step_overhead_ratio, default 0; the band then spans"
+    " h from 0 to 3). It is what an n-gram server that proposes nothing still pays, and it"
+    " lowers the break-even concurrency.",
+    [
+        (
+            f"max by (endpoint, model) (spectax_step_overhead_ratio{{{SEL_MODEL}}})",
+            "{{endpoint}} {{model}}",
+        )
+    ],
+    min_value=0,
 )
 
 concurrency = timeseries(
@@ -274,6 +376,9 @@ dashboard = spectax_dashboard(
         row("Speedup and load"),
         speedup,
         concurrency,
+        row("How the verdict was reached"),
+        model_source,
+        step_overhead,
         row("Money"),
         cost,
         savings,
@@ -285,6 +390,8 @@ dashboard = spectax_dashboard(
         acceptance.panel.title: "SpecDecodeAcceptanceBelowThreshold",
         positions.panel.title: "SpecDecodeAcceptanceBelowThreshold",
         speedup.panel.title: "SpeculationIsATax",
+        model_source.panel.title: "SpeculationMayBeATax",
+        step_overhead.panel.title: "SpeculationMayBeATax",
         concurrency.panel.title: "SpeculationConcurrencyAboveCrossover",
         cost.panel.title: "SpeculationIsATax",
         savings.panel.title: "SpeculationIsATax",

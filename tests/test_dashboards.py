@@ -37,7 +37,9 @@ PANELS = {
     "spectax-paying.json": [
         "is it paying",
         "acceptance against break-even and the warning threshold",
-        "speedup: modelled and measured",
+        "speedup: modelled and measured, with the band",
+        "counterfactual source",
+        "step overhead h",
         "concurrency against crossover",
         "cost per million output tokens: actual against no speculation",
         "draft overhead by kind",
@@ -239,24 +241,60 @@ def test_panels_link_to_the_runbook_sections_of_their_alerts() -> None:
     assert [p["title"] for p in shown if not runbook_links(p)] == []
 
 
-def test_the_verdict_of_an_endpoint_without_speculation_is_explained() -> None:
-    """An empty verdict cell reads "no speculation configured", and the panel says why."""
+def verdict_table() -> dict[str, Any]:
     (verdict,) = [
         p
         for p in panels(dashboard_jsons()["spectax-paying.json"])
         if p["title"].startswith("Is it paying?")
     ]
+    return verdict
+
+
+def column_mappings(table: dict[str, Any], column: str) -> list[dict[str, Any]]:
     (override,) = [
-        o for o in verdict["fieldConfig"]["overrides"] if o["matcher"]["options"] == "Verdict"
+        o for o in table["fieldConfig"]["overrides"] if o["matcher"]["options"] == column
     ]
-    mappings = [
-        m for prop in override["properties"] if prop["id"] == "mappings" for m in prop["value"]
-    ]
-    special = [m["options"] for m in mappings if m["type"] == "special"]
-    assert special == [
-        {"match": "null+nan", "result": {"index": 2, "text": "no speculation configured"}}
-    ]
+    return [m for prop in override["properties"] if prop["id"] == "mappings" for m in prop["value"]]
+
+
+def test_the_verdict_of_an_endpoint_without_speculation_is_explained() -> None:
+    """An empty verdict cell reads "no verdict: ...", and the panel says why."""
+    verdict = verdict_table()
+    special = [m["options"] for m in column_mappings(verdict, "Verdict") if m["type"] == "special"]
+    text = "no verdict: no speculation configured, or no traffic"
+    assert special == [{"match": "null+nan", "result": {"index": 3, "text": text}}]
     assert "no speculation configured" in verdict["description"]
+
+
+@pytest.mark.parametrize(
+    ("column", "label", "shown"),
+    [
+        ("Verdict", "verdict", {"tax": "TAX", "uncertain": "uncertain", "pays": "pays"}),
+        (
+            "Basis",
+            "basis",
+            {
+                "measured": "measured",
+                "calibrated": "calibrated",
+                "profile": "profile",
+                "default": "default (a guess)",
+            },
+        ),
+    ],
+)
+def test_the_verdict_table_shows_each_verdict_and_basis_as_words(
+    column: str, label: str, shown: dict[str, str]
+) -> None:
+    """The table codes spectax_verdict_info's label as a number (instant tables merge on
+    shared labels only) and maps each code back to its word: every value spectax exports
+    has one, and "no_drafts" is gone."""
+    verdict = verdict_table()
+    ref = {"Verdict": "A", "Basis": "B"}[column]
+    (expr,) = [t["expr"] for t in verdict["targets"] if t["refId"] == ref]
+    codes = dict(re.findall(rf'{label}="([a-z_]+)"\}} \* (\d)\)', expr))
+    (values,) = [m["options"] for m in column_mappings(verdict, column) if m["type"] == "value"]
+    assert {value: values[code]["text"] for value, code in codes.items()} == shown
+    assert "no_drafts" not in json.dumps(dashboard_jsons())
 
 
 def test_generate_sets_the_runbook_url_once_for_every_panel(

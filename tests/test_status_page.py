@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import json
 import re
 from collections.abc import AsyncIterator
@@ -108,25 +109,35 @@ def test_the_page_shows_each_endpoints_verdict_with_its_basis_and_figures() -> N
     html, monitors, _ = fixture_page()
     shown = cards(html)
     verdicts = {n: re.findall(r'data-verdict="([^"]+)"', c) for n, c in shown.items()}
+    # No control, history or profile: the defaults' band straddles 1 except for a draft
+    # as costly as the target; the idle n-gram window proposed nothing and is priced too.
     assert verdicts == {
         "heavy-draft": ["tax"],
         "down": [],
-        "idle": ["no_drafts"],
-        "ngram": ["pays"],
-        "draft": ["pays"],
-        "hostile": ["pays"],
+        "idle": ["uncertain"],
+        "ngram": ["uncertain"],
+        "draft": ["uncertain"],
+        "hostile": ["uncertain"],
         "plain": ["no_speculation"],
     }
     for name, card in shown.items():  # what economics concluded, model by model
         for model, assessment in monitors[name].snapshot.assessments.items():
             assert f'data-model="{escape(model)}" data-verdict="{assessment.verdict}"' in card
-    # What needs a person comes first: the endpoint down, then the tax.
-    assert list(shown)[:2] == ["down", "heavy-draft"]
+    # What needs a person comes first: the endpoint down, the tax, then the uncertain.
+    assert list(shown)[:3] == ["down", "heavy-draft", "draft"]
+    assert "no_drafts" not in html
     ngram = monitors["ngram"].snapshot.assessments["tiny-llama"]
     card = shown["ngram"]
     assert f"{564 / 740:.3f} vs break-even {ngram.breakeven_acceptance_ratio:.3f}" in card
     assert f"modelled {ngram.speedup_ratio:.2f}× · measured —" in card
-    assert "modelled (no control endpoint configured)" in card
+    low, high = ngram.speedup_low_ratio, ngram.speedup_high_ratio
+    assert low is not None and high is not None and low < 1 < high
+    assert 'data-verdict="uncertain" data-basis="default"' in card
+    assert (
+        "basis default: B* and h guessed (no control, history or profile fitted yet)"
+        f" · band {low:.2f}×–{high:.2f}×" in card
+    )
+    assert "configured · step overhead h 0.00 assumed (the band spans 0–3)" in card
     assert f"${ngram.cost_per_million_output_tokens_usd:,.3f} actual" in card
     assert f"${ngram.cost_per_million_output_tokens_no_speculation_usd:,.3f} without" in card
     savings = ngram.per_hour(ngram.speculation_savings_usd)
@@ -143,6 +154,39 @@ def test_the_page_shows_each_endpoints_verdict_with_its_basis_and_figures() -> N
     assert "last error: connection refused" in shown["down"]
     assert "<svg" in card and card.count("<path") == 2  # the chart: acceptance, break-even
     assert "<svg" not in shown["plain"]  # nothing to chart without speculation
+
+
+@pytest.mark.parametrize(
+    ("basis", "source", "said"),
+    [
+        ("measured", "control", "measured against ctl</span>"),
+        ("calibrated", "control", "basis calibrated on the control's step times · band"),
+        ("calibrated", "baseline", "basis calibrated on its own history · band"),
+        ("profile", "profile", "basis profile llama-h100 · band"),
+        ("profile", "sweep", "basis profile llama-h100 (benchmark sweep) · band"),
+    ],
+)
+def test_each_verdict_says_how_it_was_reached(basis: str, source: str, said: str) -> None:
+    """A reader acts on a tax measured or calibrated; one on defaults is a guess."""
+    _, monitors, history = fixture_page()
+    snapshot = monitors["heavy-draft"].snapshot
+    (model, a), *_ = snapshot.assessments.items()
+    measured = 0.8 if basis == "measured" else None
+    changed = dataclasses.replace(
+        a,
+        verdict_basis=basis,
+        model_source=source,
+        speedup_measured_ratio=measured,
+        speedup_low_ratio=measured or a.speedup_low_ratio,
+        speedup_high_ratio=measured or a.speedup_high_ratio,
+    )
+    config = snapshot.config.model_copy(update={"control": "ctl", "profile": "llama-h100"})
+    fields = {**_fields(snapshot), "config": config, "assessments": {model: changed}}
+    page_ = render_status_page({"e": type(snapshot)(**fields)}, history, 180.0)
+    card = cards(page_)["e"]
+    assert said in card and f'data-basis="{basis}"' in card
+    if basis != "measured":  # with a control configured, why it is not measured yet
+        assert "a measured speedup needs full windows" in card
 
 
 def test_a_hostile_model_name_is_shown_as_text_never_as_markup() -> None:
@@ -210,23 +254,20 @@ async def demo(tmp_path: Path) -> AsyncIterator[Spectax]:
             assert await spectax.stop() == 0
 
 
-def verdicts_of(m: Samples) -> dict[tuple[str, str], str]:
-    """pays/tax per (endpoint, model) as /metrics says: the speedup in force against 1."""
-    found: dict[tuple[str, str], str] = {}
+def verdicts_of(m: Samples) -> dict[tuple[str, str], tuple[str, str]]:
+    """(verdict, basis) per (endpoint, model) as /metrics says (spectax_verdict_info)."""
+    found: dict[tuple[str, str], tuple[str, str]] = {}
     for (name, labels), v in m.items():
-        if name != "spectax_speedup_ratio":
-            continue
-        label = dict(labels)
-        key = (label["endpoint"], label["model"])
-        measured = value(m, name, endpoint=key[0], model=key[1], method="measured")
-        in_force = measured if measured is not None else v
-        found[key] = "pays" if in_force > 1 else "tax"
+        if name == "spectax_verdict_info" and v == 1:
+            label = dict(labels)
+            found[(label["endpoint"], label["model"])] = (label["verdict"], label["basis"])
     return found
 
 
 SHOWN = """JSON.stringify({
   verdicts: [...document.querySelectorAll("[data-model]")].map(e => [
-    e.closest("[data-endpoint]").dataset.endpoint, e.dataset.model, e.dataset.verdict]),
+    e.closest("[data-endpoint]").dataset.endpoint, e.dataset.model, e.dataset.verdict,
+    e.dataset.basis]),
   charts: document.querySelectorAll("svg.chart").length,
   width: document.documentElement.scrollWidth,
   background: getComputedStyle(document.body).backgroundColor})"""
@@ -314,14 +355,14 @@ async def test_the_demos_status_page_in_chromium_shows_the_verdicts_of_metrics(
             before = verdicts_of(await demo.metrics())
             light = await look(browser, f"{demo.url}/", False, ARTIFACTS / "status-page.png")
             after = verdicts_of(await demo.metrics())
-            shown = {(e, m): v for e, m, v in light["verdicts"] if v in ("pays", "tax")}
+            shown = {(e, m): (v, b) for e, m, v, b in light["verdicts"] if b}
             charted = light["charts"] == 2  # both speculating endpoints have a chart drawn
             return light if charted and before == after == shown else None
 
         light = await wait_until(agrees, 30, "the page's verdicts to equal /metrics'", [demo])
         dark = await look(browser, f"{demo.url}/", True, ARTIFACTS / "status-page-dark.png")
-    verdicts = {v for _, _, v in light["verdicts"]}
-    weighed = {e for e, _, v in light["verdicts"] if v in ("pays", "tax")}
+    verdicts = {v for _, _, v, _ in light["verdicts"]}
+    weighed = {e for e, _, v, b in light["verdicts"] if b}
     assert weighed == {"chat-creative", "code-assistant"}  # the two that speculate
     assert "no_speculation" in verdicts  # chat-control, the tax's control, speculates not
     for seen in (light, dark):

@@ -36,7 +36,7 @@ MAX_CHARTS = 20
 VERDICT_TEXT = {
     "pays": "pays",
     "tax": "tax",
-    "no_drafts": "no drafts proposed",
+    "uncertain": "uncertain",
     "no_traffic": "no traffic",
     "no_speculation": "no speculation configured",
 }
@@ -44,7 +44,7 @@ VERDICT_TEXT = {
 RANK = {
     "down": 0,
     "tax": 1,
-    "no_drafts": 2,
+    "uncertain": 2,
     "no_traffic": 3,
     "waiting": 4,
     "pays": 5,
@@ -54,9 +54,9 @@ BADGE = {**VERDICT_TEXT, "down": "down", "waiting": "not scraped yet"}
 
 STYLE = """
 :root{color-scheme:light dark;--fg:#1f2328;--bg:#fff;--card:#f6f8fa;--muted:#59636e;
---line:#d1d9e0;--pays:#1a7f37;--tax:#cf222e;--idle:#9a6700}
+--line:#d1d9e0;--pays:#1a7f37;--tax:#cf222e;--idle:#9a6700;--unsure:#8250df}
 @media (prefers-color-scheme:dark){:root{--fg:#e6edf3;--bg:#0d1117;--card:#161b22;
---muted:#9198a1;--line:#3d444d;--pays:#3fb950;--tax:#f85149;--idle:#d29922}}
+--muted:#9198a1;--line:#3d444d;--pays:#3fb950;--tax:#f85149;--idle:#d29922;--unsure:#a371f7}}
 *{box-sizing:border-box}
 body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;color:var(--fg);
 background:var(--bg);max-width:60rem;margin:0 auto;padding:1rem}
@@ -68,12 +68,14 @@ section{background:var(--card);border:1px solid var(--line);border-left:6px soli
 border-radius:6px;padding:.7rem 1rem;margin:1rem 0}
 section.pays{border-left-color:var(--pays)}
 section.tax,section.down{border-left-color:var(--tax)}
-section.no_drafts,section.no_traffic{border-left-color:var(--idle)}
+section.uncertain{border-left-color:var(--unsure)}
+section.no_traffic{border-left-color:var(--idle)}
 .badge{font-size:.8rem;font-weight:700;padding:.1rem .45rem;border-radius:4px;
 border:1px solid currentColor;margin-left:.4rem;text-transform:uppercase}
 .pays .badge,.v-pays{color:var(--pays)}
 .tax .badge,.down .badge,.v-tax,.error{color:var(--tax)}
-.v-no_drafts,.v-no_traffic{color:var(--idle)}
+.uncertain .badge,.v-uncertain{color:var(--unsure)}
+.v-no_traffic{color:var(--idle)}
 dl{display:grid;grid-template-columns:repeat(auto-fit,minmax(14rem,1fr));gap:.3rem 1rem;margin:0}
 dt{color:var(--muted);font-size:.8rem}dd{margin:0 0 .2rem}
 svg.chart{width:100%;height:110px;display:block;margin-top:.4rem}
@@ -178,16 +180,7 @@ def _card(name: str, snapshot: EndpointSnapshot, history: StatusHistory, charted
 def _model(snapshot: EndpointSnapshot, a: Assessment) -> str:
     config = snapshot.config
     verdict = VERDICT_TEXT[a.verdict]
-    if a.speedup_measured_ratio is not None:
-        basis = f"measured against {escape(config.control or '')}"
-    elif a.verdict == "no_speculation":
-        basis = "nothing to weigh"
-    elif config.control:
-        basis = (
-            "modelled (a measured speedup needs full windows and 10 finished requests each side)"
-        )
-    else:
-        basis = "modelled (no control endpoint configured)"
+    basis = _basis(config.control, config.profile, a)
     tax_link = (
         f' (<a href="{RUNBOOK_URL}#speculationisatax">runbook</a>)' if a.verdict == "tax" else ""
     )
@@ -207,6 +200,7 @@ def _model(snapshot: EndpointSnapshot, a: Assessment) -> str:
                 "speedup",
                 f"modelled {_times(a.speedup_ratio)} · measured {_times(a.speedup_measured_ratio)}",
             ),
+            ("counterfactual", _counterfactual(config.profile, a)),
             ("$ per million output tokens", f"{actual} actual · {without} without speculation"),
             (f"savings per hour ({kind})", _usd(savings, unpriced, signed=True, unit="/h")),
             (
@@ -218,10 +212,43 @@ def _model(snapshot: EndpointSnapshot, a: Assessment) -> str:
     figures.append(("concurrency", f"{a.concurrency_requests:.1f} requests"))
     cells = "".join(f"<div><dt>{dt}</dt><dd>{dd}</dd></div>" for dt, dd in figures)
     return (
-        f'<div class="model" data-model="{escape(a.model)}" data-verdict="{a.verdict}">'
+        f'<div class="model" data-model="{escape(a.model)}" data-verdict="{a.verdict}" '
+        f'data-basis="{a.verdict_basis or ""}">'
         f'<h3>{escape(a.model)}: <span class="v-{a.verdict}">{verdict}</span>{tax_link} '
         f'<span class="muted">{basis}</span></h3><dl>{cells}</dl></div>'
     )
+
+
+def _basis(control: str | None, profile: str | None, a: Assessment) -> str:
+    """How the verdict was reached and how sure it is, beside it: a verdict on defaults
+    alone is a guess, and the reader must see that before acting on it."""
+    if a.verdict_basis is None:
+        return "nothing to weigh"
+    band = f" · band {_times(a.speedup_low_ratio)}–{_times(a.speedup_high_ratio)}"
+    if a.verdict_basis == "measured":  # the band is the measured speedup itself
+        return f"measured against {escape(control or '')}"
+    waiting = (
+        " (a measured speedup needs full windows and 10 finished requests each side)"
+        if control
+        else ""
+    )
+    said = {
+        "calibrated": "calibrated on "
+        + ("the control's step times" if a.model_source == "control" else "its own history"),
+        "profile": f"profile {escape(profile or '')}"
+        + (" (benchmark sweep)" if a.model_source == "sweep" else ""),
+        "default": "default: B* and h guessed (no control, history or profile fitted yet)",
+    }[a.verdict_basis]
+    return f"basis {said}{band}{waiting}"
+
+
+def _counterfactual(profile: str | None, a: Assessment) -> str:
+    """Where the speedup without speculation came from, and the step overhead h in force."""
+    named = f" {escape(profile)}" if profile and a.model_source in ("profile", "sweep") else ""
+    h = "—" if a.step_overhead_ratio is None else f"{a.step_overhead_ratio:.2f}"
+    if a.model_source == "configured" and a.verdict_basis != "measured":
+        h += " assumed (the band spans 0–3)"  # nothing measured h: its whole range counts
+    return f"{a.model_source}{named} · step overhead h {h}"
 
 
 def _ratio(value: float | None) -> str:
