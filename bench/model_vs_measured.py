@@ -444,9 +444,9 @@ def analyse(data: dict) -> int:
         curve = fit_plain_curve(points, MIN_WINDOWS, MIN_SPREAD)
         print(f"  {workload:15s} {'all levels':16s} {describe(curve, len(points))}")
         # As the store keeps a profile and reads it back (store/profiles.py `profile_of`):
-        # a and b only, so no residual band and no load range.
+        # a, b and the residual band, but no load range (a profile is used at any load).
         profiles[workload] = (
-            PlainCurve(curve.fixed_seconds, curve.per_token_seconds, curve.points)
+            PlainCurve(curve.fixed_seconds, curve.per_token_seconds, curve.points, curve.residuals)
             if curve
             else None
         )
