@@ -99,13 +99,14 @@ class Profile:
     """The step-time parameters of one (model, hardware, method), learned once and used by
     every endpoint of the same kind that names it (config `profile: NAME`).
 
-    `source` is how it was learned: "control" (an endpoint that had a control) or
-    "sweep" (`spectax model fit` on a benchmark sweep). `plain` is the plain curve in
-    absolute time when the source had one.
+    `source` is how it was learned: "control" (an endpoint that had a control),
+    "sweep" (`spectax model fit` on a benchmark sweep) or "baseline" (an endpoint's own
+    plain curve from before speculation, kept for that endpoint alone). `plain` is the
+    plain curve in absolute time when the source had one.
     """
 
     name: str
-    source: Literal["control", "sweep"]
+    source: Literal["control", "sweep", "baseline"]
     learned_from: str
     ridge_batch: float
     step_overhead_ratio: float

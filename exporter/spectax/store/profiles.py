@@ -62,7 +62,11 @@ def profile_of(row: ProfileRow) -> Profile:
         )
     return Profile(
         name=row.name,
-        source="sweep" if row.source == "sweep" else "control",
+        source="sweep"
+        if row.source == "sweep"
+        else "baseline"
+        if row.source == "baseline"
+        else "control",
         learned_from=row.learned_from,
         ridge_batch=row.ridge_batch_requests,
         step_overhead_ratio=row.step_overhead_ratio,
