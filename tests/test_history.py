@@ -103,6 +103,23 @@ async def test_rollups_equal_window_sums_and_ratios(database_url) -> None:
             assert positions == [
                 sum(json.loads(w.accepted_per_position)[k] for w in inside) for k in range(4)
             ]
+        # the daemon's verdicts and bases, counted: an hour's are its windows', a day's its hours'
+        for rows in (hours, days):
+            for verdict in ("pays", "tax", "uncertain"):
+                assert sum(getattr(r, f"windows_{verdict}") for r in rows) == sum(
+                    w.verdict == verdict for w in windows
+                )
+            for basis in ("measured", "calibrated", "profile", "default"):
+                assert sum(getattr(r, f"windows_basis_{basis}") for r in rows) == sum(
+                    w.verdict_basis == basis for w in windows
+                )
+        assert sum(h.windows_tax + h.windows_pays + h.windows_uncertain for h in hours) > 0
+        last = max(windows, key=lambda w: w.start)
+        latest = max(days, key=lambda d: d.start)
+        assert (latest.ridge_batch_source, latest.speedup_low_ratio) == (
+            last.ridge_batch_source,
+            last.speedup_low_ratio,
+        )
         # idempotent: rolling again changes nothing and finds nothing due
         assert await store.rollup() == 0
         assert totals(await store.rows("hour"), *SUMMED) == totals(hours, *SUMMED)
@@ -177,6 +194,8 @@ async def test_migration_from_the_first_schema_keeps_the_data(database_url) -> N
         await store.rollup()  # the migration marked old windows for rollup
         [hour] = await store.rows("hour")
         assert hour.output_tokens == 1000 and hour.start == datetime(2026, 10, 1, 10, tzinfo=UTC)
+        # a window from before 0004: its verdict counts, its basis was not recorded
+        assert (hour.windows_pays, hour.windows_tax, hour.windows_basis_default) == (1, 0, 0)
     finally:
         await store.close()
 
