@@ -1,9 +1,11 @@
 """What to change, with the evidence and the dollars at stake, from a month of hourly sums.
 
-Each hour's speedup is recomputed from its sums (see figures.py). The reference
-acceptance is that of the hours that paid: what the endpoint's traffic accepts
-when speculation works. Its crossover concurrency B_x splits the tax hours in
-two: above B_x the load is the cause, at or below it the traffic is.
+Each hour's speedup is recomputed from its sums (see figures.py), for the
+what-ifs (§3's formulas); its verdict is the daemon's. The reference acceptance
+is that of the hours that paid (or were uncertain with S > 1): what the
+endpoint's traffic accepts when speculation works. Its crossover concurrency B_x
+splits the tax hours in two: above B_x the load is the cause, at or below it the
+traffic is.
 
 - `disable_above`: hours above B_x (the GPU compute-bound). Stake: their net tax.
 - `route_high_temperature`: tax hours at or below B_x, whose acceptance fell
