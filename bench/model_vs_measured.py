@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import itertools
 import json
 import os
@@ -43,13 +44,15 @@ sys.path.insert(0, str(ROOT / "tests"))
 from live_vllm import servers as live  # noqa: E402
 from live_vllm import traffic  # noqa: E402
 from live_vllm.servers import Raw, VllmServer  # noqa: E402
-from spectax.economics.calibration import StepPoint, fit_ridge_batch  # noqa: E402
+from spectax.economics import fit_plain_curve  # noqa: E402
+from spectax.economics.calibration import StepPoint  # noqa: E402
 from spectax.economics.formulas import modelled_speedup  # noqa: E402
 
 WORKLOADS = {
     # name: (prompt kinds, temperatures)
     "repetitive t=0": (("repetitive",), (0.0,)),
     "mixed": (("repetitive", "random"), (0.0, 1.0)),
+    "chat t=0.7": (("chat",), (0.7,)),
 }
 SUBWINDOW = 3.0  # seconds per calibration point
 
@@ -64,6 +67,7 @@ class Run:
     points: list[StepPoint]
     requests: int
     seconds: float
+    subwindows: list[dict[str, float]]
 
     @property
     def concurrency(self) -> float:
@@ -81,6 +85,7 @@ class Run:
             self.points + other.points,
             self.requests + other.requests,
             self.seconds + other.seconds,
+            self.subwindows + other.subwindows,
         )
 
 
@@ -112,13 +117,19 @@ def measure(server: VllmServer, workload: str, level: int, seconds: float, seed:
     running: list[float] = []
     stop = threading.Event()
 
+    sub_running: list[float] = []  # mean running requests of each sub-window
+
     def sampler() -> None:
         next_point = time.monotonic() + SUBWINDOW
+        since = len(running)
         while not stop.wait(1.0):
             raw = server.raw()
             running.append(raw.get("running") or 0.0)
             if time.monotonic() >= next_point:
                 samples.append(raw)
+                part = running[since:]
+                sub_running.append(sum(part) / len(part) if part else 0.0)
+                since = len(running)
                 next_point += SUBWINDOW
 
     thread = threading.Thread(target=sampler, daemon=True)
@@ -140,8 +151,11 @@ def measure(server: VllmServer, workload: str, level: int, seconds: float, seed:
     if result.errors:
         raise RuntimeError(f"{server.name}: {result.errors[:3]}")
     points = []
-    for a, b in itertools.pairwise(samples):
+    subwindows = []
+    sub_running.append(sum(running[-3:]) / len(running[-3:]) if running else 0.0)
+    for i, (a, b) in enumerate(itertools.pairwise(samples)):
         d = b - a
+        subwindows.append({**d, "running_mean": sub_running[i] if i < len(sub_running) else 0.0})
         if d.get("iter_count", 0) > 0 and d.get("itl_count", 0) > 0 and d["iter_sum"] > 0:
             points.append(StepPoint(d["iter_sum"] / d["iter_count"], d["itl_sum"] / d["itl_count"]))
     return Run(
@@ -153,7 +167,57 @@ def measure(server: VllmServer, workload: str, level: int, seconds: float, seed:
         points,
         result.requests,
         result.seconds,
+        subwindows,
     )
+
+
+def collect(workloads: list[str], levels: list[int], seconds: float, rounds: int) -> dict:
+    """Drive the three servers and return the raw runs (JSON-able), one per server,
+    workload, level and round."""
+    workdir = live.new_workdir("spectax-bench-")
+    fleet = {s.name: s for s in live.fleet(workdir)}
+    started = time.monotonic()
+    runs: list[Run] = []
+    pages: dict[str, dict] = {}  # /metrics of every server before and after each level
+    with live.running(list(fleet.values())) as ready:
+        print(f"servers ready in {ready:.0f} s (logs in {workdir})", flush=True)
+        for server in fleet.values():  # warm-up: the first requests of a process are slow
+            asyncio.run(
+                traffic.drive(server.url, live.MODEL_NAME, concurrency=2, seconds=2, max_requests=6)
+            )
+        load_before = os.getloadavg()
+        for workload in workloads:
+            for level in levels:
+                order = ["control", "ngram", "draft"]
+                key = f"{workload} c={level}"
+                pages[key] = {"before": {n: fleet[n].page() for n in order}}
+                started_at = time.time()
+                for turn in range(rounds):
+                    for name in order[turn % 3 :] + order[: turn % 3]:
+                        run = measure(
+                            fleet[name], workload, level, seconds / rounds, seed=100 * level + turn
+                        )
+                        runs.append(run)
+                        print(
+                            f"  {workload:15s} c={level} {name:8s} round {turn}: "
+                            f"{run.requests:4d} requests, B={run.concurrency:.2f}",
+                            flush=True,
+                        )
+                pages[key]["after"] = {n: fleet[n].page() for n in order}
+                pages[key]["seconds"] = time.time() - started_at
+        load_after = os.getloadavg()
+    return {
+        "machine": f"{platform.platform()}, {platform.processor() or platform.machine()}",
+        "seconds": seconds,
+        "rounds": rounds,
+        "elapsed": time.monotonic() - started,
+        "load_before": load_before[1],
+        "load_after": load_after[1],
+        "cpus": os.cpu_count(),
+        "draft_cost_ratio": draft_cost_ratio(),
+        "runs": [dataclasses.asdict(r) for r in runs],
+        "pages": pages,
+    }
 
 
 def main() -> int:
@@ -168,61 +232,49 @@ def main() -> int:
         help="split each run in this many rounds, the servers taking turns (so a change in "
         "background load hits all three alike)",
     )
-    parser.add_argument("--levels", default="1,2,4,8", help="concurrency levels")
+    parser.add_argument("--levels", default="1,2,4,8,12", help="concurrency levels")
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated")
+    parser.add_argument("--save", type=Path, help="write the raw runs to this JSON file")
+    parser.add_argument(
+        "--load", type=Path, help="analyse the raw runs of this JSON file instead of measuring"
+    )
     args = parser.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
     workloads = [w.strip() for w in args.workloads.split(",")]
-    if not live.installed():
-        print(f"vLLM not installed in {live.vllm_home()}: run bash tests/live_vllm/setup.sh")
-        return 2
+    if args.load:
+        data = json.loads(args.load.read_text())
+    else:
+        if not live.installed():
+            print(f"vLLM not installed in {live.vllm_home()}: run bash tests/live_vllm/setup.sh")
+            return 2
+        data = collect(workloads, levels, args.seconds, args.rounds)
+        if args.save:
+            args.save.write_text(json.dumps(data))
+    return analyse(data)
 
-    workdir = live.new_workdir("spectax-bench-")
-    fleet = {s.name: s for s in live.fleet(workdir)}
-    started = time.monotonic()
-    with live.running(list(fleet.values())) as ready:
-        print(f"servers ready in {ready:.0f} s (logs in {workdir})", flush=True)
-        for server in fleet.values():  # warm-up: the first requests of a process are slow
-            asyncio.run(
-                traffic.drive(server.url, live.MODEL_NAME, concurrency=2, seconds=2, max_requests=6)
-            )
-        load_before = os.getloadavg()
-        merged: dict[tuple[str, str, int], Run] = {}
-        for workload in workloads:
-            for level in levels:
-                order = ["control", "ngram", "draft"]
-                for turn in range(args.rounds):
-                    for name in order[turn % 3 :] + order[: turn % 3]:
-                        run = measure(
-                            fleet[name],
-                            workload,
-                            level,
-                            args.seconds / args.rounds,
-                            seed=100 * level + turn,
-                        )
-                        key = (name, workload, level)
-                        merged[key] = merged[key].merge(run) if key in merged else run
-                for name in order:
-                    run = merged[name, workload, level]
-                    print(
-                        f"  {workload:15s} c={level} {name:8s} {run.requests:4d} requests, "
-                        f"B={run.concurrency:.2f}, {len(run.points)} points",
-                        flush=True,
-                    )
-        runs = list(merged.values())
-        load_after = os.getloadavg()
-    elapsed = time.monotonic() - started
 
-    c_draft = draft_cost_ratio()
+def analyse(data: dict) -> int:
+    """The table: per workload, level and endpoint, modelled against measured."""
+    merged: dict[tuple[str, str, int], Run] = {}
+    for raw in data["runs"]:
+        run = Run(**{**raw, "points": [StepPoint(**p) for p in raw["points"]]})
+        key = (run.server, run.workload, run.level)
+        merged[key] = merged[key].merge(run) if key in merged else run
+    runs = list(merged.values())
+    fleet = sorted({r.server for r in runs})
+    workloads = list(dict.fromkeys(r.workload for r in runs))
+    levels = sorted({r.level for r in runs})
+    elapsed, load_before, load_after = data["elapsed"], data["load_before"], data["load_after"]
+    c_draft = data["draft_cost_ratio"]
     costs = {"ngram": 0.0, "draft": c_draft}
     fits = {}
     for name in fleet:
         points = [p for r in runs if r.server == name for p in r.points]
-        fits[name] = fit_ridge_batch(points)
+        fits[name] = fit_plain_curve([(p.tokens_per_step, p.step_seconds) for p in points], 8, 1.5)
         fit = fits[name]
         described = (
-            f"B* = {fit.ridge_batch:.1f} (a = {fit.a_seconds * 1e3:.2f} ms, "
-            f"b = {fit.b_seconds_per_token * 1e3:.3f} ms/token, {fit.points} points)"
+            f"B* = {fit.ridge_batch or float('inf'):.1f} (a = {fit.fixed_seconds * 1e3:.2f} ms, "
+            f"b = {fit.per_token_seconds * 1e3:.3f} ms/token, {fit.points} points)"
             if fit
             else f"no sound fit from {len(points)} points"
         )
@@ -231,10 +283,11 @@ def main() -> int:
     print()
     print(f"machine: {platform.platform()}, {platform.processor() or platform.machine()}")
     print(
-        f"runs: {args.seconds:.0f} s per server, workload and level, in {args.rounds} rounds, "
+        f"runs: {data['seconds']:.0f} s per server, workload and level, "
+        f"in {data['rounds']} rounds, "
         f"one server at a time; c(ngram) = 0, c(draft) = {c_draft:.2f} (parameter ratio); "
         f"total {elapsed:.0f} s; load average before/after "
-        f"{load_before[1]:.1f}/{load_after[1]:.1f} (5 min, {os.cpu_count()} CPUs)"
+        f"{load_before:.1f}/{load_after:.1f} (5 min, {data['cpus']} CPUs)"
     )
     header = (
         f"{'workload':15s} {'endpoint':8s} {'conc':>4s} {'B':>5s} {'alpha':>6s} {'tau':>5s} "

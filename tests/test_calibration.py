@@ -1,4 +1,5 @@
-"""Ridge batch calibration, cold-start money and the measured speedup inside a monitor."""
+"""Plain-curve calibration (the counterfactual, ECONOMICS.md §3b), cold-start money and the
+measured speedup inside a monitor."""
 
 from __future__ import annotations
 
@@ -10,14 +11,8 @@ import pytest
 
 from conftest import page
 from spectax.config import validate
-from spectax.economics.calibration import (
-    CHEAP_FIT_POINTS,
-    REFIT_EVERY,
-    StepPoint,
-    fit_ridge_batch,
-    step_point,
-    theil_sen,
-)
+from spectax.economics import PlainCurve, fit_plain_curve, plain_point
+from spectax.economics.calibration import CHEAP_FIT_POINTS, REFIT_EVERY, StepPoint
 from spectax.endpoint import CALIBRATION_POINTS, EndpointMonitor
 from spectax.engines.base import Histogram
 from spectax.pipeline.counts import Counts
@@ -25,51 +20,76 @@ from spectax.pipeline.windows import Window
 from spectax.store import Restored
 
 
-def points_on_line(a: float, b: float, xs: list[float], noise: float = 0.0) -> list[StepPoint]:
+def points_on_line(
+    a: float, b: float, xs: list[float], noise: float = 0.0
+) -> list[tuple[float, float]]:
     rng = random.Random(7)
-    return [StepPoint(x, a + b * x + rng.gauss(0, noise)) for x in xs]
+    return [(x, a + b * x + rng.gauss(0, noise)) for x in xs]
 
 
 def test_theil_sen_recovers_a_line_despite_outliers() -> None:
     points = points_on_line(0.016, 0.0005, [float(x) for x in range(4, 100, 4)])
-    points[3] = StepPoint(points[3].tokens_per_step, 5.0)  # a compile pause
-    points[10] = StepPoint(points[10].tokens_per_step, 0.0)
-    fit = theil_sen(points)
+    points[3] = (points[3][0], 5.0)  # a compile pause
+    points[10] = (points[10][0], 0.0)
+    fit = fit_plain_curve(points, 8, 1.5)
     assert fit is not None
-    assert fit[0] == pytest.approx(0.016, rel=1e-9) and fit[1] == pytest.approx(0.0005, rel=1e-9)
+    assert fit.fixed_seconds == pytest.approx(0.016, rel=1e-9)
+    assert fit.per_token_seconds == pytest.approx(0.0005, rel=1e-9)
+    # the two outliers are outside the 10th-90th percentile band of residuals
+    assert fit.residuals == (pytest.approx(0.0, abs=1e-9), pytest.approx(0.0, abs=1e-9))
 
 
-def test_sound_fit_gives_b_star() -> None:
+def test_sound_fit_gives_b_star_and_its_spread() -> None:
     xs = [8.0, 12, 16, 24, 32, 48, 64, 96, 128, 20]
-    fit = fit_ridge_batch(points_on_line(0.016, 0.0005, xs, noise=0.0002))
+    fit = fit_plain_curve(points_on_line(0.016, 0.0005, xs, noise=0.0002), 8, 1.5)
     assert fit is not None
     assert fit.ridge_batch == pytest.approx(32, rel=0.15)
+    low, high = fit.residuals
+    assert -0.05 < low < 0 < high < 0.05
+    assert fit.covers(8.0 / 2) and fit.covers(128.0 * 2) and not fit.covers(128.0 * 2.1)
+
+
+def test_points_at_one_load_give_a_flat_curve_used_only_near_it() -> None:
+    """A control at constant load says what plain decoding costs at that load, not how it
+    grows: a flat curve, read within 25% of the load it saw."""
+    fit = fit_plain_curve(points_on_line(0.02, 0.0, [31.0, 32, 33, 34] * 3), 8, 1.5)
+    assert fit is not None and fit.per_token_seconds == 0 and fit.ridge_batch is None
+    assert fit.seconds_per_token(32) == pytest.approx(0.02)
+    assert fit.covers(32 * 1.2) and not fit.covers(34 * 1.3)
 
 
 @pytest.mark.parametrize(
     ("xs", "a", "b", "why"),
     [
         ([8.0, 12, 16, 24, 32, 48, 64], 0.016, 0.0005, "too few windows"),
-        ([30.0, 31, 32, 33, 34, 35, 36, 37, 38, 39], 0.016, 0.0005, "no spread"),
         ([8.0, 12, 16, 24, 32, 48, 64, 96, 128], -0.01, 0.0005, "negative intercept"),
         ([8.0, 12, 16, 24, 32, 48, 64, 96, 128], 0.016, -0.0001, "negative slope"),
-        ([8.0, 12, 16, 24, 32, 48, 64, 96, 128], 0.016, 1e-12, "flat: B* = 1.6e10"),
     ],
 )
 def test_unsound_fits_are_refused(xs, a, b, why) -> None:
-    assert fit_ridge_batch(points_on_line(a, b, xs)) is None, why
+    assert fit_plain_curve(points_on_line(a, b, xs), 8, 1.5) is None, why
 
 
-def test_step_point_counts_the_rejected_drafts_the_gpu_verified() -> None:
-    counts = Counts(
+def test_only_windows_without_speculation_are_plain_points() -> None:
+    """A speculating window's time per token is not what the same output costs without
+    speculation (§3b): it gives no point. A plain one gives (B(1 + P/G), TPOT)."""
+    plain = Counts(
+        generation_tokens=1000,
+        prompt_tokens=500,
+        running_seconds=1200.0,
+        time_per_output_token=Histogram(sum=0.4, count=20),
+    )
+    window = Window(start=0, end=300, seconds=300, models={"m": plain})
+    assert plain_point(window) == StepPoint(tokens_per_step=4.0 * 1.5, step_seconds=0.02)
+    speculating = Counts(
         generation_tokens=1000,
         draft_tokens=800,
         accepted_tokens=600,
-        iteration_tokens=Histogram(sum=3000, count=100),
-        inter_token_latency=Histogram(sum=4.0, count=200),
+        time_per_output_token=Histogram(sum=0.4, count=20),
     )
-    point = step_point(Window(start=0, end=300, seconds=300, models={"m": counts}))
-    assert point == StepPoint(tokens_per_step=(3000 + 200) / 100, step_seconds=0.02)
+    assert plain_point(Window(start=0, end=300, seconds=300, models={"m": speculating})) is None
+    few = Counts(generation_tokens=10, time_per_output_token=Histogram(sum=0.1, count=3))
+    assert plain_point(Window(start=0, end=300, seconds=300, models={"m": few})) is None
 
 
 def monitor(billing_mode: str = "serverless", **endpoint: object) -> EndpointMonitor:
@@ -128,34 +148,69 @@ def test_cold_start_on_provisioned_costs_nothing_extra() -> None:
     assert m.snapshot.spend_usd_total == Decimal("0.3")  # 15 s x 2 x 36/h
 
 
-def test_calibration_survives_a_restart() -> None:
-    """Closed windows from the store feed the fit at start-up: B* is calibrated at once."""
-    windows = []
-    for i, tokens_per_step in enumerate([8, 12, 16, 24, 32, 48, 64, 96]):
-        step = 0.016 + 0.0005 * tokens_per_step
-        counts = Counts(
-            generation_tokens=1000,
-            iteration_tokens=Histogram(sum=tokens_per_step * 100, count=100),
-            inter_token_latency=Histogram(sum=step * 100, count=100),
-        )
-        windows.append(Window(start=i * 300, end=(i + 1) * 300, seconds=300, models={"m": counts}))
+def plain_window(i: int, batch: float, a: float, b: float) -> Window:
+    """A closed 5-minute window without speculation whose time per output token lies on
+    a + b * tokens per step, at `batch` running requests (no prompt tokens: n = B)."""
+    counts = Counts(
+        generation_tokens=1000,
+        running_seconds=batch * 300,
+        time_per_output_token=Histogram(sum=(a + b * batch) * 20, count=20),
+    )
+    return Window(start=i * 300, end=(i + 1) * 300, seconds=300, models={"m": counts})
+
+
+def curve_of(m: EndpointMonitor) -> PlainCurve | None:
+    return m.calibration.fit
+
+
+def test_a_baseline_survives_a_restart_and_becomes_the_counterfactual() -> None:
+    """The endpoint's own windows from before speculation, restored from the store, give its
+    plain curve at once: the counterfactual's source is `baseline`, B* = a/b."""
+    windows = [
+        plain_window(i, x, 0.016, 0.0005) for i, x in enumerate([8, 12, 16, 24, 32, 48, 64, 96])
+    ]
     fresh = monitor()
-    assert fresh.snapshot.ridge_source == "configured" and fresh.parameters.ridge_batch == 32
+    assert (
+        fresh.step_model().source == "configured" and fresh.parameters.step_model.ridge_batch == 32
+    )
     m = EndpointMonitor(
         fresh.config, fresh.usd_per_hour, 300.0, Restored(recent_windows=tuple(windows))
     )
-    assert m.snapshot.ridge_source == "calibrated"
-    assert m.parameters.ridge_batch == pytest.approx(32.0)
+    model = m.step_model()
+    assert model.source == "baseline" and model.basis == "calibrated"
+    assert model.ridge_batch == pytest.approx(32.0)
 
 
-def step_window(i: int, tokens_per_step: float, a: float, b: float) -> Window:
-    """A closed 5-minute window whose mean step time lies on step = a + b * tokens."""
-    counts = Counts(
-        generation_tokens=1000,
-        iteration_tokens=Histogram(sum=tokens_per_step * 100, count=100),
-        inter_token_latency=Histogram(sum=(a + b * tokens_per_step) * 100, count=100),
+def test_the_control_comes_before_the_baseline_and_a_profile_before_the_configuration() -> None:
+    from spectax.economics import Profile
+
+    control_curve = PlainCurve(0.004, 0.0001, 10, (0.0, 0.0), (1.0, 10.0))
+    profile = Profile("llama-8b-h100-eagle3", "control", "endpoint x", 50.0, 0.6)
+    windows = tuple(
+        plain_window(i, x, 0.016, 0.0005) for i, x in enumerate([8, 12, 16, 24, 32, 48, 64, 96])
     )
-    return Window(start=i * 300, end=(i + 1) * 300, seconds=300, models={"m": counts})
+    config = monitor(profile="llama-8b-h100-eagle3").config
+    both = EndpointMonitor(
+        config,
+        None,
+        300.0,
+        Restored(recent_windows=windows),
+        control_curve=lambda: control_curve,
+        profile=lambda: profile,
+    )
+    assert both.step_model().source == "control" and both.step_model().ridge_batch == pytest.approx(
+        40
+    )
+    only_profile = EndpointMonitor(config, None, 300.0, profile=lambda: profile)
+    model = only_profile.step_model()
+    assert (model.source, model.basis, model.profile) == (
+        "profile",
+        "profile",
+        "llama-8b-h100-eagle3",
+    )
+    assert (model.ridge_batch, model.step_overhead_ratio) == (50.0, 0.6)
+    nothing = EndpointMonitor(config, None, 300.0, profile=lambda: None)
+    assert nothing.step_model().source == "configured"
 
 
 def test_calibration_fits_once_there_are_enough_windows_then_hourly_and_keeps_a_day() -> None:
@@ -164,54 +219,49 @@ def test_calibration_fits_once_there_are_enough_windows_then_hourly_and_keeps_a_
     on the last 288 windows only."""
     xs = [8.0, 12, 16, 24, 32, 48, 64, 96]
     base = Restored(
-        recent_windows=tuple(step_window(i, x, 0.016, 0.0005) for i, x in enumerate(xs))
+        recent_windows=tuple(plain_window(i, x, 0.016, 0.0005) for i, x in enumerate(xs))
     )
     fresh = monitor()
     m = EndpointMonitor(fresh.config, fresh.usd_per_hour, 300.0, base)
-    assert m.snapshot.ridge_batch == pytest.approx(32.0)  # 8 windows: the first fit at once
-    # the GPU changes: step = 0.032 + 0.0005 tokens (B* = 64), one window at a time
+    assert m.step_model().ridge_batch == pytest.approx(32.0)  # 8 windows: the first fit at once
+    # the GPU changes: TPOT = 0.032 + 0.0005 tokens (B* = 64), one window at a time
     refits = []
     for i in range(8, 8 + 2 * REFIT_EVERY + 1):
-        before = m.snapshot.ridge_fit
-        m.calibrate([step_window(i, xs[i % len(xs)], 0.032, 0.0005)])
-        if m.snapshot.ridge_fit is not before:
+        before = curve_of(m)
+        m.calibrate([plain_window(i, xs[i % len(xs)], 0.032, 0.0005)])
+        if curve_of(m) is not before:
             refits.append(i)
     assert len(refits) >= 2
     assert all(b - a == REFIT_EVERY for a, b in itertools.pairwise(refits))
-    assert m.snapshot.ridge_batch > 32.0  # the new windows pull B* toward 64
+    assert m.step_model().ridge_batch > 32.0  # the new windows pull B* toward 64
     for i in range(8, 8 + CALIBRATION_POINTS + 50):
-        m.calibrate([step_window(i, xs[i % len(xs)], 0.032, 0.0005)])
+        m.calibrate([plain_window(i, xs[i % len(xs)], 0.032, 0.0005)])
     assert len(m.calibration) == CALIBRATION_POINTS
-    assert m.snapshot.ridge_batch == pytest.approx(64.0)  # the old day has left the fit
+    assert m.step_model().ridge_batch == pytest.approx(64.0)  # the old day has left the fit
 
 
 def test_an_uncalibrated_monitor_fits_as_soon_as_the_data_allows() -> None:
-    """The live-vLLM tier's case: windows at one concurrency first (no spread: no fit), then
-    at another. The fit must hold at the first window that gives it spread, not an hour on."""
     m = monitor()
-    for i in range(9):
-        m.calibrate([step_window(i, 8.0, 0.016, 0.0005)])
-    assert m.snapshot.ridge_source == "configured"
-    m.calibrate([step_window(9, 64.0, 0.016, 0.0005)])
-    assert m.snapshot.ridge_source == "calibrated"
+    for i in range(7):
+        m.calibrate([plain_window(i, 8.0, 0.016, 0.0005)])
+    assert m.step_model().source == "configured"
+    m.calibrate([plain_window(7, 64.0, 0.016, 0.0005)])
+    assert m.step_model().source == "baseline"
 
 
 def test_a_refused_fit_is_retried_hourly_once_the_history_is_large() -> None:
-    """CPU vLLM's steps fit a line whose B* is implausible: the data is there, the fit is
-    refused. Such an endpoint must not pay a fit over a day of points at every window;
-    while the history is small (cheap fits) it keeps trying, so warm-up windows cannot
-    hold a sound fit back an hour."""
+    """A fit that keeps being refused (here: time per token falling with load, a negative
+    slope) must not cost a fit over a day of points at every window; while the history is
+    small (cheap fits) it keeps trying, so warm-up windows cannot hold a sound fit back."""
     xs = [8.0, 12, 16, 24, 32, 48, 64, 96]
     m = monitor()
     cheap = CHEAP_FIT_POINTS
     tried = []
     for i in range(cheap + 3 * REFIT_EVERY):
         before = m.calibration.fits
-        # step = 1 s + 1 us per token: B* = 1,000,000 requests, beyond any GPU
-        m.calibrate([step_window(i, xs[i % len(xs)], 1.0, 0.000001)])
+        m.calibrate([plain_window(i, xs[i % len(xs)], 0.1, -0.0005)])
         tried.append(m.calibration.fits - before)
-    assert m.snapshot.ridge_source == "configured"
-    # every window while the history (this window's point included) is under `cheap`
+    assert m.step_model().source == "configured"
     assert tried[: cheap - 1] == [1] * (cheap - 1)
     assert sum(tried[cheap - 1 :]) <= 4  # then once an hour: 37 windows
 
@@ -229,9 +279,9 @@ def test_refits_are_staggered_across_endpoints() -> None:
         m = EndpointMonitor(config, None, 300.0)
         fits = 0
         for i in range(3 * REFIT_EVERY):
-            before = m.snapshot.ridge_fit
-            m.calibrate([step_window(i, xs[i % len(xs)], 0.016, 0.0005)])
-            if m.snapshot.ridge_fit is not before:
+            before = curve_of(m)
+            m.calibrate([plain_window(i, xs[i % len(xs)], 0.016, 0.0005)])
+            if curve_of(m) is not before:
                 fits += 1
                 if fits == 2:
                     second_fit.add(i)
@@ -243,7 +293,7 @@ def test_refits_stay_staggered_after_a_restart() -> None:
     """A restart restores every endpoint's day of points at the same instant; their hourly
     refits must still fall on different windows."""
     xs = [8.0, 12, 16, 24, 32, 48, 64, 96]
-    day = tuple(step_window(i, xs[i % len(xs)], 0.016, 0.0005) for i in range(288))
+    day = tuple(plain_window(i, xs[i % len(xs)], 0.016, 0.0005) for i in range(288))
     names = [f"replica-{i}" for i in range(12)]
     settings = validate(
         {"window": "5m", "endpoints": [{"name": n, "url": "http://127.0.0.1:1"} for n in names]}
@@ -251,11 +301,11 @@ def test_refits_stay_staggered_after_a_restart() -> None:
     first_refit = set()
     for config in settings.config.endpoints:
         m = EndpointMonitor(config, None, 300.0, Restored(recent_windows=day))
-        assert m.snapshot.ridge_source == "calibrated"
+        assert curve_of(m) is not None
         for i in range(288, 288 + REFIT_EVERY):
-            before = m.snapshot.ridge_fit
-            m.calibrate([step_window(i, xs[i % len(xs)], 0.016, 0.0005)])
-            if m.snapshot.ridge_fit is not before:
+            before = curve_of(m)
+            m.calibrate([plain_window(i, xs[i % len(xs)], 0.016, 0.0005)])
+            if curve_of(m) is not before:
                 first_refit.add(i)
                 break
     assert len(first_refit) >= 4, first_refit

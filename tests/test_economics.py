@@ -9,7 +9,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from spectax import economics as E
-from spectax.economics import Money, Parameters, Traffic
+from spectax.economics import Money, Parameters, StepModel, Traffic
 
 C, B_STAR, G, TOL = 0.05, 32.0, 1000.0, 1e-6
 # ECONOMICS.md §6: (A, Dt, B, alpha, alpha*, S) with c = 0.05, B* = 32, G = 1000.
@@ -20,7 +20,15 @@ WORKED = [
     (400, 1000, 8, 0.40, 0.25, 1.176471),
     (400, 1000, 32, 0.40, 0.55, 0.869565),
 ]
-PARAMS = Parameters(draft_cost_ratio=C, ridge_batch=B_STAR)
+
+
+def known(b_star: float, h: float = 0.0) -> StepModel:
+    """Parameters known exactly (a sweep profile fitted without error): the band is the point,
+    so the verdict follows S alone, as §6's examples state it."""
+    return StepModel(ridge_batch=b_star, step_overhead_ratio=h, source="sweep", relative_error=0.0)
+
+
+PARAMS = Parameters(draft_cost_ratio=C, step_model=known(B_STAR))
 TEN_USD = Money(seconds=3600.0, spend_usd=10.0, busy_spend_usd=10.0)
 FAST = settings(max_examples=150, deadline=None)
 
@@ -214,7 +222,7 @@ def test_crossover_separates_pay_from_tax(dt, data, c, b_star, extra) -> None:
     assume(alpha > c + 1e-3)
     bx = E.crossover_concurrency(alpha, b_star, c)
     assume(bx is not None and 2.0 <= bx <= 1e4)
-    params = Parameters(draft_cost_ratio=c, ridge_batch=b_star)
+    params = Parameters(draft_cost_ratio=c, step_model=known(b_star))
     below = E.assess_model("m", traffic(g=a + extra, a=a, dt=dt, b=bx * 0.999), params, TEN_USD)
     above = E.assess_model("m", traffic(g=a + extra, a=a, dt=dt, b=bx * 1.001), params, TEN_USD)
     assert below.speedup_ratio is not None and below.speedup_ratio > 1.0
@@ -247,7 +255,6 @@ UNSPECULATED = [
     (NO_SPEC, "no_speculation"),
     (Traffic(output_tokens=0.0, prompt_tokens=0.0, concurrency=0.0), "no_speculation"),
     (NO_TRAFFIC, "no_traffic"),
-    (NO_DRAFTS, "no_drafts"),
 ]
 
 
@@ -276,7 +283,7 @@ def test_verdicts_without_speculation_have_no_numbers(t, verdict) -> None:
         assert res.breakeven_acceptance_ratio is None and res.vram_usd is None
 
 
-@pytest.mark.parametrize("t", [NO_SPEC, NO_TRAFFIC, NO_DRAFTS])
+@pytest.mark.parametrize("t", [NO_SPEC, NO_TRAFFIC])
 def test_measured_speedup_does_not_invent_savings(t) -> None:
     res = E.assess_model("m", t, PARAMS, TEN_USD, measured_speedup=1.3)
     assert res.speculation_savings_usd is None  # got 10 * 0.3 = 3.0
@@ -368,3 +375,75 @@ def test_position_acceptance_and_recommendation_in_assess() -> None:
 def test_draft_cost_ratio_for(method, sizes, expected) -> None:
     got = E.draft_cost_ratio_for(method, *sizes)
     assert got == (None if expected is None else pytest.approx(expected))
+
+
+# ---------------------------------------------------------------- 5. §3b: no drafts, bands
+
+
+@pytest.mark.parametrize(("b", "h"), [(1.0, 0.5), (8.0, 0.57), (64.0, 2.0)])
+def test_a_window_that_proposed_nothing_is_priced_as_a_tax(b, h) -> None:
+    """§3b: speculation on, nothing proposed: S = (r + 1) / (r(1 + h) + 1), below 1, and the
+    money says what it cost; there is no acceptance to show."""
+    params = Parameters(draft_cost_ratio=C, step_model=known(B_STAR, h))
+    res = E.assess_model("m", traffic(a=0.0, dt=0.0, dr=0.0, b=b), params, TEN_USD)
+    r = B_STAR / b
+    assert res.speedup_ratio == pytest.approx((r + 1) / (r * (1 + h) + 1), abs=TOL)
+    assert res.verdict == "tax" and res.verdict_basis == "profile"
+    assert res.acceptance_ratio is None and res.breakeven_acceptance_ratio is None
+    assert res.speculation_savings_usd == pytest.approx(10 * (res.speedup_ratio - 1))
+    assert res.recommended_speculative_tokens is None
+
+
+def test_configured_parameters_give_a_wide_band_and_an_honest_uncertain() -> None:
+    """With nothing measured, B* is known within x4 and h within [0, 3]: row 2 of §6 (S = 1.03
+    at the configured B* = 32) could be anything from a tax to a gain: uncertain."""
+    params = Parameters(draft_cost_ratio=C, step_model=StepModel(ridge_batch=B_STAR))
+    res = E.assess_model("m", traffic(b=64), params, TEN_USD)
+    assert res.speedup_ratio == pytest.approx(1.027397, abs=TOL)
+    assert res.speedup_low_ratio < 1 < res.speedup_high_ratio
+    assert (res.verdict, res.verdict_basis, res.model_source) == (
+        "uncertain",
+        "default",
+        "configured",
+    )
+
+
+def test_a_measured_speedup_is_its_own_band() -> None:
+    params = Parameters(draft_cost_ratio=C, step_model=StepModel(ridge_batch=B_STAR))
+    res = E.assess_model("m", traffic(b=64), params, TEN_USD, measured_speedup=0.8)
+    assert (res.speedup_low_ratio, res.speedup_high_ratio) == (0.8, 0.8)
+    assert (res.verdict, res.verdict_basis) == ("tax", "measured")
+
+
+def test_a_plain_curve_prices_the_window_against_its_own_time_per_token() -> None:
+    """The counterfactual curve a + b*n at the window's plain tokens per step, over the
+    window's own time per output token; the band is the curve's residual spread, and the h it
+    implies makes break-even agree with S (alpha = alpha* exactly where S = 1)."""
+    curve = E.PlainCurve(0.004, 0.0001, 20, (-0.05, 0.04), (1.0, 40.0))
+    model = StepModel(ridge_batch=40.0, source="control", curve=curve)
+    t = Traffic(
+        output_tokens=G,
+        prompt_tokens=500.0,
+        concurrency=4.0,
+        drafts=200.0,
+        draft_tokens=800.0,
+        accepted_tokens=600.0,
+        time_per_output_token=0.002,
+    )
+    res = E.assess_model("m", t, Parameters(draft_cost_ratio=C, step_model=model), TEN_USD)
+    n = 4.0 * (1 + 500.0 / G)
+    s = (0.004 + 0.0001 * n) / 0.002
+    assert res.speedup_ratio == pytest.approx(s)
+    assert res.speedup_low_ratio == pytest.approx(s * 0.95)
+    assert res.speedup_high_ratio == pytest.approx(s * 1.04)
+    assert (res.verdict, res.verdict_basis, res.model_source) == ("pays", "calibrated", "control")
+    h = res.step_overhead_ratio
+    again = E.modelled_speedup(G, 600.0, 800.0, 4.0, 40.0, C, h)
+    assert again == pytest.approx(s)
+    # at alpha*, the same steps and Dt give S = 1
+    q = (G - 600.0) / 800.0
+    alpha_star = E.breakeven_acceptance(4.0, 40.0, C, h, q)
+    a_star = alpha_star * 800.0
+    assert E.modelled_speedup(
+        (G - 600.0) + a_star, a_star, 800.0, 4.0, 40.0, C, h
+    ) == pytest.approx(1.0)

@@ -77,11 +77,22 @@ def test_values_and_absences() -> None:
         assert get(name, scenario="actual", **unpriced) is None
     assert get("spectax_speculation_savings_usd_per_hour", **unpriced) is None
     assert get("spectax_spend_usd_total", endpoint="unpriced", basis="estimated") is None
-    # no drafts: no acceptance, no speedup, nothing that looks like a real 0
+    # no drafts: no acceptance, but a price (§3b): at the configured h = 0 nothing was lost,
+    # and with h anywhere in its plausible [0, 3] it was a tax up to the band's low end
     idle = {"endpoint": "idle", "model": "tiny-llama"}
-    for name in ("spectax_acceptance_ratio", "spectax_speculation_savings_usd_per_hour"):
-        assert get(name, **idle) is None
-    assert get("spectax_speedup_ratio", method="modeled", **idle) is None
+    assert get("spectax_acceptance_ratio", **idle) is None
+    assert get("spectax_speedup_ratio", method="modeled", **idle) == pytest.approx(1.0)
+    assert get("spectax_speculation_savings_usd_per_hour", **idle) == pytest.approx(0.0)
+    assert get("spectax_speedup_band_ratio", bound="low", **idle) < 0.5
+    assert get("spectax_speedup_band_ratio", bound="high", **idle) == pytest.approx(1.0)
+    assert get("spectax_verdict_info", verdict="uncertain", basis="default", **idle) == 1
+    verdicts = [
+        v
+        for v in ("pays", "tax", "uncertain")
+        if get("spectax_verdict_info", verdict=v, basis="default", **paid) == 1
+    ]
+    assert len(verdicts) == 1  # one verdict, on the default basis: no control, no profile
+    assert get("spectax_model_info", endpoint="idle", source="configured", profile="") == 1
     assert get("spectax_concurrency_requests", **idle) == pytest.approx(1.0)  # (2 + 0) / 2
     assert get("spectax_store_pending_windows") == 3
     assert get("spectax_store_write_errors_total") == 1

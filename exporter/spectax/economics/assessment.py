@@ -27,6 +27,7 @@ from spectax.economics.formulas import (
     cost_per_million_without_speculation,
     crossover_concurrency,
     draft_compute_share,
+    implied_step_overhead,
     position_acceptance,
     recommended_speculative_tokens,
     rejected_share,
@@ -41,6 +42,9 @@ from spectax.pipeline.windows import Window
 
 Verdict = Literal["pays", "tax", "uncertain", "no_speculation", "no_traffic"]
 
+#: An implied step overhead outside this range says the other parameters (c, B*) are
+#: wrong, not that a speculative step is cheaper than half a plain one or 20x dearer.
+PLAUSIBLE_STEP_OVERHEAD = (-0.5, 20.0)
 #: Finished requests each side needs for a measured speedup: a ratio of two or three
 #: requests' timings says more about those requests than about speculation.
 MIN_MEASURED_REQUESTS = 10
@@ -218,6 +222,11 @@ def assess_model(
     basis: Basis | None = "measured" if measured_speedup is not None else None
     if basis is None and estimate is not None:
         basis = estimate.basis
+    if measured_speedup is not None:  # h as measured: break-even and crossover agree with it
+        h = implied_step_overhead(g, a, dt, traffic.concurrency, b_star, c, measured_speedup)
+    if h is not None and not PLAUSIBLE_STEP_OVERHEAD[0] <= h <= PLAUSIBLE_STEP_OVERHEAD[1]:
+        h = None  # the other parameters (c, B*) are off, not the step: do not pretend
+    h_or_0 = h if h is not None else step.step_overhead_ratio
 
     r = relative_batch(b_star, traffic.concurrency)
     steps_per_draft = (g - a) / dt if drafting else 0.0
