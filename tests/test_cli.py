@@ -183,7 +183,12 @@ async def test_the_live_demo_calibrates_from_its_own_windows_not_from_demo_histo
     assert (
         await asyncio.to_thread(main, ["report", "--month", month.group(1), "--out", "r.md"]) == 0
     )
-    assert "code-assistant" in (tmp_path / "r.md").read_text()  # the README's two commands
+    report = (tmp_path / "r.md").read_text()
+    assert "code-assistant" in report  # the README's two commands
+    # The demo's windows carry the daemon's verdicts and bases: the report says how each was
+    # reached (chat-creative on its control's plain curve, code-assistant on the defaults).
+    assert "| chat-creative | calibrated 100.0% | control |" in report
+    assert "| code-assistant | default 100.0% | configured |" in report
     assert not (tmp_path / "spectax-state" / "spectax.sqlite").exists()
 
     port = free_port()
