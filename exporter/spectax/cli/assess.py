@@ -17,7 +17,6 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from spectax import economics
@@ -30,6 +29,7 @@ from spectax.cli.assess_notes import (
     json_object,
     notes_for,
 )
+from spectax.cli.files import read_text
 from spectax.engines import get_parser
 from spectax.engines.base import EngineSample, ParseError
 from spectax.pipeline.intervals import interval_between
@@ -313,7 +313,10 @@ async def _gather_pages(
         first = await _fetch(before)
         await asyncio.sleep(seconds)
         return first, await _fetch(after), seconds
-    pages = [await _fetch(p) if _is_url(p) else _read_file(p) for p in (before, after)]
+    pages = [
+        await _fetch(p) if _is_url(p) else read_text(p, AssessError, "a text /metrics page")
+        for p in (before, after)
+    ]
     if seconds is None and not _is_url(before) and not _is_url(after):
         elapsed = os.stat(after).st_mtime - os.stat(before).st_mtime
         seconds = elapsed if elapsed > 0 else None
@@ -322,17 +325,6 @@ async def _gather_pages(
 
 def _is_url(text: str) -> bool:
     return text.startswith(("http://", "https://"))
-
-
-def _read_file(path: str) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise AssessError(f"{path}: no such file") from None
-    except UnicodeDecodeError:
-        raise AssessError(f"{path}: not a text /metrics page (not UTF-8)") from None
-    except OSError as exc:
-        raise AssessError(f"{path}: cannot read: {exc.strerror}") from None
 
 
 async def _fetch(url: str) -> str:

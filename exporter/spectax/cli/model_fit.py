@@ -22,9 +22,9 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
+from spectax.cli.files import read_text
 from spectax.economics.counterfactual import (
     PlainCurve,
     Profile,
@@ -69,7 +69,7 @@ def read_sweep(paths: Sequence[str]) -> Sweep:
     rows: list[SweepRow] = []
     runs: list[BenchRun] = []
     for path in paths:
-        text = _read(path)
+        text = read_text(path, InputError)
         if text.lstrip().startswith("{"):
             runs.extend(bench_runs(path, text))
         else:
@@ -79,17 +79,6 @@ def read_sweep(paths: Sequence[str]) -> Sweep:
         rows.extend(pair_runs(runs))
         plain = plain_curve([r for r in runs if not r.speculative])
     return Sweep(tuple(rows), plain, tuple(paths))
-
-
-def _read(path: str) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not a text file (not UTF-8)") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
 
 
 def csv_rows(path: str, text: str) -> list[SweepRow]:
