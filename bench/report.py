@@ -101,10 +101,14 @@ def hour_rows(p: dict[str, Any], start: datetime, hours: int, rng: random.Random
             spend += cold
         busy_spend = spend - cold if serverless else (spend * Decimal(busy / 3600)).quantize(NANO)
         savings = None
+        judged = dict.fromkeys(VERDICT_COLUMNS, 0 if k else None)
         if k and g and draft_tokens:
             s = economics.modelled_speedup(g, accepted or 0, draft_tokens, b, ridge, c)
             if s is not None:
                 savings = economics.speculation_savings_usd(float(busy_spend), s, float(draft_load))
+                # The hour's 12 windows, judged as the daemon does on the default basis.
+                judged["windows_pays" if s > 1 else "windows_tax"] = 12
+                judged["windows_basis_default"] = 12
         rows.append(
             SimpleNamespace(
                 endpoint=p["name"],
@@ -136,9 +140,25 @@ def hour_rows(p: dict[str, Any], start: datetime, hours: int, rng: random.Random
                 speculation_savings_usd=savings,
                 draft_cost_ratio=c if k else None,
                 ridge_batch_requests=ridge,
+                **judged,
+                ridge_batch_source="configured",
+                speedup_low_ratio=None,
+                speedup_high_ratio=None,
+                step_overhead_ratio=0.0 if k else None,
             )
         )
     return rows
+
+
+VERDICT_COLUMNS = (
+    "windows_pays",
+    "windows_tax",
+    "windows_uncertain",
+    "windows_basis_measured",
+    "windows_basis_calibrated",
+    "windows_basis_profile",
+    "windows_basis_default",
+)
 
 
 def build_store(path: Path, endpoints: int, days: int) -> None:

@@ -51,19 +51,24 @@ def deltas(before: str, after: str, restarted: bool = False) -> dict[str, float]
     return result
 
 
-def expected(d: dict[str, float], c: float, b_star: float = 32.0) -> dict[str, float]:
-    """ECONOMICS.md §2-§3, written out again here."""
+def expected(
+    d: dict[str, float], c: float, b_star: float = 32.0, h: float = 0.1
+) -> dict[str, float]:
+    """ECONOMICS.md §2-§3b, written out again here; h = 0.1 is spectax's default."""
     g, a, dt, dr, b = d["G"], d["A"], d["Dt"], d["Dr"], d["B"]
     r = b_star / b
-    t_spec = (g - a) * r + (g - a + dt) + c * dt * (r + 1)
+    t_spec = (g - a) * r * (1 + h) + (g - a + dt) + c * dt * (r + 1)
     t_ns = g * (r + 1)
     alpha = a / dt
+    q = (g - a) / dt  # request-steps per draft token
     return {
         "acceptance_ratio": alpha,
         "acceptance_length_tokens": 1 + a / dr,
-        "breakeven_acceptance_ratio": c + b / (b + b_star),
+        "breakeven_acceptance_ratio": c + (b + h * b_star * q) / (b + b_star),
         "speedup_ratio": t_ns / t_spec,
-        "crossover_concurrency_requests": b_star * (alpha - c) / (1 - alpha + c),
+        "crossover_concurrency_requests": (
+            b_star * (alpha - c - h * q) / (1 - alpha + c) if alpha - c - h * q > 0 else None
+        ),
         "draft_compute_share_ratio": c * dt * (r + 1) / t_spec,
         "rejected_share_ratio": (dt - a) * (1 + c * (r + 1)) / t_spec,
     }
@@ -119,6 +124,9 @@ def test_assess_json_matches_the_economics(capsys, before, after, method, c, res
     assert result["accepted_tokens"] == d["A"] and result["drafts"] == d["Dr"]
     assert result["concurrency_requests"] == pytest.approx(d["B"])
     for key, value in want.items():
+        if value is None:  # alpha - c - h*q <= 0: it pays at no concurrency
+            assert result[key] is None, key
+            continue
         assert result[key] == pytest.approx(value, abs=TOL), key
     assert result["position_acceptance_ratio"] == pytest.approx([x / d["Dr"] for x in d["A_k"]])
     spend = 2.5 * 2 * 600 / 3600
@@ -129,7 +137,56 @@ def test_assess_json_matches_the_economics(capsys, before, after, method, c, res
         spend * s / d["G"] * 1e6
     )
     assert result["speculation_savings_usd"] == pytest.approx(spend * (s - 1), abs=TOL)
-    assert result["verdict"] == ("pays" if s > 1 else "tax")
+    # Two pages give no plain curve: the configured counterfactual, its band drawn over
+    # B* within x4 and h over its plausible range (ECONOMICS.md §3b), the verdict by the band.
+    assert (result["verdict_basis"], result["model_source"]) == ("default", "configured")
+    assert result["step_overhead_ratio"] == 0.1  # the default, as the daemon's
+    low, high = result["speedup_low_ratio"], result["speedup_high_ratio"]
+    corners = [expected_speedup(d, c, b_star, h) for b_star in (8.0, 128.0) for h in (0.0, 3.0)]
+    assert low == pytest.approx(min(*corners, s), rel=1e-9)
+    assert high == pytest.approx(max(*corners, s), rel=1e-9)
+    assert result["verdict"] == ("pays" if low > 1 else "tax" if high < 1 else "uncertain")
+
+
+def expected_speedup(d: dict[str, float], c: float, b_star: float, h: float) -> float:
+    """§3b: S = G(r + 1) / ((G - A) r (1 + h) + (G - A + Dt) + c Dt (r + 1)), r = B*/B."""
+    g, a, dt, b = d["G"], d["A"], d["Dt"], max(d["B"], 1.0)
+    r = b_star / b
+    return g * (r + 1) / ((g - a) * r * (1 + h) + (g - a + dt) + c * dt * (r + 1))
+
+
+def test_the_step_overhead_ratio_moves_the_estimate_and_is_shown(capsys) -> None:
+    before, after = "spec_ngram_0_before_traffic.txt", "spec_ngram_3_after.txt"
+    args = [str(FIXTURES / before), str(FIXTURES / after), "--method", "ngram"]
+    code, out, err = run_assess(capsys, *args, "--step-overhead-ratio", "0.6", "--format", "json")
+    assert code == 0, err
+    [result] = json.loads(out)
+    d = deltas(before, after, False)
+    assert result["step_overhead_ratio"] == 0.6
+    assert result["speedup_ratio"] == pytest.approx(expected_speedup(d, 0.0, 32.0, 0.6), rel=1e-9)
+    code, out, _ = run_assess(capsys, *args, "--step-overhead-ratio", "0.6")
+    first = out.splitlines()[0]
+    assert f"(default, speedup {result['speedup_low_ratio']:.3f} to" in first
+    code, _, err = run_assess(capsys, *args, "--step-overhead-ratio", "-0.5")
+    assert code == 1 and "--step-overhead-ratio" in err and "h >= 0" in err
+
+
+def test_an_uncertain_verdict_says_why_and_how_to_get_a_better_basis(capsys) -> None:
+    code, out, _ = run_assess(
+        capsys,
+        str(FIXTURES / "spec_ngram_0_before_traffic.txt"),
+        str(FIXTURES / "spec_ngram_3_after.txt"),
+        "--method",
+        "ngram",
+        "--format",
+        "json",
+    )
+    assert code == 0
+    [result] = json.loads(out)
+    assert result["verdict"] == "uncertain"
+    [note] = [n for n in result["notes"] if n.startswith("uncertain")]
+    for advice in ("--control CBEFORE CAFTER", "--ridge-batch", "--step-overhead-ratio"):
+        assert advice in note
 
 
 def test_assess_recommended_k_from_positions(capsys) -> None:
@@ -148,11 +205,17 @@ def test_assess_recommended_k_from_positions(capsys) -> None:
     assert code == 0
     [result] = json.loads(out)
     d = deltas(before, after)
-    bar = 24 / (24 + 32)  # c = 0
+    h, q = 0.1, (d["G"] - d["A"]) / d["Dt"]
+    bar = 24 / (24 + 32)  # each position's own bar: c = 0, and h is paid per step, not position
     p = [x / d["Dr"] for x in d["A_k"]]
     clearing = [k + 1 for k, pk in enumerate(p) if pk > bar]
-    assert result["breakeven_acceptance_ratio"] == pytest.approx(bar)
-    assert result["recommended_speculative_tokens"] == (max(clearing) if clearing else 0)
+    k = max(clearing) if clearing else 0
+    # ... and the whole draft of k positions must pay its per-step overhead too (§3b)
+    r = 32 / 24
+    if k and (1 + sum(p[:k])) * (r + 1) / (r * (1 + h) + 1 + k) <= 1:
+        k = 0
+    assert result["breakeven_acceptance_ratio"] == pytest.approx((24 + h * 32 * q) / (24 + 32))
+    assert result["recommended_speculative_tokens"] == k
     assert result["concurrency_requests"] == 24
 
 
@@ -190,8 +253,29 @@ def test_spec_enabled_without_drafts(capsys) -> None:
     )
     assert code == 0
     [result] = json.loads(out)
-    assert result["draft_tokens"] == 0 and result["verdict"] == "no_drafts"
-    assert result["acceptance_ratio"] is None
+    assert result["draft_tokens"] == 0 and result["acceptance_ratio"] is None
+    # Priced like any other window (§3b): at the default h = 0.1 a tax, (r + 1)/(r(1 + h) + 1),
+    # and its band, over h's plausible range, from a heavy tax up to breaking even at h = 0:
+    # never a silent "no drafts".
+    r = 32 / max(result["concurrency_requests"], 1.0)
+    assert result["speedup_ratio"] == pytest.approx((r + 1) / (r * 1.1 + 1), rel=1e-12)
+    assert result["speedup_high_ratio"] == pytest.approx(1.0, rel=1e-12)
+    assert result["speedup_low_ratio"] < 1 and result["verdict"] == "uncertain"
+    assert any("proposed nothing" in n and "per-step cost" in n for n in result["notes"])
+    code, out, _ = run_assess(
+        capsys,
+        str(FIXTURES / "spec_ngram_inflight_running_waiting.txt"),
+        str(FIXTURES / "spec_ngram_inflight_after.txt"),
+        "--method",
+        "ngram",
+        "--step-overhead-ratio",
+        "0.5",
+        "--format",
+        "json",
+    )
+    [result] = json.loads(out)
+    r = 32.0 / max(result["concurrency_requests"], 1.0)
+    assert result["speedup_ratio"] == pytest.approx((r + 1) / (r * 1.5 + 1), rel=1e-12)
 
 
 def test_text_format_puts_the_verdict_first(capsys) -> None:
@@ -203,7 +287,7 @@ def test_text_format_puts_the_verdict_first(capsys) -> None:
         "ngram",
     )
     assert code == 0
-    assert out.splitlines()[0].startswith("verdict: PAYS")
+    assert out.splitlines()[0].startswith("verdict: UNCERTAIN (default, speedup 0.339 to 1.343)")
     assert "acceptance_ratio" in out
 
 
@@ -307,6 +391,8 @@ def test_measured_speedup_against_a_control_is_the_tpot_ratio(capsys) -> None:
     )
     assert result["speedup_measured_ratio"] == pytest.approx(by_hand, rel=1e-12)
     assert result["verdict"] == ("pays" if by_hand > 1 else "tax")  # measured wins
+    assert result["verdict_basis"] == "measured"
+    assert result["speedup_low_ratio"] == result["speedup_high_ratio"] == pytest.approx(by_hand)
     assert result["speedup_ratio"] is not None  # the model stays beside it
 
 

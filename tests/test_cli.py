@@ -133,7 +133,7 @@ def test_the_top_level_help_lists_every_command_with_what_it_does(
         main(["--help"])
     out = capsys.readouterr().out
     commands = [name for name in all_commands() if name and " " not in name]
-    assert len(commands) == 8
+    assert len(commands) == 9
     for command in commands:
         assert re.search(rf"^\s+{command}\s+\w", out, re.MULTILINE), f"{command}:\n{out}"
 
@@ -183,7 +183,12 @@ async def test_the_live_demo_calibrates_from_its_own_windows_not_from_demo_histo
     assert (
         await asyncio.to_thread(main, ["report", "--month", month.group(1), "--out", "r.md"]) == 0
     )
-    assert "code-assistant" in (tmp_path / "r.md").read_text()  # the README's two commands
+    report = (tmp_path / "r.md").read_text()
+    assert "code-assistant" in report  # the README's two commands
+    # The demo's windows carry the daemon's verdicts and bases: the report says how each was
+    # reached (chat-creative on its control's plain curve, code-assistant on the defaults).
+    assert "| chat-creative | calibrated 100.0% | control |" in report
+    assert "| code-assistant | default 100.0% | configured |" in report
     assert not (tmp_path / "spectax-state" / "spectax.sqlite").exists()
 
     port = free_port()

@@ -396,8 +396,9 @@ def test_a_window_that_proposed_nothing_is_priced_as_a_tax(b, h) -> None:
 
 def test_configured_parameters_give_a_wide_band_and_an_honest_uncertain() -> None:
     """With nothing measured, B* is known within x4 and h within [0, 3]: row 2 of §6 (S = 1.03
-    at the configured B* = 32) could be anything from a tax to a gain: uncertain."""
-    params = Parameters(draft_cost_ratio=C, step_model=StepModel(ridge_batch=B_STAR))
+    at the configured B* = 32 and h = 0) could be anything from a tax to a gain: uncertain."""
+    configured = StepModel(ridge_batch=B_STAR, step_overhead_ratio=0.0)
+    params = Parameters(draft_cost_ratio=C, step_model=configured)
     res = E.assess_model("m", traffic(b=64), params, TEN_USD)
     assert res.speedup_ratio == pytest.approx(1.027397, abs=TOL)
     assert res.speedup_low_ratio < 1 < res.speedup_high_ratio
@@ -447,3 +448,15 @@ def test_a_plain_curve_prices_the_window_against_its_own_time_per_token() -> Non
     assert E.modelled_speedup(
         (G - 600.0) + a_star, a_star, 800.0, 4.0, 40.0, C, h
     ) == pytest.approx(1.0)
+
+
+def test_the_default_step_overhead_prices_a_window_that_proposed_nothing_as_a_tax() -> None:
+    """Unset, h is 0.1: a window that proposed nothing is a tax at the point estimate, not
+    "no effect", and its band says how sure that is."""
+    assert StepModel().step_overhead_ratio == E.DEFAULT_STEP_OVERHEAD_RATIO == 0.1
+    params = Parameters(draft_cost_ratio=C, step_model=StepModel(ridge_batch=B_STAR))
+    res = E.assess_model("m", traffic(a=0.0, dt=0.0, dr=0.0, b=4.0), params, TEN_USD)
+    r = B_STAR / 4.0
+    assert res.speedup_ratio == pytest.approx((r + 1) / (r * 1.1 + 1))
+    assert res.speedup_high_ratio == pytest.approx(1.0)  # h = 0: it cost nothing at best
+    assert res.verdict == "uncertain" and res.speculation_savings_usd < 0

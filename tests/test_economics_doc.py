@@ -50,7 +50,9 @@ def example(concurrency: float) -> Assessment:
     )
     spend = economics.spend_estimate_usd(USD_PER_GPU_HOUR, 1, SECONDS)
     money = economics.Money(seconds=SECONDS, spend_usd=spend, busy_spend_usd=spend)
-    known = economics.StepModel(ridge_batch=32, source="sweep", relative_error=0.0)
+    known = economics.StepModel(
+        ridge_batch=32, step_overhead_ratio=0.0, source="sweep", relative_error=0.0
+    )
     params = economics.Parameters(draft_cost_ratio=0.05, step_model=known)
     return economics.assess_model("m", traffic, params, money)
 

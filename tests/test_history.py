@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
+from alembic import command
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -21,7 +22,7 @@ from spectax.config import validate
 from spectax.endpoint import EndpointMonitor
 from spectax.store import Store
 from spectax.store.models import TABLES, Money
-from spectax.store.schema import HEAD_REVISION, SchemaMismatch, head_revision, upgrade
+from spectax.store.schema import HEAD_REVISION, SchemaMismatch, _config, head_revision, upgrade
 
 PAGES = [
     "spec_ngram_0_before_traffic.txt",
@@ -103,6 +104,23 @@ async def test_rollups_equal_window_sums_and_ratios(database_url) -> None:
             assert positions == [
                 sum(json.loads(w.accepted_per_position)[k] for w in inside) for k in range(4)
             ]
+        # the daemon's verdicts and bases, counted: an hour's are its windows', a day's its hours'
+        for rows in (hours, days):
+            for verdict in ("pays", "tax", "uncertain"):
+                assert sum(getattr(r, f"windows_{verdict}") for r in rows) == sum(
+                    w.verdict == verdict for w in windows
+                )
+            for basis in ("measured", "calibrated", "profile", "default"):
+                assert sum(getattr(r, f"windows_basis_{basis}") for r in rows) == sum(
+                    w.verdict_basis == basis for w in windows
+                )
+        assert sum(h.windows_tax + h.windows_pays + h.windows_uncertain for h in hours) > 0
+        last = max(windows, key=lambda w: w.start)
+        latest = max(days, key=lambda d: d.start)
+        assert (latest.ridge_batch_source, latest.speedup_low_ratio) == (
+            last.ridge_batch_source,
+            last.speedup_low_ratio,
+        )
         # idempotent: rolling again changes nothing and finds nothing due
         assert await store.rollup() == 0
         assert totals(await store.rows("hour"), *SUMMED) == totals(hours, *SUMMED)
@@ -177,6 +195,52 @@ async def test_migration_from_the_first_schema_keeps_the_data(database_url) -> N
         await store.rollup()  # the migration marked old windows for rollup
         [hour] = await store.rows("hour")
         assert hour.output_tokens == 1000 and hour.start == datetime(2026, 10, 1, 10, tzinfo=UTC)
+        # a window from before 0004: its verdict counts, its basis was not recorded
+        assert (hour.windows_pays, hour.windows_tax, hour.windows_basis_default) == (1, 0, 0)
+    finally:
+        await store.close()
+
+
+async def test_upgrading_to_0005_counts_the_verdicts_of_the_hours_still_kept(database_url) -> None:
+    """Rollups from before 0005 hold no verdict counts: the upgrade re-rolls every hour whose
+    windows are all still kept, and leaves one that retention cut into as it was."""
+    store = await Store.open(database_url)
+    try:
+        await fill(store, database_url)
+        await store.rollup()
+        windows = await store.rows("window")
+        hours = {h.start: h for h in await store.rows("hour")}
+    finally:
+        await store.close()
+    first = min(hours)
+    engine = create_async_engine(database_url)
+    async with engine.begin() as conn:
+        await conn.run_sync(lambda c: command.downgrade(_config(c), "0004"))
+        # retention took the first window of the first hour
+        await conn.execute(
+            text("DELETE FROM windows WHERE start = :start"),
+            {"start": min(w.start for w in windows)},
+        )
+        await conn.run_sync(upgrade)
+    await engine.dispose()
+    store = await Store.open(database_url)
+    try:
+        await store.rollup()
+        after = {h.start: h for h in await store.rows("hour")}
+        cut = after.pop(first)
+        assert cut.windows_pays is None and cut.output_tokens == hours[first].output_tokens
+        for start, hour in after.items():
+            inside = [w for w in windows if start <= w.start < hour.end]
+            assert hour.windows_tax + hour.windows_pays + hour.windows_uncertain == sum(
+                w.verdict in ("pays", "tax", "uncertain") for w in inside
+            )
+            assert hour.windows_basis_default == sum(w.verdict_basis == "default" for w in inside)
+            assert hour.output_tokens == hours[start].output_tokens
+        days = await store.rows("day")
+        assert [d.windows_pays is None for d in sorted(days, key=lambda d: d.start)] == [
+            True,  # the day of the cut hour: not recorded, never undercounted
+            False,
+        ]
     finally:
         await store.close()
 

@@ -77,12 +77,14 @@ def test_values_and_absences() -> None:
         assert get(name, scenario="actual", **unpriced) is None
     assert get("spectax_speculation_savings_usd_per_hour", **unpriced) is None
     assert get("spectax_spend_usd_total", endpoint="unpriced", basis="estimated") is None
-    # no drafts: no acceptance, but a price (§3b): at the configured h = 0 nothing was lost,
-    # and with h anywhere in its plausible [0, 3] it was a tax up to the band's low end
+    # no drafts: no acceptance, but a price (§3b): at the default h = 0.1 a tax, and with h
+    # anywhere in its plausible [0, 3] between nothing lost and the band's low end
     idle = {"endpoint": "idle", "model": "tiny-llama"}
     assert get("spectax_acceptance_ratio", **idle) is None
-    assert get("spectax_speedup_ratio", method="modeled", **idle) == pytest.approx(1.0)
-    assert get("spectax_speculation_savings_usd_per_hour", **idle) == pytest.approx(0.0)
+    rb = 32 / 1.0  # B* configured over one request running on average
+    s = (rb + 1) / (rb * 1.1 + 1)
+    assert get("spectax_speedup_ratio", method="modeled", **idle) == pytest.approx(s)
+    assert get("spectax_speculation_savings_usd_per_hour", **idle) == pytest.approx(4 * (s - 1))
     assert get("spectax_speedup_band_ratio", bound="low", **idle) < 0.5
     assert get("spectax_speedup_band_ratio", bound="high", **idle) == pytest.approx(1.0)
     assert get("spectax_verdict_info", verdict="uncertain", basis="default", **idle) == 1

@@ -16,7 +16,7 @@ from conftest import page
 from spectax.config import validate
 from spectax.economics import PlainCurve
 from spectax.endpoint import EndpointMonitor
-from spectax.profiles import ProfileBook
+from spectax.profiles import ProfileBook, baseline_profile_name, learned_profiles
 from spectax.store import Store, StoreError
 
 PROFILE = "tiny-llama-cpu-ngram"
@@ -77,8 +77,8 @@ async def test_one_ab_teaches_a_profile_that_an_endpoint_without_a_control_uses(
     student = EndpointMonitor(student_config, None, 60.0, profile=book.lookup(PROFILE))
     assert student.step_model().source == "configured"  # nothing learned yet
     taught = feed(teacher)
-    learned = teacher.learned_profile()
-    assert learned is not None and learned.name == PROFILE and learned.source == "control"
+    (learned,) = learned_profiles(teacher)  # it has no baseline of its own
+    assert learned.name == PROFILE and learned.source == "control"
     assert learned.plain == CONTROL_CURVE
     assert (taught["verdict_basis"], taught["ridge_batch_source"]) == ("calibrated", "control")
     assert learned.step_overhead_ratio == pytest.approx(taught["step_overhead_ratio"])
@@ -126,3 +126,39 @@ async def test_a_store_outage_keeps_the_profiles_known(store, caplog) -> None:
     await book.refresh(Down(), [teacher], datetime.now(UTC))  # type: ignore[arg-type]
     assert PROFILE in book.known  # the last profiles read stay in force
     assert any("cannot refresh step-time profiles" in r.getMessage() for r in caplog.records)
+
+
+def plain_window(i: int, batch: float, a: float, b: float):
+    from spectax.engines.base import Histogram
+    from spectax.pipeline.counts import Counts
+    from spectax.pipeline.windows import Window
+
+    counts = Counts(
+        generation_tokens=1000,
+        running_seconds=batch * 60,
+        time_per_output_token=Histogram(sum=(a + b * batch) * 20, count=20),
+    )
+    return Window(start=i * 60, end=(i + 1) * 60, seconds=60, models={"m": counts})
+
+
+async def test_a_baseline_outlives_the_day_of_windows_a_restart_restores(store) -> None:
+    """An endpoint's windows from before speculation give its plain curve; the store keeps it
+    as `baseline/NAME`, so a restart a week later (restored windows reach back a day, all of
+    them speculating by then) still prices against it, on basis calibrated."""
+    from spectax.store import Restored
+
+    *_, student_config = endpoints()
+    before = [plain_window(i, x, 0.004, 0.0002) for i, x in enumerate([1, 2, 4, 8, 12, 16, 2, 4])]
+    book = ProfileBook()
+    first = EndpointMonitor(student_config, None, 60.0, Restored(recent_windows=tuple(before)))
+    assert first.step_model().source == "baseline"
+    await book.refresh(store, [first], datetime.now(UTC))
+    assert baseline_profile_name("student") in await store.profiles()
+
+    later = EndpointMonitor(
+        student_config, None, 60.0, baseline=book.lookup(baseline_profile_name("student"))
+    )
+    model = later.step_model()
+    assert (model.source, model.basis) == ("baseline", "calibrated")
+    assert model.ridge_batch == pytest.approx(20.0)
+    assert feed(later)["verdict_basis"] == "calibrated"

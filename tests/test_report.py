@@ -26,7 +26,7 @@ import sys
 import tempfile
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -34,6 +34,8 @@ from typing import Any
 
 import aiohttp
 import pytest
+from sqlalchemy import text as sql
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from spectax import economics
 from spectax.cli.main import main
@@ -138,9 +140,8 @@ class Expected:
     draft_load_usd: Decimal = Decimal(0)
     running_seconds: float = 0.0
     model_seconds: float = 0.0
-    hours_paid: int = 0
-    hours_tax: int = 0
-    hours_no_drafts: int = 0
+    verdicts: dict[str, int] = field(default_factory=dict)  # the daemon's, per window
+    bases: dict[str, int] = field(default_factory=dict)
     hours_monitored: int = 0
     draft_compute: float = 0.0
     rejected: float = 0.0
@@ -174,6 +175,9 @@ def expected_from_windows(rows: Iterable[WindowRow]) -> dict[str, Expected]:
             if r.speculation_savings_usd is not None:
                 e.savings = (e.savings or 0.0) + r.speculation_savings_usd
             hours[(r.endpoint, r.model, hour)].append(r)
+            e.verdicts[r.verdict] = e.verdicts.get(r.verdict, 0) + 1
+            if r.verdict_basis is not None:
+                e.bases[r.verdict_basis] = e.bases.get(r.verdict_basis, 0) + 1
             e.c, e.ridge = r.draft_cost_ratio or 0.0, r.ridge_batch_requests
         if r.model and (r.draft_tokens is not None or r.endpoint not in speculating_endpoints):
             e.running_seconds += r.running_seconds
@@ -191,17 +195,8 @@ def expected_from_windows(rows: Iterable[WindowRow]) -> dict[str, Expected]:
         b = sum(r.running_seconds for r in group) / seconds
         last = max(group, key=lambda r: r.start)
         c, ridge = last.draft_cost_ratio or 0.0, last.ridge_batch_requests
-        if g <= 0:
+        if g <= 0 or dt <= 0:
             continue
-        if dt <= 0:
-            e.hours_no_drafts += 1
-            continue
-        s = economics.modelled_speedup(g, a, dt, b, ridge, c)
-        assert s is not None
-        if s > 1:
-            e.hours_paid += 1
-        else:
-            e.hours_tax += 1
         busy = [r.busy_spend_usd for r in group if r.busy_spend_usd is not None]
         if busy:
             usd = float(sum(busy, Decimal(0)))
@@ -252,11 +247,12 @@ def assert_figures(
     assert f.cost_per_million_without_speculation == approx(
         (float(x.spend) + x.savings) / x.output_tokens * 1e6, rel=1e-9
     )
-    assert (f.hours_paid, f.hours_tax, f.hours_no_drafts) == (
-        x.hours_paid,
-        x.hours_tax,
-        x.hours_no_drafts,
+    # The daemon's verdicts and bases, window by window, as the report counts them.
+    assert (f.windows_pays, f.windows_tax, f.windows_uncertain) == tuple(
+        x.verdicts.get(v, 0) for v in ("pays", "tax", "uncertain")
     )
+    assert f.windows_judged > 0 and f.windows_unrecorded == 0
+    assert f.basis_windows == x.bases
     if overhead:  # shown for the month reported, not for the month before
         assert f.draft_compute == approx(x.draft_compute, rel=1e-9)
         assert f.rejected == approx(x.rejected, rel=1e-9)
@@ -292,7 +288,7 @@ async def test_every_number_equals_the_stores_sums(demo_url: str) -> None:
     )
     assert t.savings_by["capacity"] == pytest.approx(expected["code-assistant"].savings)
     assert t.savings_by["invoice"] == pytest.approx(expected["chat-creative"].savings)
-    assert t.hours_tax == sum(x.hours_tax for x in expected.values())
+    assert t.windows_tax == sum(x.verdicts.get("tax", 0) for x in expected.values())
     # The month's coverage: 2.5 days of May, 1.5 of April.
     assert report.first == datetime(2026, 5, 1, tzinfo=UTC)
     assert report.last == DEMO_NOW
@@ -320,7 +316,8 @@ async def test_csv_and_markdown_show_the_same_numbers(demo_url: str) -> None:
         assert sum(int(r["hours_monitored"]) for r in mine) == x.hours_monitored
         if x.speculating:
             assert sum(float(r["speculation_net_usd"]) for r in mine) == pytest.approx(x.savings)
-            assert sum(int(r["hours_tax"]) for r in mine) == x.hours_tax
+            assert sum(int(r["windows_tax"]) for r in mine) == x.verdicts.get("tax", 0)
+            assert sum(int(r["windows_pays"]) for r in mine) == x.verdicts.get("pays", 0)
             assert sum(float(r["draft_compute_usd"]) for r in mine) == pytest.approx(
                 x.draft_compute
             )
@@ -429,8 +426,11 @@ def _window(
     cold_usd: str = "0",
     draft_load_usd: str = "0",
     model: str = "served-model",
+    basis: str | None = "default",
 ) -> dict[str, Any]:
-    """One hour-long window row, summed as the daemon would have."""
+    """One hour-long window row, summed as the daemon would have. Its verdict follows the band
+    the basis gives (ECONOMICS.md §3b: measured none, calibrated ±5%, profile ±3%, default
+    ±50%); basis None is a window written before spectax kept it (before migration 0004)."""
     seconds = 3600.0
     busy = seconds if output_tokens > 0 else 0.0
     spend = busy_spend = cold = draft_load = None
@@ -460,7 +460,16 @@ def _window(
             savings = economics.speculation_savings_usd(
                 float(busy_spend), speedup, float(draft_load or 0)
             )
-    verdict = "no_speculation" if not positions else ("pays" if (speedup or 0) > 1 else "tax")
+    verdict, band, source = "no_speculation", None, "configured"
+    if positions and speedup is not None:
+        verdict = "pays" if speedup > 1 else "tax"
+        if basis is not None:
+            width = {"measured": 0.0, "calibrated": 0.05, "profile": 0.03, "default": 0.5}[basis]
+            band = (speedup * (1 - width), speedup * (1 + width))
+            source = {"measured": "control", "calibrated": "baseline"}.get(basis, "configured")
+            source = "profile" if basis == "profile" else source
+            if basis != "measured":
+                verdict = "pays" if band[0] > 1 else "tax" if band[1] < 1 else "uncertain"
     return {
         "endpoint": endpoint,
         "model": model,
@@ -492,10 +501,14 @@ def _window(
         "breakeven_acceptance_ratio": breakeven,
         "speedup_ratio": speedup,
         "ridge_batch_requests": ridge,
-        "ridge_batch_source": "configured",
+        "ridge_batch_source": source,
         "draft_cost_ratio": c,
         "speculation_savings_usd": savings,
         "verdict": verdict,
+        "speedup_low_ratio": band[0] if band else None,
+        "speedup_high_ratio": band[1] if band else None,
+        "step_overhead_ratio": 0.0 if band else None,
+        "verdict_basis": basis if band else None,
     }
 
 
@@ -564,6 +577,7 @@ def golden_windows() -> list[dict[str, Any]]:
                     positions=(0.8, 0.5, 0.2),
                     c=0.05,
                     usd_per_hour="2.5",
+                    basis="calibrated",
                 )
             )
             # Pays at 4 running requests, a tax at 80: disable above the crossover.
@@ -581,6 +595,8 @@ def golden_windows() -> list[dict[str, Any]]:
                     restarts=int(restart),
                     cold_usd="0.05" if restart else "0",
                     draft_load_usd="0.0125" if restart else "0",
+                    # The last day without its profile: the default band leaves 1.5 uncertain.
+                    basis="profile" if day != GOLDEN_DAYS[-1] else "default",
                 )
             )
             # Low concurrency throughout; every other hour the traffic accepts little.
@@ -594,6 +610,7 @@ def golden_windows() -> list[dict[str, Any]]:
                     c=0.05,
                     usd_per_hour="3.0",
                     billing="serverless",
+                    basis="measured",
                 )
             )
             rows.append(
@@ -631,6 +648,7 @@ def golden_windows() -> list[dict[str, Any]]:
                     output_tokens=50_000,
                     positions=(0.6, 0.4),
                     c=None,
+                    basis=None,
                 )
             )
     return rows
@@ -670,6 +688,43 @@ async def test_golden_markdown(golden_url: str) -> None:
     assert text == GOLDEN.read_text(encoding="utf-8"), (
         "the Markdown report changed: review it, then regenerate with SPECTAX_UPDATE_GOLDEN=1"
     )
+
+
+async def test_rollups_from_before_the_verdicts_were_counted(tmp_path: Path) -> None:
+    """A store upgraded to 0005 keeps its older rollups, whose verdict counts are NULL: the
+    report says their basis was not recorded and never makes up counts for them."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'old.sqlite'}"
+    await fill_golden(url)
+    engine = create_async_engine(url)
+    async with engine.begin() as conn:
+        for table in ("rollup_hourly", "rollup_daily"):
+            await conn.execute(
+                sql(
+                    f"UPDATE {table} SET windows_pays = NULL, windows_tax = NULL, "
+                    "windows_uncertain = NULL, windows_basis_calibrated = NULL, "
+                    "ridge_batch_source = NULL, speedup_low_ratio = NULL, "
+                    "speedup_high_ratio = NULL, step_overhead_ratio = NULL "
+                    "WHERE endpoint = 'coder'"
+                )
+            )
+    await engine.dispose()
+    report = await report_of(url, MAY, golden_settings(url))
+    coder = next(e for e in report.endpoints if e.info.name == "coder")
+    f = coder.month
+    assert (f.windows_judged, f.windows_unrecorded, f.basis_windows) == (0, 12, {})
+    assert f.model_source is None and f.speedup_band is None
+    # The hours fall back to the rule on their sums (S > 1: all of coder's hours paid).
+    assert {h.verdict for h in coder.hours} == {"pays"}
+    assert [r.action for r in coder.recommendations] == ["keep"]
+    md = render(report, "md")
+    assert "| coder | eagle | 0.500 | 0.109 | 2.0 | basis not recorded | basis not recorded |" in md
+    assert "| coder | basis not recorded | basis not recorded | — | — | — |" in md
+    total = next(line for line in md.splitlines() if line.startswith("| **Total** | measured"))
+    assert "not recorded 40.0%" in total  # coder's windows and legacy's (before 0004)
+    rows = list(csv.DictReader(io.StringIO(render(report, "csv"))))
+    coder_rows = [r for r in rows if r["endpoint"] == "coder"]
+    assert {r["verdict_basis"] for r in coder_rows} == {"basis not recorded"}
+    assert sum(int(r["windows_verdict_not_recorded"]) for r in coder_rows) == 12
 
 
 async def test_the_same_report_from_postgresql(pg_server: Any) -> None:
@@ -931,7 +986,7 @@ async def test_html_renders_in_chromium_without_errors(demo_url: str, tmp_path: 
         "Daily cost per million output tokens",
         "Daily acceptance against break-even",
         "net savings (negative: tax) by endpoint",
-        "Hours in which speculation paid or was a tax",
+        "Windows in which speculation paid, was a tax, or was uncertain",
     ):
         assert title in html
     page = ARTIFACTS / f"report-{MAY}.html"
@@ -1243,8 +1298,9 @@ async def test_no_total_adds_invoice_money_to_freed_capacity(kinds_url: str) -> 
         amounts = {m.lstrip("+-") for m in re.findall(r"[-+]?\$[\d,]+\.\d+", row)}
         for what, text in shown.items():
             assert text.lstrip("-") not in amounts, f"{what} ({text}) in a total: {row}"
-    # md and html: a Total in 4 tables, and one per kind in the 3 with money
-    assert len(rows) == 2 * (4 + 3 * 2), rows
+    # md and html: a Total in 5 tables (the basis table's has no money), one per kind in the
+    # 3 with money
+    assert len(rows) == 2 * (5 + 3 * 2), rows
     for figures in (report.total, report.previous_total):
         assert figures is not None and figures.mixed
         assert figures.savings is None and figures.cost_per_million_without_speculation is None

@@ -137,7 +137,7 @@ def test_the_page_shows_each_endpoints_verdict_with_its_basis_and_figures() -> N
         "basis default: B* and h guessed (no control, history or profile fitted yet)"
         f" · band {low:.2f}×–{high:.2f}×" in card
     )
-    assert "configured · step overhead h 0.00 assumed (the band spans 0–3)" in card
+    assert "configured · step overhead h 0.10 assumed (the band spans 0–3)" in card
     assert f"${ngram.cost_per_million_output_tokens_usd:,.3f} actual" in card
     assert f"${ngram.cost_per_million_output_tokens_no_speculation_usd:,.3f} without" in card
     savings = ngram.per_hour(ngram.speculation_savings_usd)

@@ -36,12 +36,13 @@ from spectax.credentials import (
     build_target_auth,
     resolve,
 )
-from spectax.economics.calibration import MIN_WINDOWS
-from spectax.economics.formulas import (
+from spectax.economics import (
     DEFAULT_RIDGE_BATCH,
+    DEFAULT_STEP_OVERHEAD_RATIO,
     SPECULATIVE_METHODS,
     draft_cost_ratio_for,
 )
+from spectax.economics.calibration import MIN_WINDOWS
 from spectax.engines import ENGINES
 from spectax.gpus import GpuSpec, gpu_spec
 from spectax.store.db import database_url
@@ -100,15 +101,14 @@ class EndpointConfig(StrictModel):
     billing_mode: Literal["provisioned", "serverless"] = "provisioned"
     speculation: SpeculationConfig | None = None
     ridge_batch: float = Field(default=DEFAULT_RIDGE_BATCH, gt=0)
-    step_overhead_ratio: float = Field(default=0.0, ge=-0.9, le=20)  # h (ECONOMICS.md §3b)
+    step_overhead_ratio: float = Field(default=DEFAULT_STEP_OVERHEAD_RATIO, ge=-0.9, le=20)
     profile: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
     calibration_min_windows: int = Field(default=MIN_WINDOWS, ge=2)
     acceptance_threshold: float = Field(default=0.5, ge=0, le=1)
     control: str | None = None
     cold_start_seconds: Duration | None = None
     weight_load_bytes_per_second: float = Field(default=DEFAULT_WEIGHT_LOAD_BYTES_PER_SECOND, gt=0)
-    # Toward the target (see spectax.credentials): secrets inline, as ${ENV}, or in *_file.
-    bearer_token: SecretStr | None = None
+    bearer_token: SecretStr | None = None  # to the target: inline, ${ENV} or *_file (credentials)
     bearer_token_file: str | None = None
     basic_auth: BasicAuthConfig | None = None
     tls: TLSClientConfig | None = None

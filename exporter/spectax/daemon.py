@@ -33,7 +33,7 @@ from spectax.billing.coordinator import BillingService
 from spectax.config import ConfigError, EndpointConfig, Settings
 from spectax.endpoint import CALIBRATION_POINTS, EndpointMonitor, EndpointSnapshot, endpoint_states
 from spectax.exposition.collector import ReloadStatus, SnapshotCollector, StoreStatus
-from spectax.profiles import REFRESH_SECONDS, ProfileBook
+from spectax.profiles import REFRESH_SECONDS, ProfileBook, baseline_profile_name
 from spectax.reload import endpoint_changes, read_new_configuration
 from spectax.schedule import ScrapeSchedule
 from spectax.scrape import ScrapeError, fetch, lift_open_files_limit, metrics_url, scrape_session
@@ -369,6 +369,7 @@ class Daemon:
             restored,
             **self._peers(endpoint.control),
             profile=self.profiles.lookup(endpoint.profile),
+            baseline=self.profiles.lookup(baseline_profile_name(endpoint.name)),
             gpu=self.settings.gpus.get(endpoint.name),
         )
         if restored.cursor is not None:

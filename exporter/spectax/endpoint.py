@@ -11,7 +11,6 @@ rows of a `PendingWrite`.
 from __future__ import annotations
 
 import logging
-import statistics
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -44,6 +43,8 @@ from spectax.store.writer import PendingWrite
 log = logging.getLogger("spectax.monitor")
 
 CALIBRATION_POINTS = 288  # a day of 5-minute windows
+
+
 FULL_WINDOW_SHARE = 0.8  # a sliding window this full counts as full (scrapes jitter)
 
 
@@ -84,6 +85,7 @@ class EndpointMonitor:
         control_window: ControlLookup | None = None,
         control_curve: CurveLookup | None = None,
         profile: ProfileLookup | None = None,
+        baseline: ProfileLookup | None = None,
         gpu: GpuSpec | None = None,
     ):
         restored = restored or Restored()
@@ -103,9 +105,10 @@ class EndpointMonitor:
         self._control_window = control_window
         self._control_curve = control_curve
         self._profile = profile
+        self._baseline = baseline
         # The step overheads its windows implied against the control's curve: their median
         # is the h of the profile this endpoint teaches (config `profile:` with a `control:`).
-        self._implied_overheads: deque[float] = deque(maxlen=CALIBRATION_POINTS)
+        self.implied_overheads: deque[float] = deque(maxlen=CALIBRATION_POINTS)
         self.calibration = PlainCalibration(
             config.name, CALIBRATION_POINTS, config.calibration_min_windows
         )
@@ -124,10 +127,13 @@ class EndpointMonitor:
         `window` (the sliding one by default), the configuration."""
         config = self.config
         h = config.step_overhead_ratio
-        control = self._control_curve() if self._control_curve is not None else None
+        control = self.control_curve()
         if control is not None:
             return StepModel(control.ridge_batch or config.ridge_batch, h, "control", control)
         own = self.calibration.fit
+        if own is None and self._baseline is not None:  # the fit kept in the store
+            stored = self._baseline()
+            own = stored.plain if stored is not None else None
         if own is not None and config.speculation is not None:
             return StepModel(own.ridge_batch or config.ridge_batch, h, "baseline", own)
         profile = self._profile() if self._profile is not None else None
@@ -161,23 +167,9 @@ class EndpointMonitor:
             )
         return self._roofline_batch
 
-    def learned_profile(self) -> Profile | None:
-        """The profile this endpoint teaches: its config names one, it has a control whose
-        plain curve is fitted, and its windows have implied a step overhead against it."""
-        curve = self._control_curve() if self._control_curve is not None else None
-        if self.config.profile is None or curve is None or not self._implied_overheads:
-            return None
-        spec = self.config.speculation
-        return Profile(
-            name=self.config.profile,
-            source="control",
-            learned_from=f"endpoint {self.config.name} against control {self.config.control}",
-            ridge_batch=curve.ridge_batch or self.config.ridge_batch,
-            step_overhead_ratio=statistics.median(self._implied_overheads),
-            draft_cost_ratio=spec.cost_ratio if spec else None,
-            plain=curve,
-            points=curve.points,
-        )
+    def control_curve(self) -> PlainCurve | None:
+        """The control's plain curve, when this endpoint has a control and it is fitted."""
+        return self._control_curve() if self._control_curve is not None else None
 
     def parameters(self, window: Window | None = None) -> economics.Parameters:
         """The parameters to assess `window` under (its own roofline, if it is the source)."""
@@ -342,7 +334,7 @@ class EndpointMonitor:
                 assessment.model_source == "control" and assessment.verdict_basis == "calibrated"
             )
             if h is not None and learned:
-                self._implied_overheads.append(h)
+                self.implied_overheads.append(h)
         return AssessedWindow(
             window=window,
             assessments=assessments,

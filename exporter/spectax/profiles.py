@@ -9,6 +9,7 @@ curve and the step overhead h. Endpoints of the same kind without a control name
 from __future__ import annotations
 
 import logging
+import statistics
 from collections.abc import Iterable
 from datetime import datetime
 
@@ -19,6 +20,52 @@ from spectax.store import Store, StoreError
 
 log = logging.getLogger(__name__)
 REFRESH_SECONDS = 3600.0
+
+
+def baseline_profile_name(endpoint: str) -> str:
+    """The stored name of an endpoint's own baseline; "/" is never in a configured name."""
+    return f"baseline/{endpoint}"
+
+
+def learned_profiles(monitor: EndpointMonitor) -> list[Profile]:
+    """What an endpoint teaches, for the store to keep:
+
+    - the profile its config names, when it has a control whose plain curve is fitted
+      and its windows have implied a step overhead against it;
+    - its own baseline (`baseline_profile_name`), when it speculates and its windows
+      from before speculation gave a plain curve: restored windows reach back a day
+      only, so without this the baseline would be lost at the first restart.
+    """
+    config, spec = monitor.config, monitor.config.speculation
+    learned = []
+    curve = monitor.control_curve()
+    if config.profile is not None and curve is not None and monitor.implied_overheads:
+        learned.append(
+            Profile(
+                name=config.profile,
+                source="control",
+                learned_from=f"endpoint {config.name} against control {config.control}",
+                ridge_batch=curve.ridge_batch or config.ridge_batch,
+                step_overhead_ratio=statistics.median(monitor.implied_overheads),
+                draft_cost_ratio=spec.cost_ratio if spec else None,
+                plain=curve,
+                points=curve.points,
+            )
+        )
+    own = monitor.calibration.fit
+    if own is not None and spec is not None:
+        learned.append(
+            Profile(
+                name=baseline_profile_name(config.name),
+                source="baseline",
+                learned_from=f"endpoint {config.name} before speculation",
+                ridge_batch=own.ridge_batch or config.ridge_batch,
+                step_overhead_ratio=config.step_overhead_ratio,
+                plain=own,
+                points=own.points,
+            )
+        )
+    return learned
 
 
 class ProfileBook:
@@ -42,8 +89,7 @@ class ProfileBook:
         monitors = list(monitors)
         try:
             for monitor in monitors:
-                learned = monitor.learned_profile()
-                if learned is not None:
+                for learned in learned_profiles(monitor):
                     await store.save_profile(learned, now)
             self.known = await store.profiles()
         except StoreError as exc:

@@ -17,7 +17,6 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from spectax import economics
@@ -30,6 +29,7 @@ from spectax.cli.assess_notes import (
     json_object,
     notes_for,
 )
+from spectax.cli.files import read_text
 from spectax.engines import get_parser
 from spectax.engines.base import EngineSample, ParseError
 from spectax.pipeline.intervals import interval_between
@@ -60,6 +60,7 @@ class AssessOptions:
     method: str | None = None
     draft_cost_ratio: float | None = None
     ridge_batch: float = economics.DEFAULT_RIDGE_BATCH
+    step_overhead_ratio: float = economics.DEFAULT_STEP_OVERHEAD_RATIO
     concurrency: float | None = None
     no_seconds_reason: str = "pass --seconds S, the time between the two pages"
 
@@ -89,7 +90,11 @@ def assess_pages(
         if not control_window.models:
             raise AssessError("the control pages have no engine metrics in common")
     c = _draft_cost_ratio(options, _speculates(after))
-    step = economics.StepModel(ridge_batch=options.ridge_batch)
+    # Two pages give no plain curve and no stored profile: the counterfactual is the one
+    # configured here (source "configured", basis "default"), whatever B* and h are given.
+    step = economics.StepModel(
+        ridge_batch=options.ridge_batch, step_overhead_ratio=options.step_overhead_ratio
+    )
     params = economics.Parameters(draft_cost_ratio=c, step_model=step)
     spend = None
     if options.usd_per_hour is not None and options.seconds is not None:
@@ -130,7 +135,7 @@ def to_text(results: Sequence[Assessed]) -> str:
     width = max(len(k) for k in JSON_KEYS)
     for result in results:
         a, data = result.assessment, json_object(result.assessment)
-        lines.append(f"verdict: {a.verdict.upper()}   model: {a.model}")
+        lines.append(f"verdict: {a.verdict.upper()}{_how(a)}   model: {a.model}")
         for key in FIGURES:
             marks = [f"[{i}]" for i, n in enumerate(result.notes, 1) if key in n.keys]
             lines.append(f"  {key:<{width}}  {' '.join([_show(data[key]), *marks])}")
@@ -139,6 +144,18 @@ def to_text(results: Sequence[Assessed]) -> str:
     if results:
         lines.append(PROVISIONED_NOTE)
     return "\n".join(lines)
+
+
+def _how(a: economics.Assessment) -> str:
+    """How the verdict was reached, beside it: its basis and the speedup's band."""
+    if a.verdict_basis is None:
+        return ""
+    low, high = a.speedup_low_ratio, a.speedup_high_ratio
+    if low is None or high is None:
+        return f" ({a.verdict_basis})"
+    if low == high:
+        return f" ({a.verdict_basis}, speedup {low:.3f})"
+    return f" ({a.verdict_basis}, speedup {low:.3f} to {high:.3f})"
 
 
 def _show(value: Any) -> str:
@@ -195,6 +212,13 @@ def add_parser(commands: Any) -> None:
     assess.add_argument("--method", help="ngram | eagle | eagle3 | mtp | medusa | draft_model")
     assess.add_argument("--draft-cost-ratio", type=float, help="c: draft token cost / target token")
     assess.add_argument("--ridge-batch", type=float, default=32.0, help="B* (default 32)")
+    assess.add_argument(
+        "--step-overhead-ratio",
+        type=float,
+        default=economics.DEFAULT_STEP_OVERHEAD_RATIO,
+        help="h: a speculative step's fixed cost over a plain one's, minus 1 (default %(default)g,"
+        " as the daemon's)",
+    )
     assess.add_argument("--concurrency", type=float, help="B (default: mean running requests)")
     assess.add_argument(
         "--control",
@@ -210,6 +234,11 @@ def add_parser(commands: Any) -> None:
 
 def assess_command(args: argparse.Namespace) -> int:
     try:
+        if not 0 <= args.step_overhead_ratio < math.inf:
+            raise AssessError(
+                f"--step-overhead-ratio {args.step_overhead_ratio:g}: give h >= 0 (0: a "
+                "speculative step costs what a plain one does, before its tokens)"
+            )
         if args.seconds is not None and not 0 < args.seconds < math.inf:
             raise AssessError(
                 f"--seconds {args.seconds:g}: give the time between the two pages, more than 0"
@@ -224,6 +253,7 @@ def assess_command(args: argparse.Namespace) -> int:
             method=args.method,
             draft_cost_ratio=args.draft_cost_ratio,
             ridge_batch=args.ridge_batch,
+            step_overhead_ratio=args.step_overhead_ratio,
             concurrency=args.concurrency,
         )
         control = None
@@ -283,7 +313,10 @@ async def _gather_pages(
         first = await _fetch(before)
         await asyncio.sleep(seconds)
         return first, await _fetch(after), seconds
-    pages = [await _fetch(p) if _is_url(p) else _read_file(p) for p in (before, after)]
+    pages = [
+        await _fetch(p) if _is_url(p) else read_text(p, AssessError, "a text /metrics page")
+        for p in (before, after)
+    ]
     if seconds is None and not _is_url(before) and not _is_url(after):
         elapsed = os.stat(after).st_mtime - os.stat(before).st_mtime
         seconds = elapsed if elapsed > 0 else None
@@ -292,17 +325,6 @@ async def _gather_pages(
 
 def _is_url(text: str) -> bool:
     return text.startswith(("http://", "https://"))
-
-
-def _read_file(path: str) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise AssessError(f"{path}: no such file") from None
-    except UnicodeDecodeError:
-        raise AssessError(f"{path}: not a text /metrics page (not UTF-8)") from None
-    except OSError as exc:
-        raise AssessError(f"{path}: cannot read: {exc.strerror}") from None
 
 
 async def _fetch(url: str) -> str:

@@ -31,6 +31,11 @@ JSON_KEYS = (
     "breakeven_acceptance_ratio",
     "speedup_ratio",
     "speedup_measured_ratio",
+    "speedup_low_ratio",
+    "speedup_high_ratio",
+    "verdict_basis",
+    "model_source",
+    "step_overhead_ratio",
     "crossover_concurrency_requests",
     "recommended_speculative_tokens",
     "draft_compute_share_ratio",
@@ -62,8 +67,21 @@ MONEY_KEYS = (
 WHY_NOT_DRAFTING = {
     "no_speculation": "the pages show no speculative decoding",
     "no_traffic": "no output tokens were generated between the pages",
-    "no_drafts": "speculation is on but nothing was drafted between the pages",
 }
+VERDICT_KEYS = ("speedup_low_ratio", "speedup_high_ratio", "verdict_basis", "model_source")
+# Speculation on, nothing proposed: no acceptance, yet a speedup, a verdict and savings (§3b).
+NO_DRAFTS = (
+    "speculation is on but proposed nothing between the pages: no acceptance (nor break-even"
+    " or crossover), yet every step paid the proposer's per-step cost, priced as"
+    " S = (r + 1)/(r(1 + h) + 1): at most 1, a tax for any h > 0 (ECONOMICS.md §3b)"
+)
+BETTER_BASIS = (
+    "for a better basis give a control's pages (--control CBEFORE CAFTER, the same model"
+    " without speculation over the same span: a measured verdict); --ridge-batch B* and"
+    " --step-overhead-ratio H (say from `spectax model fit` on a benchmark sweep) move the"
+    " estimate, not the band: two pages cannot tell where they came from (a daemon endpoint"
+    " with a `control:` or a `profile:` is judged on a calibrated or profile basis)"
+)
 
 
 @dataclass(frozen=True)
@@ -123,7 +141,16 @@ def notes_for(
         )
     not_drafting = WHY_NOT_DRAFTING.get(a.verdict)
     if not_drafting:
-        why((*SPECULATION_KEYS, *DRAFTING_KEYS, "speedup_measured_ratio"), not_drafting)
+        why(
+            (*SPECULATION_KEYS, *DRAFTING_KEYS, *VERDICT_KEYS, "speedup_measured_ratio"),
+            not_drafting,
+        )
+        why(("step_overhead_ratio",), not_drafting)
+    elif a.draft_tokens is not None and a.draft_tokens <= 0:
+        why((*DRAFTING_KEYS, "breakeven_acceptance_ratio"), NO_DRAFTS)
+    basis_note = _basis_note(a)
+    if basis_note:
+        notes.append(Note(("verdict_basis", "speedup_low_ratio", "speedup_high_ratio"), basis_note))
     crossover = a.crossover_concurrency_requests
     why(
         ("crossover_concurrency_requests",),
@@ -154,6 +181,24 @@ def notes_for(
     elif not_drafting:
         why(MONEY_KEYS, f"no savings: {not_drafting}")
     return tuple(notes)
+
+
+def _basis_note(a: economics.Assessment) -> str | None:
+    """Why the verdict is uncertain or rests on defaults, and how to get a better basis."""
+    low, high = a.speedup_low_ratio, a.speedup_high_ratio
+    band = f"{low:.3f} to {high:.3f}" if low is not None and high is not None else ""
+    if a.verdict == "uncertain":
+        return (
+            f"uncertain: the speedup's band ({band}) straddles 1, so these pages cannot tell"
+            f" whether speculation pays (basis {a.verdict_basis}); {BETTER_BASIS}"
+        )
+    if a.verdict_basis == "default":
+        return (
+            f"basis default: B* and h are configured guesses (B* within x4, h within its"
+            f" plausible range), yet even so the band ({band}) is on one side of 1;"
+            f" {BETTER_BASIS}"
+        )
+    return None
 
 
 def json_object(a: economics.Assessment) -> dict[str, Any]:

@@ -5,7 +5,8 @@
 - pricing: what GPU time costs (interval spend, cold starts, the split between models);
 - counterfactual: the plain-decode curve a speculative endpoint cannot see, its sources,
   and the speedup with its band and basis (§3b);
-- calibration: the plain curve fitted from an endpoint's own windows without speculation.
+- calibration: the plain curve fitted from an endpoint's own windows without speculation;
+- sweep: B*, h and c fitted to a benchmark sweep (`spectax model fit`).
 
 Callers write `from spectax import economics` and `economics.assess_window(...)`.
 """
@@ -30,6 +31,7 @@ from spectax.economics.calibration import (
     plain_point,
 )
 from spectax.economics.counterfactual import (
+    DEFAULT_STEP_OVERHEAD_RATIO,
     SOURCES,
     Basis,
     PlainCurve,
@@ -80,10 +82,12 @@ from spectax.economics.pricing import (
     spend_by_model,
     split_exactly,
 )
+from spectax.economics.sweep import FittedRow, SweepError, SweepFit, SweepRow, fit_sweep
 
 __all__ = [
     "DEFAULT_DRAFT_COST_RATIO",
     "DEFAULT_RIDGE_BATCH",
+    "DEFAULT_STEP_OVERHEAD_RATIO",
     "MAX_RECOMMENDED_SPECULATIVE_TOKENS",
     "MIN_MEASURED_REQUESTS",
     "SOURCES",
@@ -92,6 +96,7 @@ __all__ = [
     "Assessment",
     "Basis",
     "BillingMode",
+    "FittedRow",
     "ModelSpend",
     "Money",
     "Parameters",
@@ -102,6 +107,9 @@ __all__ = [
     "SpeedupEstimate",
     "StepModel",
     "StepPoint",
+    "SweepError",
+    "SweepFit",
+    "SweepRow",
     "Tariff",
     "Traffic",
     "Verdict",
@@ -118,6 +126,7 @@ __all__ = [
     "draft_cost_ratio_for",
     "estimate_speedup",
     "fit_plain_curve",
+    "fit_sweep",
     "gpu_time_with_speculation",
     "gpu_time_without_speculation",
     "iid_acceptance_length",

@@ -49,6 +49,11 @@ BASIS_OF_SOURCE: dict[Source, Basis] = {
 #: implied h ran from 0.3 (n-gram on repetitive text) to 2.5 (n-gram on chat traffic,
 #: which proposed nothing); bench/README.md, "Model check against measurement".
 DEFAULT_STEP_OVERHEAD_RANGE = (0.0, 3.0)
+#: The h assumed when nothing measured it. Not 0: that would call a window that proposed
+#: nothing "no effect", when every one measured was a tax. Small: on a GPU the proposer and
+#: the rejection sampler are a few percent of a step's weight reads. CPU vLLM here, where
+#: the step is tiny, implied 0.3 to 1.05 for n-gram (bench/README.md): inside the band.
+DEFAULT_STEP_OVERHEAD_RATIO = 0.1
 #: B* is known within a factor of 4 either way when it is only configured.
 DEFAULT_RIDGE_BATCH_FACTOR = 4.0
 #: Within a factor of 2 when it is the roofline's: B* scales with the ratio of the two
@@ -103,13 +108,14 @@ class Profile:
     """The step-time parameters of one (model, hardware, method), learned once and used by
     every endpoint of the same kind that names it (config `profile: NAME`).
 
-    `source` is how it was learned: "control" (an endpoint that had a control) or
-    "sweep" (`spectax model fit` on a benchmark sweep). `plain` is the plain curve in
-    absolute time when the source had one.
+    `source` is how it was learned: "control" (an endpoint that had a control),
+    "sweep" (`spectax model fit` on a benchmark sweep) or "baseline" (an endpoint's own
+    plain curve from before speculation, kept for that endpoint alone). `plain` is the
+    plain curve in absolute time when the source had one.
     """
 
     name: str
-    source: Literal["control", "sweep"]
+    source: Literal["control", "sweep", "baseline"]
     learned_from: str
     ridge_batch: float
     step_overhead_ratio: float
@@ -124,7 +130,7 @@ class StepModel:
     """The counterfactual in force for an endpoint: B*, h, and where they came from."""
 
     ridge_batch: float = DEFAULT_RIDGE_BATCH
-    step_overhead_ratio: float = 0.0
+    step_overhead_ratio: float = DEFAULT_STEP_OVERHEAD_RATIO
     source: Source = "configured"
     curve: PlainCurve | None = None
     profile: str | None = None

@@ -209,7 +209,7 @@ def breakeven_acceptance(
     h: float = 0.0,
     steps_per_draft_token: float = 0.0,
 ) -> float:
-    """alpha* = c + (B + h*B**q) / (B + B*): the acceptance at which S = 1.
+    """alpha* = c + (B + h*B* * q) / (B + B*): the acceptance at which S = 1.
 
     q = (G - A)/Dt is request-steps per draft token (1/K when every step
     drafts K). Hold the steps and Dt fixed and let A = alpha*Dt vary:

@@ -53,6 +53,13 @@ def hours_share(hours: int, share: float | None) -> str:
     return f"{hours:,} ({percent(share)})" if share is not None else DASH
 
 
+def band_text(band: tuple[float, float] | None) -> str:
+    if band is None:
+        return DASH
+    low, high = band
+    return f"{low:.3f}" if low == high else f"{low:.3f} to {high:.3f}"
+
+
 def savings_text(value: float, semantics: str) -> str:
     """Net savings with their meaning: capacity freed (provisioned) or invoice money."""
     amount = usd_signed(value)

@@ -178,27 +178,28 @@ def _savings_chart(report: Report) -> Chart:
 
 
 def _hours_chart(report: Report) -> Chart:
-    title = "Hours in which speculation paid or was a tax, by endpoint"
-    items = [e for e in report.endpoints if e.month.hours_with_traffic and e.month.speculating]
+    """The daemon's verdicts per endpoint, counted in windows: tax, paid, uncertain."""
+    title = "Windows in which speculation paid, was a tax, or was uncertain, by endpoint"
+    items = [e for e in report.endpoints if e.month.windows_judged and e.month.speculating]
     if not items:
-        return Chart("hours", title, None, "No endpoint speculated this month.")
-    items = sorted(items, key=lambda e: (-e.month.hours_tax, e.info.name))[:MAX_BARS]
+        return Chart("hours", title, None, "No endpoint has judged speculating windows this month.")
+    items = sorted(items, key=lambda e: (-e.month.windows_tax, e.info.name))[:MAX_BARS]
     items.reverse()
     fig, ax = _bars_figure([e.info.name for e in items])
     names = [e.info.name for e in items]
-    paid = [e.month.hours_paid for e in items]
-    tax = [e.month.hours_tax for e in items]
-    none = [e.month.hours_no_drafts for e in items]
+    paid = [e.month.windows_pays for e in items]
+    tax = [e.month.windows_tax for e in items]
+    uncertain = [e.month.windows_uncertain for e in items]
     ax.barh(names, tax, color=TAX, label="tax")
     ax.barh(names, paid, left=tax, color=PAID, label="paid")
     ax.barh(
         names,
-        none,
+        uncertain,
         left=[a + b for a, b in zip(tax, paid, strict=True)],
         color=NEUTRAL,
-        label="no drafts",
+        label="uncertain",
     )
-    ax.set_xlabel("hours with output tokens")
+    ax.set_xlabel("windows judged (a speculating model with output)")
     ax.legend(loc="lower right", fontsize=8, ncols=3)
     ax.grid(axis="y", visible=False)
     return Chart("hours", title, _scoped("hours", _svg(fig)))

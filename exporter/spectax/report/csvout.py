@@ -12,7 +12,7 @@ import io
 from decimal import Decimal
 
 from spectax.report.build import Report
-from spectax.report.figures import Figures
+from spectax.report.figures import Figures, basis_text
 
 COLUMNS = (
     "date",
@@ -30,9 +30,15 @@ COLUMNS = (
     "breakeven_acceptance_ratio",
     "concurrency_requests",
     "hours_monitored",
-    "hours_paid",
-    "hours_tax",
-    "hours_no_drafts",
+    "windows_pays",
+    "windows_tax",
+    "windows_uncertain",
+    "windows_verdict_not_recorded",
+    "verdict_basis",
+    "model_source",
+    "speedup_low_ratio",
+    "speedup_high_ratio",
+    "step_overhead_ratio",
     "cold_starts",
     "cold_start_usd",
     "draft_load_usd",
@@ -83,9 +89,22 @@ def render_csv(report: Report) -> str:
 
 
 def _hours(f: Figures) -> list[object]:
+    """The day's counted verdicts, its bases (as in the report) and the counterfactual in force
+    at its end; empty cells for an endpoint that does not speculate."""
     if not f.speculating:
-        return ["", "", ""]
-    return [f.hours_paid, f.hours_tax, f.hours_no_drafts]
+        return [""] * 9
+    band = f.speedup_band
+    return [
+        f.windows_pays,
+        f.windows_tax,
+        f.windows_uncertain,
+        f.windows_unrecorded,
+        basis_text(f),
+        f.model_source or "",
+        _num(band[0] if band else None),
+        _num(band[1] if band else None),
+        _num(f.step_overhead),
+    ]
 
 
 def _money(value: Decimal) -> str:

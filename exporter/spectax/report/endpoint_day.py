@@ -1,9 +1,11 @@
 """One endpoint-day's figures from its rollup rows, and an hour's point for the recommendations.
 
 Daily rows give the sums of a day (spend, tokens, drafts, stored savings, cold
-starts); hourly rows give the hour-by-hour verdicts (S recomputed from the hour's
-sums with the hour's draft cost ratio and ridge batch) and the draft overhead by
-kind (the hour's shares times its busy spend).
+starts, the daemon's verdicts and their bases counted) and the counterfactual in
+force at its end (source, band, step overhead); hourly rows give the hours'
+points for the recommendations (S recomputed from the hour's sums with the
+hour's draft cost ratio and ridge batch, for the what-ifs; the verdict the
+daemon's) and the draft overhead by kind (the hour's shares times its busy spend).
 
 Window-level quantities (seconds, restarts) repeat on every model's row of a
 window, and a window has either model rows or one row with model "" (a page
@@ -19,7 +21,7 @@ from collections.abc import Sequence
 from decimal import Decimal
 
 from spectax import economics
-from spectax.report.figures import EndpointInfo, Figures, HourPoint, add_positions
+from spectax.report.figures import BASES, EndpointInfo, Figures, HourPoint, add_positions
 from spectax.report.records import RollupRecord
 from spectax.report.spend import Spend
 from spectax.units import NANO
@@ -94,6 +96,8 @@ def day_figures(
         if row.speculation_savings_usd is not None and estimate is not None:
             key = info.semantics
             f.savings_by[key] = f.savings_by.get(key, 0.0) + row.speculation_savings_usd * ratio
+    for row in speculating_rows:
+        _count_verdicts(f, row)
     for row in concurrency_rows:
         f.running_seconds += row.running_seconds
         f.model_seconds += row.seconds
@@ -102,6 +106,10 @@ def day_figures(
         f.parameters_at = latest.end
         f.draft_cost_ratio = latest.draft_cost_ratio or 0.0
         f.ridge_batch = latest.ridge_batch_requests
+        f.model_source = latest.ridge_batch_source
+        low, high = latest.speedup_low_ratio, latest.speedup_high_ratio
+        f.speedup_band = (low, high) if low is not None and high is not None else None
+        f.step_overhead = latest.step_overhead_ratio
     fraction = info.vram_fraction
     if fraction is not None and f.speculating and f.priced:
         f.vram_usd = float(f.spend) * fraction
@@ -120,14 +128,8 @@ def day_figures(
         concurrency = row.running_seconds / row.seconds if row.seconds > 0 else 0.0
         c, ridge = row.draft_cost_ratio or 0.0, row.ridge_batch_requests
         speedup = None
-        if g > 0 and dt <= 0:
-            f.hours_no_drafts += 1
-        elif g > 0:
+        if g > 0 and dt > 0:
             speedup = speedup_of(g, a, dt, concurrency, ridge, c)
-            if speedup is not None and speedup > 1.0:
-                f.hours_paid += 1
-            else:
-                f.hours_tax += 1
             if positions and row.busy_spend_usd is not None:  # the month reported only
                 busy_usd = float(row.busy_spend_usd) * ratio
                 r = ridge / (concurrency if concurrency > 1.0 else 1.0)  # relative_batch
@@ -150,6 +152,29 @@ def hour_point(row: RollupRecord, ratio: float = 1.0) -> HourPoint:
     return _point(row, ratio, concurrency, c, speedup)
 
 
+def _count_verdicts(f: Figures, row: RollupRecord) -> None:
+    """Add a speculating model's row's counted verdicts and bases to `f`; a row rolled up
+    before they were counted adds its windows with traffic to the unrecorded ones."""
+    if row.windows_pays is None or row.windows_tax is None or row.windows_uncertain is None:
+        if row.output_tokens > 0:
+            f.windows_unrecorded += row.windows
+        return
+    f.windows_pays += row.windows_pays
+    f.windows_tax += row.windows_tax
+    f.windows_uncertain += row.windows_uncertain
+    for basis in BASES:
+        n = getattr(row, f"windows_basis_{basis}")
+        if n:
+            f.basis_windows[basis] = f.basis_windows.get(basis, 0) + n
+
+
+def _judged(row: RollupRecord) -> tuple[int, int, int] | None:
+    pays, tax, uncertain = row.windows_pays, row.windows_tax, row.windows_uncertain
+    if pays is None or tax is None or uncertain is None:
+        return None
+    return (pays, tax, uncertain)
+
+
 def _point(
     row: RollupRecord, ratio: float, concurrency: float, c: float, speedup: float | None
 ) -> HourPoint:
@@ -169,6 +194,7 @@ def _point(
         float(row.busy_spend_usd) * ratio if row.busy_spend_usd is not None else None,
         float(row.draft_load_usd or 0) * ratio,
         speedup,
+        _judged(row),
     )
 
 

@@ -4,6 +4,13 @@ Nothing here averages a ratio: every ratio (cost per million, acceptance,
 concurrency, break-even, speedup) is recomputed from the sums of the span it
 describes, whether that span is an hour, a day, a month, an endpoint or the
 whole fleet. `spectax.report.endpoint_day` fills them from the stored rows.
+
+Verdicts are not recomputed: the daemon judged each window with the band and
+basis of its counterfactual (ECONOMICS.md §3b), which an hour's sums do not
+hold, and the rollups count its verdicts and bases. The report adds those
+counts up; only rows rolled up before the store counted them (migration 0005)
+fall back to a verdict from the hour's sums, and say their basis was not
+recorded.
 """
 
 from __future__ import annotations
@@ -20,7 +27,9 @@ from spectax.report.spend import combined_basis
 SEMANTICS = {"provisioned": "capacity", "serverless": "invoice"}
 
 
-HourVerdict = Literal["pays", "tax", "no_drafts", "no_traffic"]
+HourVerdict = Literal["pays", "tax", "uncertain", "no_traffic"]
+BASES = ("measured", "calibrated", "profile", "default")
+NOT_RECORDED = "basis not recorded"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +58,8 @@ class EndpointInfo:
 
 
 class HourPoint(NamedTuple):
-    """One hour of one speculating model, with its speedup recomputed from the hour's sums."""
+    """One hour of one speculating model: its speedup recomputed from the hour's sums (for the
+    what-ifs of the recommendations), its verdict the daemon's, from its windows' verdicts."""
 
     endpoint: str
     model: str
@@ -66,6 +76,7 @@ class HourPoint(NamedTuple):
     busy_usd: float | None  # scaled to the day's spend basis; None when unpriced
     draft_load_usd: float
     speedup: float | None  # None: no output or no drafts in the hour
+    judged: tuple[int, int, int] | None = None  # windows (pays, tax, uncertain); None: unknown
 
     @property
     def drafting(self) -> bool:
@@ -73,15 +84,27 @@ class HourPoint(NamedTuple):
 
     @property
     def verdict(self) -> HourVerdict:
-        """pays | tax | no_drafts | no_traffic: the daemon's rule on the hour's sums.
+        """pays | tax | uncertain | no_traffic: what most of the hour's windows were judged.
 
+        The daemon's verdicts, counted by the rollup: pays or tax when more than half of the
+        judged windows say so, else uncertain. An hour rolled up before they were counted
+        gets §3's rule on its sums (pays iff S > 1); one that proposed nothing then is a tax,
+        since a proposer with nothing to show breaks even at best (§3b: S = 1 only at h = 0).
         An hour point is of a speculating model, so never `no_speculation`.
         """
         if self.output_tokens <= 0:
             return "no_traffic"
-        if self.speedup is None:
-            return "no_drafts"
-        return "pays" if self.speedup > 1.0 else "tax"
+        if self.judged is not None and sum(self.judged) > 0:
+            pays, tax, uncertain = self.judged
+            if pays > tax + uncertain:
+                return "pays"
+            return "tax" if tax > pays + uncertain else "uncertain"
+        return "pays" if self.speedup is not None and self.speedup > 1.0 else "tax"
+
+    @property
+    def gains(self) -> bool:
+        """The hour's point estimate (S from its sums) says speculation paid."""
+        return self.speedup is not None and self.speedup > 1.0
 
     @property
     def acceptance(self) -> float | None:
@@ -135,13 +158,19 @@ class Figures:
     draft_compute_usd: float = 0.0
     rejected_usd: float = 0.0
     vram_usd: float | None = None
-    hours_paid: int = 0
-    hours_tax: int = 0
-    hours_no_drafts: int = 0
+    # The daemon's verdicts of the speculating models' windows, and their bases.
+    windows_pays: int = 0
+    windows_tax: int = 0
+    windows_uncertain: int = 0
+    windows_unrecorded: int = 0  # in rows rolled up before the verdicts were counted
+    basis_windows: dict[str, int] = field(default_factory=dict)
     hours_monitored: int = 0
     days_monitored: int = 0
     draft_cost_ratio: float | None = None  # the latest in the span (a parameter, not a sum)
     ridge_batch: float | None = None
+    model_source: str | None = None  # the counterfactual's source, band and h, latest too
+    speedup_band: tuple[float, float] | None = None
+    step_overhead: float | None = None
     parameters_at: datetime | None = None
     single_endpoint: bool = True  # False once endpoints are added up: no break-even then
 
@@ -220,18 +249,31 @@ class Figures:
         return economics.breakeven_acceptance(b, self.ridge_batch, self.draft_cost_ratio)
 
     @property
-    def hours_with_traffic(self) -> int:
-        return self.hours_paid + self.hours_tax + self.hours_no_drafts
+    def windows_judged(self) -> int:
+        """Windows the daemon gave a verdict (pays, tax or uncertain) that the store counted."""
+        return self.windows_pays + self.windows_tax + self.windows_uncertain
 
     @property
     def share_paid(self) -> float | None:
-        n = self.hours_with_traffic
-        return self.hours_paid / n if n else None
+        n = self.windows_judged
+        return self.windows_pays / n if n else None
 
     @property
     def share_tax(self) -> float | None:
-        n = self.hours_with_traffic
-        return self.hours_tax / n if n else None
+        n = self.windows_judged
+        return self.windows_tax / n if n else None
+
+    @property
+    def share_uncertain(self) -> float | None:
+        n = self.windows_judged
+        return self.windows_uncertain / n if n else None
+
+    @property
+    def basis_unrecorded(self) -> int:
+        """Judged windows whose basis was not recorded (written before migration 0004), plus
+        the windows whose verdict was not counted either (rolled up before 0005)."""
+        recorded = sum(self.basis_windows.values())
+        return max(self.windows_judged - recorded, 0) + self.windows_unrecorded
 
     @property
     def draft_compute(self) -> float | None:
@@ -281,9 +323,12 @@ class Figures:
         self.rejected_usd += other.rejected_usd
         if other.vram_usd is not None:
             self.vram_usd = (self.vram_usd or 0.0) + other.vram_usd
-        self.hours_paid += other.hours_paid
-        self.hours_tax += other.hours_tax
-        self.hours_no_drafts += other.hours_no_drafts
+        self.windows_pays += other.windows_pays
+        self.windows_tax += other.windows_tax
+        self.windows_uncertain += other.windows_uncertain
+        self.windows_unrecorded += other.windows_unrecorded
+        for basis, n in other.basis_windows.items():
+            self.basis_windows[basis] = self.basis_windows.get(basis, 0) + n
         self.hours_monitored += other.hours_monitored
         self.days_monitored += other.days_monitored
         if not same_endpoint:
@@ -294,6 +339,37 @@ class Figures:
             self.parameters_at = other.parameters_at
             self.draft_cost_ratio = other.draft_cost_ratio
             self.ridge_batch = other.ridge_batch
+            self.model_source = other.model_source
+            self.speedup_band = other.speedup_band
+            self.step_overhead = other.step_overhead
+
+
+def basis_text(f: Figures) -> str:
+    """The bases of the daemon's verdicts as shares of the windows, e.g. "calibrated 90.0%,
+    default 10.0%"; windows stored before the basis was (migrations 0004, 0005) are named
+    as such, never given a basis they did not have."""
+    counts = [(b, f.basis_windows.get(b, 0)) for b in BASES]
+    total = sum(n for _, n in counts) + f.basis_unrecorded
+    if not f.speculating or total == 0:
+        return "—"
+    if f.basis_unrecorded == total:
+        return NOT_RECORDED
+    parts = [f"{b} {100 * n / total:.1f}%" for b, n in counts if n]
+    if f.basis_unrecorded:
+        parts.append(f"not recorded {100 * f.basis_unrecorded / total:.1f}%")
+    return ", ".join(parts)
+
+
+def verdicts_line(month: Figures) -> str:
+    """The daemon's verdicts over the month, with how they were reached."""
+    basis = f"basis: {basis_text(month)}"
+    if not month.windows_judged:
+        return f"No window's verdict was recorded this month ({basis})."
+    return (
+        f"Speculation paid in {month.windows_pays:,} of {month.windows_judged:,} windows judged, "
+        f"was a tax in {month.windows_tax:,} and uncertain in {month.windows_uncertain:,} "
+        f"({basis})."
+    )
 
 
 def total(figures: Iterable[Figures]) -> Figures:

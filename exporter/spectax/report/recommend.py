@@ -1,9 +1,11 @@
 """What to change, with the evidence and the dollars at stake, from a month of hourly sums.
 
-Each hour's speedup is recomputed from its sums (see figures.py). The reference
-acceptance is that of the hours that paid: what the endpoint's traffic accepts
-when speculation works. Its crossover concurrency B_x splits the tax hours in
-two: above B_x the load is the cause, at or below it the traffic is.
+Each hour's speedup is recomputed from its sums (see figures.py), for the
+what-ifs (§3's formulas); its verdict is the daemon's. The reference acceptance
+is that of the hours that paid (or were uncertain with S > 1): what the
+endpoint's traffic accepts when speculation works. Its crossover concurrency B_x
+splits the tax hours in two: above B_x the load is the cause, at or below it the
+traffic is.
 
 - `disable_above`: hours above B_x (the GPU compute-bound). Stake: their net tax.
 - `route_high_temperature`: tax hours at or below B_x, whose acceptance fell
@@ -28,7 +30,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from spectax import economics
-from spectax.report.figures import EndpointInfo, Figures, HourPoint
+from spectax.report.figures import EndpointInfo, Figures, HourPoint, verdicts_line
 
 # A fix must be worth at least this much (and this share of the spend) to be advised.
 MIN_STAKE_USD = 1.0
@@ -59,17 +61,22 @@ def recommend(
     if not drafting:
         if not with_traffic:
             return []
+        tax = -month.savings if month.savings is not None and month.savings < 0 else 0.0
+        stake = (month.vram_usd or 0.0) + tax if month.priced else None
         return [
             Recommendation(
                 name,
                 "turn_off",
                 "Turn speculation off: it proposed no drafts",
-                month.vram_usd if month.vram_usd is not None else _zero_if_priced(month),
+                stake,
                 semantics,
                 (
                     f"{len(with_traffic)} hour(s) with output and not one draft token proposed "
                     "(n-gram drafting that never finds a match, or a drafter that is not running).",
-                    "Speculation then costs only the draft's memory and load time.",
+                    "Every step still paid the proposer's cost with nothing to show for it "
+                    "(ECONOMICS.md §3b: S = (r + 1)/(r(1 + h) + 1), below 1 for any h > 0), "
+                    "besides the draft's memory and load time.",
+                    verdicts_line(month),
                 ),
             )
         ]
@@ -80,7 +87,10 @@ def recommend(
     savings = month.savings
     threshold = max(MIN_STAKE_USD, MIN_STAKE_SHARE * float(month.spend))
     base = _base_evidence(month, alpha, month.breakeven, month.concurrency, c, ridge)
-    paying = [h for h in drafting if h.verdict == "pays"]
+    # An uncertain hour (its band straddles 1, typically on the default basis) is not evidence
+    # of a tax: it counts as paying when its point estimate does, so that no basis too weak to
+    # tell turns speculation off. Only hours judged a tax are evidence for the fixes.
+    paying = [h for h in drafting if h.verdict == "pays" or (h.verdict == "uncertain" and h.gains)]
 
     # The reference acceptance is that of the hours that paid: what this endpoint's traffic
     # accepts when it works. Above its crossover B_x even that traffic is a tax (the load is
@@ -184,8 +194,8 @@ def recommend(
                 semantics,
                 (
                     *base,
-                    f"{why}.{net} Speculation paid in {month.hours_paid} of "
-                    f"{month.hours_with_traffic} hours with traffic.",
+                    f"{why}.{net}",
+                    verdicts_line(month),
                     *(
                         [f"The draft's weights also hold {_usd(month.vram_usd)} of GPU memory."]
                         if month.vram_usd
@@ -210,8 +220,8 @@ def recommend(
             semantics,
             (
                 *base,
-                f"Speculation paid in {month.hours_paid} of {month.hours_with_traffic} hours with "
-                "traffic; the dollars at stake are what turning it off would give up.",
+                verdicts_line(month),
+                "The dollars at stake are what turning speculation off would give up.",
             ),
         )
     ]
@@ -386,7 +396,3 @@ def _usd(value: float | None) -> str:
         return "n/a"
     sign = "-" if value < 0 else ""
     return f"{sign}${abs(value):,.2f}"
-
-
-def _zero_if_priced(month: Figures) -> float | None:
-    return 0.0 if month.priced else None

@@ -39,6 +39,20 @@ class RollupRecord(NamedTuple):
     speculation_savings_usd: float | None
     draft_cost_ratio: float | None
     ridge_batch_requests: float
+    # The daemon's own verdicts, counted, and the latest counterfactual source, band and step
+    # overhead (store.models.VerdictCounts); None on rows rolled up before migration 0005.
+    windows: int
+    windows_pays: int | None
+    windows_tax: int | None
+    windows_uncertain: int | None
+    windows_basis_measured: int | None
+    windows_basis_calibrated: int | None
+    windows_basis_profile: int | None
+    windows_basis_default: int | None
+    ridge_batch_source: str | None
+    speedup_low_ratio: float | None
+    speedup_high_ratio: float | None
+    step_overhead_ratio: float | None
 
 
 _FIELDS = itemgetter(*RollupRecord._fields)

@@ -8,6 +8,7 @@ from spectax.report.build import Report
 from spectax.report.cells import (
     BY_KIND,
     DASH,
+    band_text,
     billing_label,
     change,
     count,
@@ -15,12 +16,13 @@ from spectax.report.cells import (
     kind_total_name,
     net_cell,
     per_million,
+    percent,
     ratio,
     stake_text,
     unless_mixed,
     usd,
 )
-from spectax.report.figures import Figures
+from spectax.report.figures import NOT_RECORDED, Figures, basis_text
 from spectax.report.recommend import Recommendation
 
 ACTION_LABELS = {
@@ -109,9 +111,7 @@ def speculation_table(report: Report) -> Table:
                 ratio(f.acceptance),
                 ratio(f.breakeven),
                 ratio(f.concurrency, 1),
-                hours_share(f.hours_paid, f.share_paid) if f.speculating else DASH,
-                hours_share(f.hours_tax, f.share_tax) if f.speculating else DASH,
-                count(f.hours_no_drafts) if f.speculating else DASH,
+                *_verdict_cells(f),
                 count(f.hours_monitored),
             )
         )
@@ -123,24 +123,22 @@ def speculation_table(report: Report) -> Table:
             ratio(t.acceptance),
             DASH,
             DASH,
-            hours_share(t.hours_paid, t.share_paid) if t.speculating else DASH,
-            hours_share(t.hours_tax, t.share_tax) if t.speculating else DASH,
-            count(t.hours_no_drafts) if t.speculating else DASH,
+            *_verdict_cells(t),
             count(t.hours_monitored),
         )
     )
     return Table(
         "speculation",
-        "Acceptance and the hours in which speculation paid or was a tax",
+        "Acceptance and the windows in which speculation paid, was a tax, or was uncertain",
         (
             "Endpoint",
             "Method",
             "Acceptance",
             "Break-even",
             "Mean concurrency",
-            "Hours paid",
-            "Hours tax",
-            "Hours without drafts",
+            "Windows paid",
+            "Windows tax",
+            "Windows uncertain",
             "Hours monitored",
         ),
         rows,
@@ -148,11 +146,77 @@ def speculation_table(report: Report) -> Table:
             "Acceptance is token-weighted: accepted over proposed draft tokens, summed over the "
             "month. Break-even acceptance alpha* = c + B/(B + B*) at the month's mean "
             "concurrency B.",
-            "Each hour's speedup S is recomputed from that hour's sums, with its draft cost "
-            "ratio c and ridge batch B*: it paid when S > 1, it was a tax otherwise. Shares "
-            "are of the hours with output tokens (per model).",
+            "Each window's verdict is the daemon's, as it judged the window (the store counts "
+            "them): it paid when even the low end of its speedup's band was above 1, it was a "
+            "tax when even the high end was below 1, uncertain when the band straddled 1 (a "
+            "measured speedup has no band: above 1 pays). A window that proposed no drafts is "
+            "judged too: its steps still paid the proposer's cost (ECONOMICS.md §3b). Shares "
+            "are of the windows judged, per model.",
         ),
         (False, False, True, True, True, True, True, True, True),
+    )
+
+
+def _verdict_cells(f: Figures) -> tuple[str, str, str]:
+    if not f.speculating:
+        return (DASH, DASH, DASH)
+    if not f.windows_judged:
+        return (NOT_RECORDED, NOT_RECORDED, NOT_RECORDED) if f.windows_unrecorded else (DASH,) * 3
+    return (
+        hours_share(f.windows_pays, f.share_paid),
+        hours_share(f.windows_tax, f.share_tax),
+        hours_share(f.windows_uncertain, f.share_uncertain),
+    )
+
+
+def basis_table(report: Report) -> Table:
+    """How each endpoint's verdicts were reached: per ECONOMICS.md §3b, a verdict is only as
+    good as the counterfactual behind it, so the report names it beside the verdicts."""
+    rows: list[tuple[str, ...]] = []
+    for e in report.endpoints:
+        f = e.month
+        latest = f.speculating and f.parameters_at is not None
+        rows.append(
+            (
+                e.info.name,
+                basis_text(f),
+                (f.model_source or NOT_RECORDED) if latest else DASH,
+                band_text(f.speedup_band) if latest else DASH,
+                ratio(f.step_overhead) if latest else DASH,
+                percent(f.share_uncertain) if f.speculating else DASH,
+            )
+        )
+    t = report.total
+    rows.append(("**Total**", basis_text(t), DASH, DASH, DASH, percent(t.share_uncertain)))
+    return Table(
+        "basis",
+        "How each verdict was reached",
+        (
+            "Endpoint",
+            "Basis (share of windows)",
+            "Counterfactual (latest)",
+            "Speedup band (latest)",
+            "Step overhead h (latest)",
+            "Uncertain",
+        ),
+        rows,
+        (
+            "Basis: measured (a control endpoint's time per token over this one's, the "
+            "verdict's best basis), calibrated (the speedup modelled on a plain-decode curve "
+            "fitted to a control or to this endpoint's history before speculation), profile "
+            "(a stored profile learned from an A/B or a benchmark sweep), default (configured "
+            "B*, or the roofline prior from vLLM's FLOP and byte estimates, and a plausible "
+            "range for h: a wide band, often uncertain).",
+            "Counterfactual: where the plain-decode step times came from (control, baseline, "
+            "profile, sweep, roofline or configured); band and h are the latest window's. "
+            "For a better basis than default: give the endpoint a `control:`, keep its "
+            "history from before speculation, or reference a `profile:` learned from one A/B "
+            "or fitted by `spectax model fit --save-profile`.",
+            f"{NOT_RECORDED}: windows stored before spectax kept the basis (store revisions "
+            "0004 and 0005): their verdicts are counted where the store kept them, their "
+            "basis is not guessed.",
+        ),
+        (False, False, False, True, True, True),
     )
 
 
@@ -234,7 +298,7 @@ def month_over_month_table(report: Report) -> Table:
             "$/M output tokens",
             "Speculation, net",
             "Acceptance",
-            "Share of hours in tax",
+            "Share of windows in tax",
             "Hours monitored",
         ),
         rows,
@@ -293,6 +357,7 @@ def all_tables(report: Report) -> list[Table]:
     return [
         cost_table(report),
         speculation_table(report),
+        basis_table(report),
         overhead_table(report),
         month_over_month_table(report),
     ]

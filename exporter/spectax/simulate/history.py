@@ -9,6 +9,12 @@ span; traffic follows a daily cycle. Everything is seeded: the same span
 gives the same history. The step-time histograms' sums are left out of the
 stored rows: the fast path makes them from steady-state means, and a daemon
 started later on this store must not calibrate its ridge batch on them.
+
+Each window carries its verdict, band and basis as the daemon's do (the
+monitor assesses it). The daemon prices an endpoint with a `control:` on the
+plain curve it fits to the control's windows; the fast path's means are no
+material for that fit, so the demo hands the monitor the curve the fit would
+converge to, the control simulator's own a + b*n (exact: no residual spread).
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from spectax.config import Settings
+from spectax.config import EndpointConfig, Settings
+from spectax.economics import PlainCurve
 from spectax.endpoint import EndpointMonitor
 from spectax.report.period import Month
 from spectax.simulate.fleet import DEMO_URLS, demo_settings
@@ -111,7 +118,10 @@ async def write_demo_history(
             # steady-state latency means are no material for the Theil-Sen calibration.
             config = endpoint.model_copy(update={"calibration_min_windows": NO_CALIBRATION})
             monitor = EndpointMonitor(
-                config, settings.usd_per_hour.get(endpoint.name), window_seconds
+                config,
+                settings.usd_per_hour.get(endpoint.name),
+                window_seconds,
+                control_curve=_control_curve(endpoint),
             )
             rng = random.Random(profile.seed * 7919 + int(start // DAY))
             restarts = _restart_times(rng, start, end, window_seconds, restarts_per_week)
@@ -159,6 +169,16 @@ def _rows(write: PendingWrite | None) -> list[dict[str, Any]]:
     if write is None:
         return []
     return [{**row, **dict.fromkeys(_STEP_COLUMNS)} for row in write.rows]
+
+
+def _control_curve(endpoint: EndpointConfig) -> Callable[[], PlainCurve | None] | None:
+    """The control's plain curve, as the daemon would have fitted it: its simulator's step time
+    a + b*n, which is plain decoding's time per output token at n tokens a step."""
+    control = DEMO_PROFILES.get(endpoint.control or "")
+    if control is None:
+        return None
+    curve = PlainCurve(control.step_a, control.step_b, points=1)
+    return lambda: curve
 
 
 def _restart_times(

@@ -136,7 +136,30 @@ class WindowRow(Sums, Base):
     verdict_basis: Mapped[str | None] = mapped_column(String(16))
 
 
-class HourlyRow(Sums, Base):
+class VerdictCounts:
+    """How a rollup's windows were judged: the daemon's verdicts and their bases, counted.
+
+    Counts add up, so an hour's are its windows' and a day's its hours'; a month's report
+    beyond the windows' retention reads them instead of recomputing a verdict from sums
+    (which would have neither the band nor the basis the daemon used). The source, band
+    and step overhead are the latest window's (what was in force at the period's end).
+    All NULL on rows rolled up before migration 0005: not recorded.
+    """
+
+    windows_pays: Mapped[int | None] = mapped_column(Integer)
+    windows_tax: Mapped[int | None] = mapped_column(Integer)
+    windows_uncertain: Mapped[int | None] = mapped_column(Integer)
+    windows_basis_measured: Mapped[int | None] = mapped_column(Integer)
+    windows_basis_calibrated: Mapped[int | None] = mapped_column(Integer)
+    windows_basis_profile: Mapped[int | None] = mapped_column(Integer)
+    windows_basis_default: Mapped[int | None] = mapped_column(Integer)
+    ridge_batch_source: Mapped[str | None] = mapped_column(String(16))
+    speedup_low_ratio: Mapped[float | None] = mapped_column(Float)
+    speedup_high_ratio: Mapped[float | None] = mapped_column(Float)
+    step_overhead_ratio: Mapped[float | None] = mapped_column(Float)
+
+
+class HourlyRow(Sums, VerdictCounts, Base):
     """Windows summed per endpoint, model and hour. `windows` counts the windows summed;
     draft_cost_ratio and ridge_batch_requests are the last window's (parameters, not sums)."""
 
@@ -146,7 +169,7 @@ class HourlyRow(Sums, Base):
     windows: Mapped[int] = mapped_column(Integer)
 
 
-class DailyRow(Sums, Base):
+class DailyRow(Sums, VerdictCounts, Base):
     """Hourly rows summed per endpoint, model and UTC day."""
 
     __tablename__ = "rollup_daily"
@@ -253,6 +276,9 @@ class ProfileRow(Base):
     draft_cost_ratio: Mapped[float | None] = mapped_column(Float)
     plain_fixed_seconds: Mapped[float | None] = mapped_column(Float)
     plain_per_token_seconds: Mapped[float | None] = mapped_column(Float)
+    # the plain curve's own spread (10th and 90th percentile of relative residuals): the band
+    plain_residual_low: Mapped[float | None] = mapped_column(Float)
+    plain_residual_high: Mapped[float | None] = mapped_column(Float)
     points: Mapped[int] = mapped_column(Integer)
     mean_abs_error_ratio: Mapped[float | None] = mapped_column(Float)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime)

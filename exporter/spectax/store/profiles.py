@@ -26,6 +26,8 @@ class ProfileHistory(Database):
             "draft_cost_ratio": profile.draft_cost_ratio,
             "plain_fixed_seconds": plain.fixed_seconds if plain else None,
             "plain_per_token_seconds": plain.per_token_seconds if plain else None,
+            "plain_residual_low": plain.residuals[0] if plain else None,
+            "plain_residual_high": plain.residuals[1] if plain else None,
             "points": profile.points,
             "mean_abs_error_ratio": profile.mean_abs_error_ratio,
             "updated_at": now,
@@ -54,10 +56,17 @@ class ProfileHistory(Database):
 def profile_of(row: ProfileRow) -> Profile:
     plain = None
     if row.plain_fixed_seconds is not None and row.plain_per_token_seconds is not None:
-        plain = PlainCurve(row.plain_fixed_seconds, row.plain_per_token_seconds, row.points)
+        residuals = (row.plain_residual_low or 0.0, row.plain_residual_high or 0.0)
+        plain = PlainCurve(
+            row.plain_fixed_seconds, row.plain_per_token_seconds, row.points, residuals
+        )
     return Profile(
         name=row.name,
-        source="sweep" if row.source == "sweep" else "control",
+        source="sweep"
+        if row.source == "sweep"
+        else "baseline"
+        if row.source == "baseline"
+        else "control",
         learned_from=row.learned_from,
         ridge_batch=row.ridge_batch_requests,
         step_overhead_ratio=row.step_overhead_ratio,

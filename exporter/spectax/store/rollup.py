@@ -5,7 +5,11 @@ Sums are exact: token counts are integers and money is integer nano-dollars,
 so an hour's row equals the sum of its windows to the last digit, whatever
 the backend. Ratios are never rolled up; readers recompute them from sums.
 Parameters (draft cost ratio, ridge batch) are not sums: a rollup keeps the
-latest window's value.
+latest window's value. So are the counterfactual's source, band and step
+overhead. The daemon's verdicts are not ratios but events: a rollup counts its
+windows per verdict (pays, tax, uncertain) and per basis (measured, calibrated,
+profile, default), so that a report on any past month says how the daemon
+judged it rather than judging again from sums (models.VerdictCounts).
 """
 
 from __future__ import annotations
@@ -46,6 +50,13 @@ _OPTIONAL_ADDED = (
     "speculation_savings_usd",
 )
 _POSITIONS = next(c.column for c in COUNTERS if c.kind == "per_position")
+VERDICT_COUNTS = ("pays", "tax", "uncertain")
+BASIS_COUNTS = ("measured", "calibrated", "profile", "default")
+_COUNTS = (
+    *(f"windows_{v}" for v in VERDICT_COUNTS),
+    *(f"windows_basis_{b}" for b in BASIS_COUNTS),
+)
+_LATEST = ("ridge_batch_source", "speedup_low_ratio", "speedup_high_ratio", "step_overhead_ratio")
 
 
 class Rollups(Database):
@@ -199,8 +210,28 @@ def rollup_rows(
             values = [getattr(r, name) for r in group if getattr(r, name) is not None]
             zero: Any = Decimal(0) if values and isinstance(values[0], Decimal) else 0
             summed[name] = sum(values, zero) if values else None
+        summed.update(verdict_counts(group))
+        summed.update({name: getattr(group[-1], name, None) for name in _LATEST})
         result.append(summed)
     return result
+
+
+def verdict_counts(rows: Sequence[Any]) -> dict[str, int | None]:
+    """Windows per verdict and per basis. A window row counts itself by its `verdict` and
+    `verdict_basis` (NULL before migration 0004: its verdict counts, its basis does not);
+    a rollup row adds its counts, and one that has none (rolled up before 0005) makes the
+    sum unknown: a day with one hour not recorded is not recorded, never undercounted."""
+    counts: dict[str, int | None] = dict.fromkeys(_COUNTS, 0)
+    for row in rows:
+        if hasattr(row, "verdict"):  # a window
+            for key in (f"windows_{row.verdict}", f"windows_basis_{row.verdict_basis}"):
+                if key in counts:
+                    counts[key] = (counts[key] or 0) + 1
+            continue
+        for key in _COUNTS:
+            value, total = getattr(row, key), counts[key]
+            counts[key] = None if value is None or total is None else total + value
+    return counts
 
 
 def _add_positions(rows: Sequence[Sums]) -> list[int]:

@@ -32,6 +32,8 @@ def upgrade() -> None:
         sa.Column("draft_cost_ratio", sa.Float),
         sa.Column("plain_fixed_seconds", sa.Float),
         sa.Column("plain_per_token_seconds", sa.Float),
+        sa.Column("plain_residual_low", sa.Float),
+        sa.Column("plain_residual_high", sa.Float),
         sa.Column("points", sa.Integer, nullable=False),
         sa.Column("mean_abs_error_ratio", sa.Float),
         sa.Column("updated_at", UTC_DATETIME, nullable=False),
