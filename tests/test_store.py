@@ -212,3 +212,32 @@ async def test_one_batch_stores_what_the_same_writes_store_one_by_one(
         assert await store.rollup() == await one_by_one.rollup() == 4  # 2 hours, 2 days
     finally:
         await one_by_one.close()
+
+
+@pytest.mark.parametrize("old_first", [True, False])
+async def test_rows_spooled_before_an_upgrade_write_beside_newer_ones(
+    store: Store, old_first
+) -> None:
+    """The spool keeps rows by column name; one written before migrations 0004-0006 lacks
+    their columns. In one batch with newer rows, in either order, both are stored, each with
+    its own values (the old one's new columns at their defaults)."""
+    monitor = new_monitor(settings())
+    writes = []
+    for t, name in [(3000, PAGES[0]), (3300, PAGES[1]), (3600, PAGES[2]), (3900, PAGES[3])]:
+        write = monitor.observe_page(t, page(name), 0.01)
+        if write is not None and write.rows:
+            writes.append(write)
+    old_write, new_write = writes[0], writes[-1]
+    assert old_write.rows[0]["start"] != new_write.rows[0]["start"]
+    added = {"speedup_low_ratio", "speedup_high_ratio", "step_overhead_ratio", "verdict_basis"}
+    added |= {"estimated_flops", "estimated_read_bytes"}
+    old_rows = [{k: v for k, v in row.items() if k not in added} for row in old_write.rows]
+    batch = [("ngram", old_rows, None), ("ngram", new_write.rows, new_write.cursor)]
+    await store.save_many(batch if old_first else batch[::-1])
+    rows = {r.start: r for r in await store.window_rows("ngram")}
+    old = rows[old_rows[0]["start"]]
+    new = rows[new_write.rows[0]["start"]]
+    assert old.verdict_basis is None and old.speedup_low_ratio is None
+    assert old.output_tokens == old_rows[0]["output_tokens"]
+    assert new.verdict_basis == new_write.rows[0]["verdict_basis"] is not None
+    assert new.speedup_low_ratio == pytest.approx(new_write.rows[0]["speedup_low_ratio"])

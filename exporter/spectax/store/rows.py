@@ -70,6 +70,19 @@ def window_rows(endpoint: str, closed: AssessedWindow) -> list[dict[str, Any]]:
     return rows
 
 
+def complete_row(row: dict[str, Any]) -> dict[str, Any]:
+    """The row with every column of the windows table, the missing ones at their default.
+
+    A row spooled before an upgrade lacks the columns the upgrade added, and one
+    executemany takes its column list from its first row: mixed with newer rows,
+    an old one would fail the batch ("a value is required") or make the newer
+    rows' new columns silently drop. Completed, every row has the same columns.
+    """
+    if len(row) == len(_DEFAULTS) + 1:  # every column but the id: the common case, as is
+        return row
+    return {**_DEFAULTS, **row}
+
+
 def window_from_rows(rows: Sequence[WindowRow]) -> Window:
     """Rebuild the in-memory window from its stored rows (the inverse of `window_rows`)."""
     first = rows[0]
@@ -148,6 +161,11 @@ def _positions_of(row: WindowRow, column: str) -> tuple[float, ...]:
 
 
 _TABLE_ORDER = {column.name: i for i, column in enumerate(WindowRow.__table__.columns)}
+_DEFAULTS: dict[str, Any] = {
+    column.name: column.default.arg if column.default is not None else None
+    for column in WindowRow.__table__.columns
+    if column.name != "id"
+}
 _ENCODE: dict[CounterKind, Callable[[str, Any], dict[str, Any]]] = {
     "plain": _number_column,
     "speculation": _optional_column,

@@ -27,7 +27,7 @@ from spectax.store.db import (
 )
 from spectax.store.models import Cursor, WindowRow
 from spectax.store.rollup import period_start
-from spectax.store.rows import sum_usd, window_from_rows
+from spectax.store.rows import complete_row, sum_usd, window_from_rows
 from spectax.store.spool import PendingWrite
 from spectax.units import from_timestamp
 
@@ -69,7 +69,7 @@ class WindowHistory(Database):
         Raises StoreDataError when the database refuses a value of the rows (the writer
         then finds the row and sets it aside), StoreError when it cannot be reached.
         """
-        windows = [row for _, rows, _ in writes for row in rows]
+        windows = [complete_row(row) for _, rows, _ in writes for row in rows]
         due = sorted(
             {
                 (endpoint, period_start(row["start"], "hour"))
