@@ -44,7 +44,7 @@ from spectax.report.read import ProjectionReader
 from spectax.report.render import render
 from spectax.store import Store
 from spectax.store.models import DailyRow, HourlyRow
-from spectax.store.rollup import rollup_rows
+from spectax.store.rollup import VERDICT_COLUMNS, rollup_rows
 
 NANO = Decimal("0.000000001")
 END = datetime(2026, 1, 1, tzinfo=UTC)  # the year of history ends here; the report is 2025-12
@@ -133,6 +133,8 @@ def hour_rows(p: dict[str, Any], start: datetime, hours: int, rng: random.Random
                 inter_token_latency_count=float(steps),
                 time_per_output_token_sum=float(g // 250) * 0.03,
                 time_per_output_token_count=float(g // 250),
+                estimated_flops=0.0,  # vLLM without --enable-mfu-metrics
+                estimated_read_bytes=0.0,
                 spend_usd=spend,
                 busy_spend_usd=busy_spend,
                 cold_start_usd=cold,
@@ -150,15 +152,6 @@ def hour_rows(p: dict[str, Any], start: datetime, hours: int, rng: random.Random
     return rows
 
 
-VERDICT_COLUMNS = (
-    "windows_pays",
-    "windows_tax",
-    "windows_uncertain",
-    "windows_basis_measured",
-    "windows_basis_calibrated",
-    "windows_basis_profile",
-    "windows_basis_default",
-)
 
 
 def build_store(path: Path, endpoints: int, days: int) -> None:

@@ -52,7 +52,7 @@ _OPTIONAL_ADDED = (
 _POSITIONS = next(c.column for c in COUNTERS if c.kind == "per_position")
 VERDICT_COUNTS = ("pays", "tax", "uncertain")
 BASIS_COUNTS = ("measured", "calibrated", "profile", "default")
-_COUNTS = (
+VERDICT_COLUMNS = (
     *(f"windows_{v}" for v in VERDICT_COUNTS),
     *(f"windows_basis_{b}" for b in BASIS_COUNTS),
 )
@@ -221,14 +221,14 @@ def verdict_counts(rows: Sequence[Any]) -> dict[str, int | None]:
     `verdict_basis` (NULL before migration 0004: its verdict counts, its basis does not);
     a rollup row adds its counts, and one that has none (rolled up before 0005) makes the
     sum unknown: a day with one hour not recorded is not recorded, never undercounted."""
-    counts: dict[str, int | None] = dict.fromkeys(_COUNTS, 0)
+    counts: dict[str, int | None] = dict.fromkeys(VERDICT_COLUMNS, 0)
     for row in rows:
         if hasattr(row, "verdict"):  # a window
             for key in (f"windows_{row.verdict}", f"windows_basis_{row.verdict_basis}"):
                 if key in counts:
                     counts[key] = (counts[key] or 0) + 1
             continue
-        for key in _COUNTS:
+        for key in VERDICT_COLUMNS:
             value, total = getattr(row, key), counts[key]
             counts[key] = None if value is None or total is None else total + value
     return counts
