@@ -152,8 +152,6 @@ def hour_rows(p: dict[str, Any], start: datetime, hours: int, rng: random.Random
     return rows
 
 
-
-
 def build_store(path: Path, endpoints: int, days: int) -> None:
     url = f"sqlite+aiosqlite:///{path}"
     asyncio.run(_create_schema(url))
