@@ -36,3 +36,17 @@ def test_the_configuration_accepts_what_the_registries_hold() -> None:
     assert union == tuple(SOURCES.values())
     for name, model in SOURCES.items():
         assert get_args(model.model_fields["type"].annotation) == (name,)
+
+
+def test_every_engine_declares_every_quantity_of_the_capability_matrix() -> None:
+    """The README's matrix and `assess` read these: a quantity left out would show as
+    neither exposed nor "not exposed by <engine>"."""
+    from spectax.engines import QUANTITIES
+
+    for name, engine in ENGINES.items():
+        assert engine.name == name
+        assert set(engine.capabilities) == set(QUANTITIES), name
+        for quantity, capability in engine.capabilities.items():
+            assert capability.support in {"exact", "derived", "absent"}, (name, quantity)
+            if capability.support != "exact":
+                assert capability.why, f"{name} {quantity}: say why it is {capability.support}"

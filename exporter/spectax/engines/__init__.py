@@ -1,7 +1,8 @@
 """Engine parsers: one `parse(text) -> EngineSample` per inference engine.
 
 Usage: `get_parser("vllm")(page_text)` returns an `EngineSample`. Adding an
-engine is one module beside `vllm.py` and one line in `ENGINES`: the
+engine is one module beside `vllm.py` (its `parse` and `CAPABILITIES`) and one
+`Engine` in `ENGINES`: the
 configuration's `engine:` accepts the names registered here, and the README's
 list is tested against them.
 """
@@ -11,10 +12,21 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from spectax.engines import vllm
-from spectax.engines.base import EngineSample, Histogram, ModelSample, ParseError
+from spectax.engines.base import (
+    QUANTITIES,
+    Capability,
+    Engine,
+    EngineSample,
+    Histogram,
+    ModelSample,
+    ParseError,
+)
 
 __all__ = [
     "ENGINES",
+    "QUANTITIES",
+    "Capability",
+    "Engine",
     "EngineSample",
     "Histogram",
     "ModelSample",
@@ -22,16 +34,16 @@ __all__ = [
     "get_parser",
 ]
 
-#: Engine name -> parser of that engine's `/metrics` page.
-ENGINES: dict[str, Callable[[str], EngineSample]] = {
-    "vllm": vllm.parse,
+#: Engine name -> the engine: its page's parser, prefix and capabilities.
+ENGINES: dict[str, Engine] = {
+    "vllm": Engine("vllm", vllm.parse, "vllm:", vllm.CAPABILITIES),
 }
 
 
 def get_parser(name: str) -> Callable[[str], EngineSample]:
     """The parser registered for engine `name`; KeyError naming the known engines otherwise."""
     try:
-        return ENGINES[name]
+        return ENGINES[name].parse
     except KeyError:
         known = ", ".join(sorted(ENGINES))
         raise KeyError(f"unknown engine {name!r}; known engines: {known}") from None

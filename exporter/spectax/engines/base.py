@@ -16,6 +16,7 @@ migration).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
@@ -131,3 +132,47 @@ class EngineSample:
     def has_engine_metrics(self) -> bool:
         """False for a page without engine families (vLLM `--disable-log-stats`)."""
         return bool(self.models)
+
+
+#: How an engine gives a quantity spectax reports: exact - read from a counter the engine
+#: keeps for it; derived - computed from other counters or window gauges (an approximation,
+#: said so wherever it is shown); absent - the engine does not expose it, so spectax exports
+#: nothing for it (never a 0 that looks real).
+Support = Literal["exact", "derived", "absent"]
+
+#: The quantities of the capability matrix (README "Engines"), one row per engine.
+QUANTITIES: tuple[str, ...] = (
+    "output_tokens",
+    "prompt_tokens",
+    "requests_finished",
+    "draft_tokens",  # so the acceptance rate, accepted / drafted
+    "acceptance_length",  # 1 + accepted / drafts
+    "per_position",
+    "step_time",  # time per engine step, for the counterfactual's calibration
+    "time_per_output_token",
+    "requests_running",
+    "draft_overhead",  # draft time / step time, measured by the engine
+    "restart",  # process_start_time_seconds, or a counter reset
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Capability:
+    """How one engine gives one quantity, and why (shown as "not exposed by <engine>")."""
+
+    support: Support
+    why: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Engine:
+    """One registered engine: its parser, how to recognise its page, what it exposes."""
+
+    name: str
+    parse: Callable[[str], EngineSample]
+    #: Metric-name prefix that identifies the engine's page (`spectax assess` detection).
+    prefix: str
+    #: Quantity (from `QUANTITIES`) -> how the engine gives it; every quantity listed.
+    capabilities: Mapping[str, Capability]
+    #: Where the engine serves its page by default (TensorRT-LLM: /prometheus/metrics).
+    metrics_path: str = "/metrics"

@@ -27,7 +27,13 @@ import re
 import sys
 from typing import Final
 
-from spectax.engines.base import EngineSample, Histogram, ModelSample, ParseError
+from spectax.engines.base import (
+    Capability,
+    EngineSample,
+    Histogram,
+    ModelSample,
+    ParseError,
+)
 
 __all__ = ["MAX_MODELS", "MAX_MODEL_NAME", "MAX_POSITIONS", "MAX_VALUE", "parse"]
 
@@ -372,3 +378,19 @@ def _histogram(acc: list[float | None], slots: tuple[int, int], model: str) -> H
         missing = "_sum" if total is None else "_count"
         raise ParseError(f"{_HISTOGRAMS[slots]} of model {model!r} has no {missing} series")
     return Histogram(sum=total, count=count)
+
+
+#: vLLM exposes every quantity spectax reads (V1; V0's counters over-counted: its gauges).
+CAPABILITIES: Final = {
+    "output_tokens": Capability("exact"),
+    "prompt_tokens": Capability("exact"),
+    "requests_finished": Capability("exact"),
+    "draft_tokens": Capability("exact"),
+    "acceptance_length": Capability("exact"),
+    "per_position": Capability("exact"),
+    "step_time": Capability("exact", "vllm:iteration_tokens_total, inter-token latency"),
+    "time_per_output_token": Capability("exact"),
+    "requests_running": Capability("exact"),
+    "draft_overhead": Capability("absent", "vLLM does not time the drafter apart"),
+    "restart": Capability("exact", "process_start_time_seconds"),
+}
