@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from spectax.engines import vllm
+from spectax.engines import sglang, tgi, trtllm, vllm
 from spectax.engines.base import (
     QUANTITIES,
     Capability,
@@ -37,6 +37,11 @@ __all__ = [
 #: Engine name -> the engine: its page's parser, prefix and capabilities.
 ENGINES: dict[str, Engine] = {
     "vllm": Engine("vllm", vllm.parse, "vllm:", vllm.CAPABILITIES),
+    "sglang": Engine("sglang", sglang.parse, "sglang:", sglang.CAPABILITIES),
+    "trtllm": Engine(
+        "trtllm", trtllm.parse, "trtllm_", trtllm.CAPABILITIES, "/prometheus/metrics"
+    ),
+    "tgi": Engine("tgi", tgi.parse, "tgi_", tgi.CAPABILITIES),
 }
 
 
