@@ -28,6 +28,7 @@ from spectax.economics.assessment import (
 from spectax.economics.calibration import (
     PlainCalibration,
     StepPoint,
+    draft_cost_from_overhead,
     plain_point,
 )
 from spectax.economics.counterfactual import (

@@ -159,10 +159,12 @@ def verdict_for(
     uncertain when it straddles 1. A window that proposed no drafts is priced
     like any other (§3b: its steps still paid the proposer's overhead).
     """
-    if traffic.draft_tokens is None:
+    if traffic.draft_tokens is None and traffic.drafts is None:
         return "no_speculation"
-    if traffic.output_tokens <= 0 or (measured is None and band is None):
+    if traffic.output_tokens <= 0:
         return "no_traffic"
+    if measured is None and band is None:  # SGLang, TGI: no drafted count to price
+        return "uncertain"
     if measured is not None:
         return "pays" if measured > 1.0 else "tax"
     assert band is not None
@@ -185,15 +187,16 @@ def assess_model(
     """
     g, c, step = traffic.output_tokens, params.draft_cost_ratio, params.step_model
     b_star = step.ridge_batch
-    speculating = traffic.draft_tokens is not None
+    # An engine without a drafted count (SGLang, TGI) speculates, but cannot be priced.
+    speculating = traffic.draft_tokens is not None or traffic.drafts is not None
     dt = traffic.draft_tokens or 0.0
     a = traffic.accepted_tokens or 0.0
     dr = traffic.drafts or 0.0
-    priced = speculating and g > 0
+    priced = traffic.draft_tokens is not None and g > 0
     drafting = priced and dt > 0
 
     alpha = acceptance_ratio(a, dt) if drafting else None
-    tau = acceptance_length(a, dr) if drafting else None
+    tau = acceptance_length(a, dr) if speculating and g > 0 and dr > 0 else None
     positions = position_acceptance(traffic.accepted_per_position, dr) if drafting else ()
     estimate = None
     if priced:
