@@ -124,6 +124,7 @@ __all__ = [
     "cost_per_million_without_speculation",
     "crossover_concurrency",
     "draft_compute_share",
+    "draft_cost_from_overhead",
     "draft_cost_ratio_for",
     "estimate_speedup",
     "fit_plain_curve",

@@ -109,7 +109,9 @@ def decode(text: str | bytes) -> str:
         begin = raw.rfind(b"\n", 0, exc.start) + 1
         end = raw.find(b"\n", exc.start)
         line = raw[begin : end if end >= 0 else len(raw)].decode("utf-8", "replace")
-        raise ParseError("body is not valid UTF-8", raw.count(b"\n", 0, exc.start) + 1, line) from None
+        raise ParseError(
+            "body is not valid UTF-8", raw.count(b"\n", 0, exc.start) + 1, line
+        ) from None
 
 
 _EMPTY: Final[dict[str, str]] = {}

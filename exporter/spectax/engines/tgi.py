@@ -76,8 +76,9 @@ def parse(text: str | bytes) -> EngineSample:
         return EngineSample(engine=ENGINE)
     finished = acc[_FINISHED] or 0.0
     drafts = accepted = None
-    if acc[_SKIP_COUNT] is not None and (top_bucket >= 1 or (acc[_SKIP_SUM] or 0.0) > 0):
-        drafts = max(0.0, acc[_SKIP_COUNT] - finished)
+    steps = acc[_SKIP_COUNT]
+    if steps is not None and (top_bucket >= 1 or (acc[_SKIP_SUM] or 0.0) > 0):
+        drafts = max(0.0, steps - finished)
         accepted = acc[_SKIP_SUM] or 0.0
     tpot = None
     if acc[_TPOT_SUM] is not None or acc[_TPOT_COUNT] is not None:

@@ -50,7 +50,11 @@ _ACCEPTED_POS: Final = "trtllm_spec_decode_accepted_tokens_total"
 _START: Final = "process_start_time_seconds"
 _SCAN: Final = scan.scanner([*_FAMILIES, _DRAFTED_POS, _ACCEPTED_POS, _START])
 _BOUNDED: Final = frozenset(
-    [*(n for n, s in _FAMILIES.items() if s not in (_OVERHEAD, _SPEC_INFO)), _DRAFTED_POS, _ACCEPTED_POS]
+    [
+        *(n for n, s in _FAMILIES.items() if s not in (_OVERHEAD, _SPEC_INFO)),
+        _DRAFTED_POS,
+        _ACCEPTED_POS,
+    ]
 )
 
 
@@ -118,7 +122,7 @@ def _sample(
         prompt_tokens=acc[_PROMPT] or 0.0,
         requests_finished=acc[_FINISHED] or 0.0,
         # Without per-position counters (no return_perf_metrics) drafts are unknown, not 0.
-        drafts=drafted[0] if 0 in drafted else (zero if not draft_tokens else None),
+        drafts=drafted.get(0, zero if not draft_tokens else None),
         draft_tokens=draft_tokens,
         accepted_tokens=accepted_tokens,
         accepted_per_position=(
