@@ -160,3 +160,11 @@ def test_assess_without_per_position_counters_has_no_acceptance_length() -> None
 
 def test_the_registry_serves_trtllm_at_its_own_path() -> None:
     assert ENGINES["trtllm"].metrics_path == "/prometheus/metrics"
+
+
+def test_a_url_naming_only_the_server_is_scraped_at_trtllm_s_path() -> None:
+    from spectax.scrape import metrics_url
+
+    assert str(metrics_url("http://127.0.0.1:8000", "trtllm")).endswith("/prometheus/metrics")
+    assert str(metrics_url("http://127.0.0.1:8000/custom", "trtllm")).endswith("/custom")
+    assert str(metrics_url("http://127.0.0.1:8000", "sglang")).endswith(":8000/metrics")
