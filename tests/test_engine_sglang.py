@@ -156,3 +156,19 @@ def test_assess_without_speculation_says_so() -> None:
 
 def test_the_registry_holds_sglang() -> None:
     assert ENGINES["sglang"].parse is parse and ENGINES["sglang"].prefix == "sglang:"
+
+
+def test_the_assess_command_detects_sglang_and_engine_forces_a_parser(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from engine_pages import FIXTURES
+    from spectax.cli.main import main
+
+    root = FIXTURES / "sglang-0.5.23"
+    pair = [str(root / "spec_0_start.txt"), str(root / "spec_1_after.txt"), "--seconds", "60"]
+    assert main(["assess", *pair]) == 0
+    shown = capsys.readouterr().out
+    assert "acceptance_length_tokens                           2.47368" in shown
+    assert "not exposed by sglang: no drafted-token counter" in shown
+    assert main(["assess", *pair, "--engine", "vllm"]) == 1  # read as vLLM: no families
+    assert "no engine metrics" in capsys.readouterr().err
