@@ -172,3 +172,26 @@ def test_the_assess_command_detects_sglang_and_engine_forces_a_parser(
     assert "not exposed by sglang: no drafted-token counter" in shown
     assert main(["assess", *pair, "--engine", "vllm"]) == 1  # read as vLLM: no families
     assert "no engine metrics" in capsys.readouterr().err
+
+
+def test_a_control_gives_sglang_a_measured_verdict() -> None:
+    """Without a drafted count there is no modelled speedup, but a control's time per output
+    token against ours still measures one: 0.02 s a token plain, 0.0125 s here."""
+    from spectax.cli.assess import AssessOptions, assess_pages
+
+    plain = (
+        PAGES["nospec_1_after.txt"]
+        .replace("0.18750000000000003", "0.3")
+        .replace("0.3125000000000001", "0.5")
+    )
+    options = AssessOptions(seconds=60.0, usd_per_hour=2.0)
+    (result,) = assess_pages(
+        PAGES["spec_0_start.txt"],
+        PAGES["spec_1_after.txt"],
+        options,
+        control=(PAGES["spec_0_start.txt"], plain),
+    )
+    a = result.assessment
+    assert a.speedup_measured_ratio == pytest.approx(0.02 / 0.0125)
+    assert (a.verdict, a.verdict_basis) == ("pays", "measured")
+    assert a.step_overhead_ratio is None  # h needs the drafted tokens

@@ -213,8 +213,9 @@ def assess_model(
     speedup = estimate.speedup if estimate else None
     h = estimate.step_overhead_ratio if estimate else None
     h_or_0 = h if h is not None else step.step_overhead_ratio
-    # A measured speedup speaks for speculation only in a window that had output.
-    if not priced:
+    # A measured speedup speaks for speculation only in a window that had output (with or
+    # without a drafted count: SGLang and TGI get a measured verdict from a control).
+    if not (speculating and g > 0):
         measured_speedup = None
     in_force = measured_speedup if measured_speedup is not None else speedup
     band = None
@@ -225,7 +226,7 @@ def assess_model(
     basis: Basis | None = "measured" if measured_speedup is not None else None
     if basis is None and estimate is not None:
         basis = estimate.basis
-    if measured_speedup is not None:  # h as measured: break-even and crossover agree with it
+    if measured_speedup is not None and priced:  # h as measured: break-even, crossover agree
         h = implied_step_overhead(g, a, dt, traffic.concurrency, b_star, c, measured_speedup)
     if h is not None and not PLAUSIBLE_STEP_OVERHEAD[0] <= h <= PLAUSIBLE_STEP_OVERHEAD[1]:
         h = None  # the other parameters (c, B*) are off, not the step: do not pretend
