@@ -111,3 +111,9 @@ def test_assess_tells_tgi_from_the_page_and_derives_the_acceptance_length() -> N
 def test_assess_across_a_restart_without_a_process_start_time() -> None:
     a = assess(PAGES["spec_1_after.txt"], PAGES["spec_restart_1_after.txt"]).assessment
     assert a.restarted and a.output_tokens == 240
+
+
+def test_a_body_that_is_not_utf8_is_refused_by_line() -> None:
+    with pytest.raises(ParseError) as caught:
+        parse(b"tgi_queue_size 0\ntgi_batch_current_size \xff\n")
+    assert caught.value.line_number == 2
