@@ -141,6 +141,7 @@ def test_assess_tells_sglang_from_the_page_and_derives_only_what_it_can() -> Non
     notes = [n.text for n in result.notes]
     assert any(t.startswith("not exposed by sglang: no drafted-token counter") for t in notes)
     assert any(t.startswith("not exposed by sglang: no per-position") for t in notes)
+    assert "derived, not counted by sglang: Δ(generation_tokens - num_requests)" in " ".join(notes)
 
 
 def test_assess_across_a_restart_counts_from_zero() -> None:

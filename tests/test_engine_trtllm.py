@@ -150,6 +150,7 @@ def test_assess_tells_trtllm_from_the_page_and_takes_c_from_its_overhead() -> No
     (given,) = assess_pages(PAGES["spec_0_start.txt"], PAGES["spec_1_after.txt"], options)
     assert a.draft_compute_share_ratio == pytest.approx(given.assessment.draft_compute_share_ratio)
     assert not any("not exposed" in n.text for n in result.notes)
+    assert any(n.text.startswith("derived, not counted by trtllm: no drafts") for n in result.notes)
 
 
 def test_assess_without_per_position_counters_has_no_acceptance_length() -> None:

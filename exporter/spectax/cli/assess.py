@@ -124,7 +124,7 @@ def assess_pages(
             options.no_seconds_reason,
             concurrency,
             finished_requests(window, control_window, model),
-            (engine, not_exposed(engine)),
+            (engine, ENGINES[engine].capabilities),
         )
         results.append(Assessed(a, notes))
     return results

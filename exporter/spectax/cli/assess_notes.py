@@ -9,11 +9,12 @@ explains, so the text output can mark each "-" with its note's number.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from spectax import economics
+from spectax.engines import Capability
 from spectax.pipeline.windows import Window
 
 JSON_KEYS = (
@@ -129,19 +130,26 @@ def notes_for(
     no_seconds_reason: str,
     concurrency: float,
     finished: tuple[float, float | None] | None,
-    engine: tuple[str, dict[str, str]] = ("vllm", {}),
+    engine: tuple[str, Mapping[str, Capability]] = ("vllm", {}),
 ) -> tuple[Note, ...]:
     """One note per reason a figure is "-" or was adjusted, naming the keys it explains;
-    `engine` is the engine's name and what it does not expose (quantity -> why)."""
+    `engine` is the engine's name and its capabilities (what it does not expose, what
+    spectax derives rather than reads)."""
     data = json_object(a)
     notes: list[Note] = []
+    name, capabilities = engine
     if a.verdict not in WHY_NOT_DRAFTING:
-        name, absent = engine
         for quantity, keys in ABSENT_KEYS.items():
             explained = {k for n in notes for k in n.keys}
             missing = tuple(k for k in keys if data[k] in (None, []) and k not in explained)
-            if quantity in absent and missing:
-                notes.append(Note(missing, f"not exposed by {name}: {absent[quantity]}"))
+            capability = capabilities.get(quantity)
+            if capability is not None and capability.support == "absent" and missing:
+                notes.append(Note(missing, f"not exposed by {name}: {capability.why}"))
+        length = capabilities.get("acceptance_length")
+        if length is not None and length.support == "derived" and a.acceptance_length_tokens:
+            notes.append(
+                Note(("acceptance_length_tokens",), f"derived, not counted by {name}: {length.why}")
+            )
 
     def why(keys: Sequence[str], text: str) -> None:
         """A note for those of `keys` that are "-" and not explained yet."""

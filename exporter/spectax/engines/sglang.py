@@ -156,5 +156,7 @@ CAPABILITIES: Final = {
     "time_per_output_token": Capability("exact"),
     "requests_running": Capability("exact", "scheduler gauge, summed over dp_rank"),
     "draft_overhead": Capability("absent", "SGLang does not time the drafter apart"),
-    "restart": Capability("exact", "process_start_time_seconds, or counters going down"),
+    "restart": Capability(
+        "derived", "prometheus multiprocess mode: no process_start_time_seconds, counters go down"
+    ),
 }
