@@ -293,7 +293,7 @@ class Daemon:
         try:
             text = await fetch(
                 self._session,
-                metrics_url(monitor.config.url),
+                metrics_url(monitor.config.url, monitor.config.engine),
                 self.config.scrape_timeout,
                 self.config.max_body_bytes,
                 self.settings.target_auth.get(monitor.config.name),

@@ -174,8 +174,12 @@ class EndpointMonitor:
     def parameters(self, window: Window | None = None) -> economics.Parameters:
         """The parameters to assess `window` under (its own roofline, if it is the source)."""
         spec = self.config.speculation
+        # TensorRT-LLM measures its draft overhead: the c it implies beats a configured one.
+        models = self._last[1].models.values() if self._last else ()
+        overhead = max((m.draft_overhead for m in models if m.draft_overhead), default=None)
+        measured = economics.draft_cost_from_overhead(overhead, window)
         return economics.Parameters(
-            draft_cost_ratio=spec.cost_ratio if spec else 0.0,
+            draft_cost_ratio=measured if measured is not None else spec.cost_ratio if spec else 0.0,
             step_model=self.step_model(window),
             draft_weight_bytes=spec.draft_weight_bytes if spec else None,
             gpu_memory_bytes=self.config.gpu_memory_bytes,

@@ -158,7 +158,7 @@ async def _probe_one(
     try:
         text = await fetch(
             session,
-            metrics_url(endpoint.url),
+            metrics_url(endpoint.url, endpoint.engine),
             timeout=config.scrape_timeout,
             max_bytes=config.max_body_bytes,
             auth=settings.target_auth.get(endpoint.name),
