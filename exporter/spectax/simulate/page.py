@@ -22,6 +22,8 @@ __all__ = ["MetricsPage"]
 class MetricsPage:
     """One engine's page. Build a new one when the engine restarts (its times change)."""
 
+    content_type = "text/plain; version=1.0.0; charset=utf-8"  # as vLLM 0.32.0 sends it
+
     def __init__(self, state: EngineState) -> None:
         self.state = state
         p = state.profile

@@ -48,6 +48,9 @@ class SimProfile:
     temperature: float = 0.7
     seed: int = 0
     engine: str = "0"
+    #: Whose page the simulator renders (a `spectax.engines` name: vllm, sglang, trtllm,
+    #: tgi); `engine` above is vLLM's engine-index label.
+    serving_engine: str = "vllm"
     description: str = ""
 
     def __post_init__(self) -> None:

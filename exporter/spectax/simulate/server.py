@@ -1,4 +1,4 @@
-"""Serve simulated vLLM /metrics pages over HTTP on loopback (aiohttp).
+"""Serve simulated engines' /metrics pages over HTTP on loopback (aiohttp).
 
 One web server per profile, each on its own port.  Every request first advances
 that endpoint's simulation by the wall-clock time elapsed since its last advance
@@ -15,6 +15,7 @@ from types import TracebackType
 
 from aiohttp import web
 
+from spectax.engines import ENGINES
 from spectax.simulate.profiles import SimProfile
 from spectax.simulate.vllm import SimulatedVllm
 
@@ -84,7 +85,7 @@ class SimulatedFleet:
             if not sim.ready:
                 return web.Response(status=503, text="engine starting")
             return web.Response(
-                body=sim.render().encode(), headers={"Content-Type": METRICS_CONTENT_TYPE}
+                body=sim.render().encode(), headers={"Content-Type": sim.content_type}
             )
 
         async def health(_request: web.Request) -> web.Response:
@@ -109,7 +110,8 @@ class SimulatedFleet:
             return web.Response(text=json.dumps(body), content_type="application/json")
 
         app = web.Application()
-        app.router.add_get("/metrics", metrics)
+        engine = self.sims[name].profile.serving_engine
+        app.router.add_get(ENGINES[engine].metrics_path, metrics)  # trtllm: /prometheus/metrics
         app.router.add_get("/health", health)
         app.router.add_get("/version", version)
         app.router.add_get("/v1/models", models)

@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from spectax.simulate.exact import ExactStepper
-from spectax.simulate.page import MetricsPage
+from spectax.simulate.pages import page_for
 from spectax.simulate.profiles import SimProfile
 from spectax.simulate.state import EngineState
 from spectax.simulate.steady import FastForward
@@ -75,7 +75,7 @@ class SimulatedVllm:
         self._state = EngineState(profile, start_time)
         self._exact = ExactStepper(self._state)
         self._fast = FastForward(self._state)
-        self._page = MetricsPage(self._state)
+        self._page = page_for(self._state)
 
     @property
     def now(self) -> float:
@@ -122,11 +122,16 @@ class SimulatedVllm:
         ``cold_start_s`` later.
         """
         self._state.restart()
-        self._page = MetricsPage(self._state)
+        self._page = page_for(self._state)
 
     def render(self) -> str:
-        """The /metrics page: vLLM 0.32's families, family order and label order."""
+        """The /metrics page of the profile's `serving_engine` (vLLM 0.32's by default)."""
         return self._page.render()
+
+    @property
+    def content_type(self) -> str:
+        """The Content-Type the engine sends its page with."""
+        return self._page.content_type
 
     def totals(self) -> SimTotals:
         s = self._state

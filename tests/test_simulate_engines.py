@@ -1,0 +1,122 @@
+"""The simulator's pages for SGLang, TensorRT-LLM and TGI: the engine's shape, the state's counts.
+
+Each engine's page is rendered from the same physics as vLLM's (`spectax.simulate.pages`).
+A user relies on two things: spectax's parser reads from the simulated page the counters the
+simulation holds (so the demo's figures are the physics'), and the page is the real
+engine's shape (its fixtures' metric names, types and label keys), so what works on the demo
+works on the engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from spectax.engines import ENGINES, detect, get_parser
+from spectax.engines.tgi import MODEL as TGI_MODEL
+from spectax.simulate import SimProfile, SimulatedVllm
+from spectax.simulate.pages import PAGES
+
+FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURE_SETS = {"sglang": "sglang-0.5.23", "trtllm": "trtllm-050f80d", "tgi": "tgi-3.3.6"}
+T0 = 1_800_000_000.0
+SPEC = SimProfile(
+    model_name="llama-3.1-8b-instruct",
+    num_speculative_tokens=3,
+    acceptance_p0=0.8,
+    acceptance_decay=0.8,
+    draft_cost_ratio=0.05,
+    concurrency=6,
+    seed=5,
+)
+
+
+def shape(text: str) -> set[tuple[str, str, str, frozenset[str]]]:
+    """(family, type, sample name, label keys) of every sample of a page."""
+    return {
+        (f.name, f.type, s.name, frozenset(s.labels))
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
+
+
+def simulated(engine: str, profile: SimProfile, seconds: float, fast: bool) -> SimulatedVllm:
+    sim = SimulatedVllm(replace(profile, serving_engine=engine), T0)
+    sim.advance(seconds, fast=fast)
+    return sim
+
+
+def test_every_registered_engine_has_a_simulated_page() -> None:
+    assert set(PAGES) == set(ENGINES)
+
+
+@pytest.mark.parametrize("engine", sorted(FIXTURE_SETS))
+@pytest.mark.parametrize(
+    ("speculating", "fixture"), [(True, "spec_1_after"), (False, "nospec_1_after")]
+)
+def test_simulated_page_has_the_fixtures_shape(
+    engine: str, speculating: bool, fixture: str
+) -> None:
+    profile = SPEC if speculating else SPEC.without_speculation()
+    page = simulated(engine, profile, 120.0, fast=False).render()
+    recorded = (FIXTURES / FIXTURE_SETS[engine] / f"{fixture}.txt").read_text(encoding="utf-8")
+    assert shape(page) == shape(recorded)
+    assert detect(page) == engine
+
+
+@pytest.mark.parametrize("engine", sorted(FIXTURE_SETS))
+@pytest.mark.parametrize("fast", [False, True])
+def test_parser_reads_the_states_counters(engine: str, fast: bool) -> None:
+    sim = simulated(engine, SPEC, 600.0 if fast else 120.0, fast)
+    t = sim.totals()
+    h = sim._state.hists
+    sample = get_parser(engine)(sim.render())
+    model = TGI_MODEL if engine == "tgi" else SPEC.model_name
+    m = sample.models[model]
+    assert m.speculating
+    assert m.requests_finished == t.requests_finished > 0
+    assert m.requests_running == t.running
+    if engine == "tgi":  # tokens only as per-request histograms; drafted tokens absent
+        assert m.generation_tokens == round(h["gen_tokens"].sum)
+        assert m.prompt_tokens == round(h["prompt"].sum)
+        assert m.accepted_tokens == t.accepted
+        assert m.drafts == t.drafts + t.running  # a running request's prefill is counted
+        assert m.draft_tokens is None
+    else:
+        assert m.generation_tokens == t.generation_tokens
+        assert m.prompt_tokens == t.prompt_tokens
+        assert m.drafts == t.drafts
+    if engine == "trtllm":
+        assert m.draft_tokens == t.draft_tokens
+        assert m.accepted_tokens == t.accepted
+        assert m.accepted_per_position == t.accepted_per_pos
+        assert m.draft_overhead is not None and 0 < m.draft_overhead < 1
+        assert sample.process_start_time_seconds == sim.process_start_time
+    if engine == "sglang":  # accepted derived: generated - finished - verify calls
+        assert m.draft_tokens is None
+        assert m.accepted_tokens is not None
+        derived = 1 + m.accepted_tokens / m.drafts
+        assert derived == pytest.approx(1 + t.accepted / t.drafts, rel=0.03)
+    assert m.time_per_output_token is not None
+    assert m.time_per_output_token.count == round(t.tpot_count)
+
+
+@pytest.mark.parametrize("engine", sorted(FIXTURE_SETS))
+def test_without_speculation_the_page_shows_none(engine: str) -> None:
+    sim = simulated(engine, SPEC.without_speculation(), 60.0, fast=False)
+    m = get_parser(engine)(sim.render()).models
+    (only,) = m.values()
+    assert not only.speculating
+    assert only.requests_finished == sim.totals().requests_finished > 0
+
+
+@pytest.mark.parametrize("engine", sorted(FIXTURE_SETS))
+def test_a_restart_starts_the_counters_again(engine: str) -> None:
+    sim = simulated(engine, SPEC, 60.0, fast=False)
+    sim.restart()
+    sim.advance(SPEC.cold_start_s, fast=False)
+    sample = get_parser(engine)(sim.render())
+    assert all(m.requests_finished == 0 for m in sample.models.values())
