@@ -558,8 +558,36 @@ GOLDEN_CONFIG: dict[str, Any] = {
             "speculation": {"method": "ngram"},
         },
         {"name": "idle-endpoint", "url": "http://127.0.0.1:6"},
+        {
+            "name": "support",
+            "url": "http://127.0.0.1:7",
+            "engine": "sglang",
+            "billing_mode": "provisioned",
+            "price": {"usd_per_hour": 2.5},
+            "speculation": {"method": "eagle", "draft_cost_ratio": 0.05},
+        },
     ]
 }
+
+
+def _without_drafted_count(row: dict[str, Any]) -> dict[str, Any]:
+    """A window as the daemon writes it for SGLang: verify calls (drafts) and accepted
+    tokens, no drafted count, so no acceptance ratio, no modelled speedup: uncertain, on
+    nothing better than the defaults."""
+    return {
+        **row,
+        "draft_tokens": None,
+        "accepted_per_position": "[]",
+        "acceptance_ratio": None,
+        "breakeven_acceptance_ratio": None,
+        "speedup_ratio": None,
+        "speculation_savings_usd": None,
+        "verdict": "uncertain",
+        "speedup_low_ratio": None,
+        "speedup_high_ratio": None,
+        "step_overhead_ratio": None,
+        "verdict_basis": "default",
+    }
 
 
 def golden_windows() -> list[dict[str, Any]]:
@@ -635,6 +663,20 @@ def golden_windows() -> list[dict[str, Any]]:
                     usd_per_hour="4.0",
                 )
             )
+            # SGLang: it speculates, but shows only its (derived) acceptance length.
+            rows.append(
+                _without_drafted_count(
+                    _window(
+                        "support",
+                        t,
+                        concurrency=8.0,
+                        output_tokens=300_000,
+                        positions=(0.7, 0.5, 0.3),
+                        c=0.05,
+                        usd_per_hour="2.5",
+                    )
+                )
+            )
             if day.month == 4:  # retired at the end of April: month over month shows it
                 rows.append(
                     _window("retired", t, concurrency=1.0, output_tokens=10_000, usd_per_hour="1")
@@ -690,6 +732,31 @@ async def test_golden_markdown(golden_url: str) -> None:
     )
 
 
+async def test_an_engine_without_a_drafted_count_still_speculates(golden_url: str) -> None:
+    """SGLang counts verify calls but no drafted tokens: the report shows the endpoint as
+    speculating, with its acceptance length (derived), its acceptance ratio as not exposed
+    by the engine, and the daemon's uncertain verdicts (no control: nothing to price)."""
+    report = await report_of(golden_url, MAY, golden_settings(golden_url))
+    (support,) = [e for e in report.endpoints if e.info.name == "support"]
+    f = support.month
+    assert support.info.engine == "sglang"
+    assert f.speculating and f.acceptance is None
+    assert f.acceptance_length == pytest.approx(1 + f.accepted_tokens / f.drafts)
+    assert f.windows_uncertain == f.windows_judged > 0 and f.windows_pays == f.windows_tax == 0
+    assert f.basis_windows == {"default": f.windows_judged}
+    md = render(report, "md")
+    header = next(line for line in md.splitlines() if line.startswith("| Endpoint | Engine |"))
+    rows = md[md.index(header) :].splitlines()
+    row = next(line for line in rows if line.startswith("| support |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    length = f"{f.acceptance_length:.2f} (derived)"
+    assert cells[1:5] == ["sglang", "eagle", "not exposed by sglang", length]
+    # The month's total acceptance is that of the endpoints with a drafted count only.
+    t = report.total
+    assert t.acceptance == pytest.approx(t.drafted_accepted_tokens / t.draft_tokens)
+    assert t.drafted_accepted_tokens == t.accepted_tokens - f.accepted_tokens
+
+
 async def test_rollups_from_before_the_verdicts_were_counted(tmp_path: Path) -> None:
     """A store upgraded to 0005 keeps its older rollups, whose verdict counts are NULL: the
     report says their basis was not recorded and never makes up counts for them."""
@@ -717,10 +784,13 @@ async def test_rollups_from_before_the_verdicts_were_counted(tmp_path: Path) -> 
     assert {h.verdict for h in coder.hours} == {"pays"}
     assert [r.action for r in coder.recommendations] == ["keep"]
     md = render(report, "md")
-    assert "| coder | eagle | 0.500 | 0.109 | 2.0 | basis not recorded | basis not recorded |" in md
+    assert (
+        "| coder | vllm | eagle | 0.500 | 2.50 | 0.109 | 2.0 | basis not recorded "
+        "| basis not recorded |" in md
+    )
     assert "| coder | basis not recorded | basis not recorded | — | — | — |" in md
     total = next(line for line in md.splitlines() if line.startswith("| **Total** | measured"))
-    assert "not recorded 40.0%" in total  # coder's windows and legacy's (before 0004)
+    assert "not recorded 33.3%" in total  # coder's windows and legacy's (before 0004), of 72
     rows = list(csv.DictReader(io.StringIO(render(report, "csv"))))
     coder_rows = [r for r in rows if r["endpoint"] == "coder"]
     assert {r["verdict_basis"] for r in coder_rows} == {"basis not recorded"}

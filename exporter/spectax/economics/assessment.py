@@ -226,6 +226,8 @@ def assess_model(
     basis: Basis | None = "measured" if measured_speedup is not None else None
     if basis is None and estimate is not None:
         basis = estimate.basis
+    if basis is None and speculating and g > 0:  # no drafted count, no control: uncertain
+        basis = "default"  # on nothing better than defaults, so the on-call sees a verdict
     if measured_speedup is not None and priced:  # h as measured: break-even, crossover agree
         h = implied_step_overhead(g, a, dt, traffic.concurrency, b_star, c, measured_speedup)
     if h is not None and not PLAUSIBLE_STEP_OVERHEAD[0] <= h <= PLAUSIBLE_STEP_OVERHEAD[1]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from decimal import Decimal
 
+from spectax.engines import ENGINES, not_exposed
 from spectax.report.build import EndpointReport
 from spectax.report.figures import Figures
 from spectax.report.recommend import Recommendation
@@ -43,6 +44,24 @@ def count(value: int | None) -> str:
 
 def ratio(value: float | None, places: int = 3) -> str:
     return DASH if value is None else f"{value:.{places}f}"
+
+
+def acceptance_cell(f: Figures, engine: str) -> str:
+    """The acceptance ratio, or why there is none: SGLang and TGI count no drafted tokens."""
+    if f.acceptance is None and f.speculating and "draft_tokens" in not_exposed(engine):
+        return f"not exposed by {engine}"
+    return ratio(f.acceptance)
+
+
+def acceptance_length_cell(f: Figures, engine: str) -> str:
+    """Tokens per verify step, marked where the engine's drafts are derived, not counted."""
+    text = ratio(f.acceptance_length, 2)
+    capability = (
+        ENGINES[engine].capabilities.get("acceptance_length") if engine in ENGINES else None
+    )
+    if f.acceptance_length is not None and capability and capability.support == "derived":
+        return f"{text} (derived)"
+    return text
 
 
 def percent(value: float | None) -> str:
@@ -91,6 +110,8 @@ def net_cell(f: Figures, semantics: str | None = None) -> str:
         return f"{DASH} (no price)"
     if f.mixed:
         return BY_KIND
+    if f.savings is None and f.drafts > 0 and f.draft_tokens == 0:  # SGLang, TGI
+        return f"{DASH} (no drafted-token count: a control would measure it)"
     if f.savings is None:
         return f"{DASH} (no drafts)"
     return savings_text(f.savings, semantics or next(iter(f.kinds), "unknown"))

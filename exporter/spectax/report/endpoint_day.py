@@ -78,7 +78,9 @@ def day_figures(
     f.draft_load_usd = _scaled(
         sum((r.draft_load_usd or Decimal(0) for r in daily_rows), Decimal(0)), factor
     )
-    speculating_rows = [r for r in daily_rows if r.draft_tokens is not None]
+    # A model speculates when it counts drafts or drafted tokens: SGLang and TGI count
+    # verify steps (drafts) but no drafted tokens, and speculate all the same.
+    speculating_rows = [r for r in daily_rows if r.drafts is not None or r.draft_tokens is not None]
     concurrency_rows = speculating_rows or [r for r in daily_rows if r.model]
     for row in daily_rows:
         f.output_tokens += row.output_tokens
@@ -90,6 +92,8 @@ def day_figures(
         f.drafts += row.drafts or 0
         f.draft_tokens += row.draft_tokens or 0
         f.accepted_tokens += row.accepted_tokens or 0
+        if row.draft_tokens is not None:
+            f.drafted_accepted_tokens += row.accepted_tokens or 0
         f.accepted_per_position = add_positions(
             f.accepted_per_position, json.loads(row.accepted_per_position)
         )

@@ -43,6 +43,7 @@ class EndpointInfo:
     draft_weight_bytes: int | None = None
     gpu_memory_bytes: int | None = None
     control: str | None = None
+    engine: str = "vllm"
 
     @property
     def semantics(self) -> str:
@@ -146,6 +147,9 @@ class Figures:
     drafts: int = 0
     draft_tokens: int = 0
     accepted_tokens: int = 0
+    # Accepted tokens of the rows with a drafted count: SGLang and TGI speculate without
+    # one, so their accepted tokens give an acceptance length but no acceptance ratio.
+    drafted_accepted_tokens: int = 0
     accepted_per_position: list[int] = field(default_factory=list)
     running_seconds: float = 0.0  # of the speculating models' rows (all models' when none)
     model_seconds: float = 0.0
@@ -215,10 +219,19 @@ class Figures:
 
     @property
     def acceptance(self) -> float | None:
-        """Token-weighted acceptance over the span: sum A / sum Dt."""
-        if not self.speculating or self.output_tokens <= 0:
+        """Token-weighted acceptance over the span: sum A / sum Dt, of the rows with a
+        drafted count (None when none has one: SGLang, TGI)."""
+        if not self.speculating or self.output_tokens <= 0 or self.draft_tokens <= 0:
             return None
-        return economics.acceptance_ratio(self.accepted_tokens, self.draft_tokens)
+        return economics.acceptance_ratio(self.drafted_accepted_tokens, self.draft_tokens)
+
+    @property
+    def acceptance_length(self) -> float | None:
+        """Tokens per verify step over the span: 1 + sum A / sum drafts (every engine that
+        speculates counts its drafts, exactly or derived)."""
+        if not self.speculating or self.output_tokens <= 0 or self.drafts <= 0:
+            return None
+        return economics.acceptance_length(self.accepted_tokens, self.drafts)
 
     @property
     def position_acceptance(self) -> tuple[float, ...]:
@@ -307,6 +320,7 @@ class Figures:
         self.drafts += other.drafts
         self.draft_tokens += other.draft_tokens
         self.accepted_tokens += other.accepted_tokens
+        self.drafted_accepted_tokens += other.drafted_accepted_tokens
         self.accepted_per_position = add_positions(
             self.accepted_per_position, other.accepted_per_position
         )

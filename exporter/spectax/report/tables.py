@@ -8,6 +8,8 @@ from spectax.report.build import Report
 from spectax.report.cells import (
     BY_KIND,
     DASH,
+    acceptance_cell,
+    acceptance_length_cell,
     band_text,
     billing_label,
     change,
@@ -107,8 +109,10 @@ def speculation_table(report: Report) -> Table:
         rows.append(
             (
                 e.info.name,
+                e.info.engine,
                 e.info.method or ("drafts seen" if f.speculating else "none"),
-                ratio(f.acceptance),
+                acceptance_cell(f, e.info.engine),
+                acceptance_length_cell(f, e.info.engine),
                 ratio(f.breakeven),
                 ratio(f.concurrency, 1),
                 *_verdict_cells(f),
@@ -120,7 +124,9 @@ def speculation_table(report: Report) -> Table:
         (
             "**Total**",
             "",
+            "",
             ratio(t.acceptance),
+            ratio(t.acceptance_length, 2),
             DASH,
             DASH,
             *_verdict_cells(t),
@@ -132,8 +138,10 @@ def speculation_table(report: Report) -> Table:
         "Acceptance and the windows in which speculation paid, was a tax, or was uncertain",
         (
             "Endpoint",
+            "Engine",
             "Method",
             "Acceptance",
+            "Acceptance length",
             "Break-even",
             "Mean concurrency",
             "Windows paid",
@@ -144,7 +152,9 @@ def speculation_table(report: Report) -> Table:
         rows,
         (
             "Acceptance is token-weighted: accepted over proposed draft tokens, summed over the "
-            "month. Break-even acceptance alpha* = c + B/(B + B*) at the month's mean "
+            "month (an engine that counts no drafted tokens, SGLang or TGI, has none); the "
+            "acceptance length is 1 + accepted tokens per verify step, derived where the "
+            "engine does not count verify steps. Break-even acceptance alpha* = c + B/(B + B*) at the month's mean "
             "concurrency B.",
             "Each window's verdict is the daemon's, as it judged the window (the store counts "
             "them): it paid when even the low end of its speedup's band was above 1, it was a "
@@ -153,7 +163,7 @@ def speculation_table(report: Report) -> Table:
             "judged too: its steps still paid the proposer's cost (ECONOMICS.md §3b). Shares "
             "are of the windows judged, per model.",
         ),
-        (False, False, True, True, True, True, True, True, True),
+        (False, False, False, True, True, True, True, True, True, True, True),
     )
 
 

@@ -109,6 +109,7 @@ def endpoint_infos(endpoints: Iterable[EndpointConfig]) -> dict[str, EndpointInf
             draft_weight_bytes=spec.draft_weight_bytes if spec else None,
             gpu_memory_bytes=e.gpu_memory_bytes,
             control=e.control,
+            engine=e.engine,
         )
     return infos
 
