@@ -1,4 +1,4 @@
-"""The demo fleet's configuration: the three simulated endpoints as spectax is told about them.
+"""The demo fleet's configuration: the simulated endpoints as spectax is told about them.
 
 One place for what `spectax demo`, `spectax demo --history` and the report (without
 configured endpoints) all say about the simulated servers: their GPU and billing,
@@ -42,15 +42,41 @@ DEMO_BILLING: dict[str, dict[str, Any]] = {
         "price": {"provider": "runpod", "product": "serverless flex"},
         "billing_mode": "serverless",
     },
+    **{
+        name: {
+            "gpu": "H100 SXM",
+            "price": {"provider": "runpod", "product": "pods secure"},
+            "billing_mode": "provisioned",
+        }
+        for name in ("support-bot", "summarizer", "docs-qa")
+    },
 }
-# The drafters' weights: EAGLE heads for the coder, a 1B draft model (bf16) for the chat.
-DRAFT_WEIGHT_BYTES = {"code-assistant": 500 * 10**6, "chat-creative": 2 * 10**9}
+# The speculative method each demo server simulates (a `speculation.method` of the config).
+DEMO_METHODS = {
+    "code-assistant": "eagle",
+    "chat-creative": "draft_model",
+    "support-bot": "eagle",
+    "summarizer": "eagle3",
+    "docs-qa": "medusa",
+}
+# The drafters' weights: EAGLE heads for the coder, a 1B draft model (bf16) for the chat,
+# heads for the others.
+DRAFT_WEIGHT_BYTES = {
+    "code-assistant": 500 * 10**6,
+    "chat-creative": 2 * 10**9,
+    "support-bot": 400 * 10**6,
+    "summarizer": 500 * 10**6,
+    "docs-qa": 300 * 10**6,
+}
 # Placeholder addresses (`python -m spectax.simulate`'s ports): the history and the report
 # need the demo endpoints' billing, not their servers.
 DEMO_URLS = {
     "code-assistant": "http://127.0.0.1:18001",
     "chat-creative": "http://127.0.0.1:18002",
     "chat-control": "http://127.0.0.1:18003",
+    "support-bot": "http://127.0.0.1:18004",
+    "summarizer": "http://127.0.0.1:18005",
+    "docs-qa": "http://127.0.0.1:18006",
 }
 
 
@@ -62,13 +88,14 @@ def demo_endpoints(urls: dict[str, str], profiles: dict[str, SimProfile]) -> lis
         endpoint: dict[str, Any] = {
             "name": name,
             "url": url,
+            "engine": profile.serving_engine,
             "gpu_memory_bytes": H100_MEMORY_BYTES,
             "ridge_batch": profile.ridge_batch,
             **DEMO_BILLING.get(name, {}),
         }
         if profile.num_speculative_tokens > 0:
             endpoint["speculation"] = {
-                "method": "eagle" if name == "code-assistant" else "draft_model",
+                "method": DEMO_METHODS.get(name, "draft_model"),
                 "draft_cost_ratio": profile.draft_cost_ratio,
                 "draft_weight_bytes": DRAFT_WEIGHT_BYTES.get(name, 0),
             }

@@ -1,4 +1,4 @@
-"""What determines a simulated endpoint (`SimProfile`), and the demo's three endpoints.
+"""What determines a simulated endpoint (`SimProfile`), and the demo's mixed fleet.
 
 A profile is data: the step-time physics (``step_a + step_b * tokens`` seconds a step,
 ECONOMICS.md §3), the acceptance law, the closed-loop traffic and the engine's limits.
@@ -157,5 +157,66 @@ DEMO_PROFILES: dict[str, SimProfile] = {
         _CHAT_CREATIVE.without_speculation(),
         seed=33,
         description="chat-creative's model and traffic without speculation: the control",
+    ),
+    # The mixed fleet: the same physics, other engines' pages (each shows what its engine
+    # exposes, no more). None has a control, so only TensorRT-LLM, which counts drafted
+    # tokens, gets a modelled speedup; SGLang and TGI show a derived acceptance length.
+    "support-bot": SimProfile(
+        model_name="mistral-7b-instruct",
+        num_speculative_tokens=3,
+        acceptance_p0=0.75,
+        acceptance_decay=0.75,
+        draft_cost_ratio=0.03,
+        step_a=_WEIGHT_READ_S,
+        step_b=_COMPUTE_PER_TOKEN_S,
+        concurrency=6,
+        max_num_seqs=64,
+        prompt_len_mean=300,
+        output_len_mean=150,
+        max_tokens=384,
+        temperature=0.3,
+        seed=44,
+        serving_engine="sglang",
+        description="SGLang with EAGLE heads, support chat at 6 concurrent users: no drafted "
+        "count, so an acceptance length derived from verify calls and no modelled speedup",
+    ),
+    "summarizer": SimProfile(
+        model_name="llama-3.1-8b-instruct",
+        num_speculative_tokens=3,
+        acceptance_p0=0.8,
+        acceptance_decay=0.8,
+        draft_cost_ratio=0.04,
+        step_a=_WEIGHT_READ_S,
+        step_b=_COMPUTE_PER_TOKEN_S,
+        concurrency=12,
+        max_num_seqs=64,
+        prompt_len_mean=800,
+        output_len_mean=200,
+        max_tokens=512,
+        max_model_len=2048,
+        temperature=0.0,
+        seed=55,
+        serving_engine="trtllm",
+        description="TensorRT-LLM with EAGLE3, greedy summaries at 12 concurrent requests: "
+        "drafted and accepted tokens counted, draft overhead measured: speculation pays",
+    ),
+    "docs-qa": SimProfile(
+        model_name="zephyr-7b-beta",
+        num_speculative_tokens=2,
+        acceptance_p0=0.6,
+        acceptance_decay=0.7,
+        draft_cost_ratio=0.05,
+        step_a=_WEIGHT_READ_S,
+        step_b=_COMPUTE_PER_TOKEN_S,
+        concurrency=4,
+        max_num_seqs=64,
+        prompt_len_mean=500,
+        output_len_mean=180,
+        max_tokens=384,
+        temperature=0.7,
+        seed=66,
+        serving_engine="tgi",
+        description="TGI with Medusa heads (--speculate 2), documentation Q&A at 4 users: "
+        "tokens only as histograms, no drafted count: a derived acceptance length",
     ),
 }
