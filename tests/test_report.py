@@ -56,6 +56,7 @@ from spectax.report.spend import DayKey, Spend
 from spectax.report.write import endpoint_infos, pick_month
 from spectax.simulate.fleet import DEMO_DEFAULTS, DRAFT_WEIGHT_BYTES, H100_MEMORY_BYTES
 from spectax.simulate.history import parse_span, write_demo_history
+from spectax.simulate.profiles import DEMO_PROFILES
 from spectax.store import Store
 from spectax.store.models import WindowRow
 
@@ -134,6 +135,8 @@ class Expected:
     savings: float | None = None
     accepted: int = 0
     draft_tokens: int = 0
+    drafts: int = 0
+    drafted_count: bool = False  # the engine counts drafted tokens (not SGLang, not TGI)
     speculating: bool = False
     cold_starts: int = 0
     cold_start_usd: Decimal = Decimal(0)
@@ -156,7 +159,11 @@ def expected_from_windows(rows: Iterable[WindowRow]) -> dict[str, Expected]:
     hours: dict[tuple[str, str, datetime], list[WindowRow]] = defaultdict(list)
     monitored: dict[str, set[datetime]] = defaultdict(set)
     rows = sorted(rows, key=lambda r: (r.endpoint, r.start, r.model))
-    speculating_endpoints = {r.endpoint for r in rows if r.draft_tokens is not None}
+
+    def speculates(r: WindowRow) -> bool:  # SGLang and TGI count drafts, not drafted tokens
+        return r.drafts is not None or r.draft_tokens is not None
+
+    speculating_endpoints = {r.endpoint for r in rows if speculates(r)}
     for r in rows:
         e = result[r.endpoint]
         hour = r.start.replace(minute=0, second=0, microsecond=0)
@@ -168,10 +175,12 @@ def expected_from_windows(rows: Iterable[WindowRow]) -> dict[str, Expected]:
         e.cold_start_usd += r.cold_start_usd or Decimal(0)
         e.draft_load_usd += r.draft_load_usd or Decimal(0)
         restarts[(r.endpoint, r.start)] = max(restarts.get((r.endpoint, r.start), 0), r.restarts)
-        if r.draft_tokens is not None:
+        if speculates(r):
             e.speculating = True
             e.accepted += r.accepted_tokens or 0
-            e.draft_tokens += r.draft_tokens
+            e.drafts += r.drafts or 0
+            e.drafted_count = r.draft_tokens is not None
+            e.draft_tokens += r.draft_tokens or 0
             if r.speculation_savings_usd is not None:
                 e.savings = (e.savings or 0.0) + r.speculation_savings_usd
             hours[(r.endpoint, r.model, hour)].append(r)
@@ -179,7 +188,7 @@ def expected_from_windows(rows: Iterable[WindowRow]) -> dict[str, Expected]:
             if r.verdict_basis is not None:
                 e.bases[r.verdict_basis] = e.bases.get(r.verdict_basis, 0) + 1
             e.c, e.ridge = r.draft_cost_ratio or 0.0, r.ridge_batch_requests
-        if r.model and (r.draft_tokens is not None or r.endpoint not in speculating_endpoints):
+        if r.model and (speculates(r) or r.endpoint not in speculating_endpoints):
             e.running_seconds += r.running_seconds
             e.model_seconds += r.seconds
     for (endpoint, _), n in restarts.items():
@@ -241,6 +250,13 @@ def assert_figures(
         assert f.cost_per_million_without_speculation is None
         return
     assert f.accepted_tokens == x.accepted and f.draft_tokens == x.draft_tokens
+    assert f.drafts == x.drafts
+    assert f.acceptance_length == approx(1 + x.accepted / x.drafts, rel=1e-12)
+    if not x.drafted_count:  # speculating, but nothing to price: every window uncertain
+        assert f.acceptance is None and f.savings is None
+        assert f.windows_uncertain == f.windows_judged == sum(x.verdicts.values()) > 0
+        assert f.basis_windows == x.bases == {"default": f.windows_judged}
+        return
     assert f.acceptance == approx(x.accepted / x.draft_tokens, rel=1e-12)
     assert f.savings == approx(x.savings, rel=1e-9)
     assert x.spend is not None and x.savings is not None
@@ -272,7 +288,7 @@ async def test_every_number_equals_the_stores_sums(demo_url: str) -> None:
     fractions = {name: DRAFT_WEIGHT_BYTES[name] / H100_MEMORY_BYTES for name in DRAFT_WEIGHT_BYTES}
     for month, figures_of in ((MAY, "month"), (APRIL, "previous")):
         expected = expected_from_windows(await window_rows_of(demo_url, month))
-        assert set(expected) == {"code-assistant", "chat-creative", "chat-control"}
+        assert set(expected) == set(DEMO_PROFILES)  # the mixed fleet
         for e in report.endpoints:
             f = getattr(e, figures_of)
             assert f is not None, (e.info.name, month)
@@ -283,10 +299,14 @@ async def test_every_number_equals_the_stores_sums(demo_url: str) -> None:
     t = report.total
     assert t.spend == sum((x.spend or Decimal(0) for x in expected.values()), Decimal(0))
     assert t.output_tokens == sum(x.output_tokens for x in expected.values())
+    drafted = [x for x in expected.values() if x.drafted_count]
     assert t.acceptance == pytest.approx(
-        sum(x.accepted for x in expected.values()) / sum(x.draft_tokens for x in expected.values())
+        sum(x.accepted for x in drafted) / sum(x.draft_tokens for x in drafted)
     )
-    assert t.savings_by["capacity"] == pytest.approx(expected["code-assistant"].savings)
+    capacity = ("code-assistant", "summarizer")  # provisioned, and priced: drafted counts
+    assert t.savings_by["capacity"] == pytest.approx(
+        sum(expected[name].savings or 0.0 for name in capacity)
+    )
     assert t.savings_by["invoice"] == pytest.approx(expected["chat-creative"].savings)
     assert t.windows_tax == sum(x.verdicts.get("tax", 0) for x in expected.values())
     # The month's coverage: 2.5 days of May, 1.5 of April.
@@ -306,7 +326,7 @@ async def test_csv_and_markdown_show_the_same_numbers(demo_url: str) -> None:
     assert tuple(rows[0]) == COLUMNS
     days = sorted({r["date"] for r in rows})
     assert days == ["2026-05-01", "2026-05-02", "2026-05-03"]  # one row per endpoint and day
-    assert len(rows) == 3 * len(days)
+    assert len(rows) == len(expected) * len(days)
     for name, x in expected.items():
         mine = [r for r in rows if r["endpoint"] == name]
         assert sum(Decimal(r["spend_usd"]) for r in mine) == x.spend
@@ -314,14 +334,17 @@ async def test_csv_and_markdown_show_the_same_numbers(demo_url: str) -> None:
         assert sum(int(r["cold_starts"]) for r in mine) == x.cold_starts
         assert sum(Decimal(r["cold_start_usd"]) for r in mine) == x.cold_start_usd
         assert sum(int(r["hours_monitored"]) for r in mine) == x.hours_monitored
-        if x.speculating:
+        if x.speculating and not x.drafted_count:  # SGLang, TGI: nothing to price it on
+            assert {r["speculation_net_usd"] for r in mine} == {""}
+            assert sum(int(r["windows_uncertain"]) for r in mine) == x.verdicts["uncertain"] > 0
+        elif x.speculating:
             assert sum(float(r["speculation_net_usd"]) for r in mine) == pytest.approx(x.savings)
             assert sum(int(r["windows_tax"]) for r in mine) == x.verdicts.get("tax", 0)
             assert sum(int(r["windows_pays"]) for r in mine) == x.verdicts.get("pays", 0)
             assert sum(float(r["draft_compute_usd"]) for r in mine) == pytest.approx(
                 x.draft_compute
             )
-            meaning = {"code-assistant": "capacity_freed", "chat-creative": "invoice"}[name]
+            meaning = "invoice" if name == "chat-creative" else "capacity_freed"
             assert {r["speculation_net_meaning"] for r in mine} == {meaning}
         else:
             assert {r["speculation_net_usd"] for r in mine} == {""}  # not a 0 that looks real
@@ -339,7 +362,7 @@ async def test_csv_and_markdown_show_the_same_numbers(demo_url: str) -> None:
         if x.speculating and x.savings is not None:
             sign = "+" if x.savings > 0 else "-"
             assert cells[7].startswith(f"{sign}${abs(x.savings):,.2f}")
-            word = "capacity" if name == "code-assistant" else "invoice"
+            word = "invoice" if name == "chat-creative" else "capacity"
             assert word in cells[7]
     assert "chat-creative | turn off | Turn speculation off" in md
     assert "code-assistant | change K" in md
@@ -1171,7 +1194,7 @@ def test_the_report_defaults_to_the_last_complete_month_with_history(
     out = tmp_path / "r.md"
     assert main(["report", "--config", config, "--out", str(out)]) == 0
     assert out.read_text().startswith(f"# spectax monthly cost review: {MAY}")
-    assert f"(md, {MAY}, 3 endpoint(s))" in capsys.readouterr().err
+    assert f"(md, {MAY}, {len(DEMO_PROFILES)} endpoint(s))" in capsys.readouterr().err
 
 
 def test_a_month_without_history_is_refused_naming_the_months_with_some(

@@ -1,11 +1,11 @@
 """`spectax demo --history 30d`: a month of simulated history, written fast, for the report.
 
-The three demo endpoints' simulators (`spectax.simulate`) run in fast mode,
-one window at a time, and their pages go through the daemon's own
+The demo endpoints' simulators (`spectax.simulate`, the mixed fleet) run in fast
+mode, one window at a time, all endpoints abreast, and their pages go through the daemon's own
 code path: `EndpointMonitor.observe_page` turns them into window rows with
 spend and assessments, `Store.save` writes them, `Store.rollup` sums them
-into hours and days. A few engine restarts (cold starts) are spread over the
-span; traffic follows a daily cycle. Everything is seeded: the same span
+into hours and days, once a simulated day for the whole fleet. A few engine
+restarts (cold starts) are spread over the span; traffic follows a daily cycle. Everything is seeded: the same span
 gives the same history. The step-time histograms' sums are left out of the
 stored rows: the fast path makes them from steady-state means, and a daemon
 started later on this store must not calibrate its ridge batch on them.
@@ -41,7 +41,14 @@ WINDOW_SECONDS = 3600.0
 DAY = 86400.0
 MAX_SPAN = 400 * DAY
 # Daily traffic cycle per demo endpoint (amplitude of the diurnal load).
-DIURNAL = {"code-assistant": 0.5, "chat-creative": 0.3, "chat-control": 0.3}
+DIURNAL = {
+    "code-assistant": 0.5,
+    "chat-creative": 0.3,
+    "chat-control": 0.3,
+    "support-bot": 0.4,
+    "summarizer": 0.2,
+    "docs-qa": 0.5,
+}
 RESTARTS_PER_WEEK = 1.5
 NO_CALIBRATION = 10**9  # more windows than a monitor keeps: the fit never runs
 _SPAN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(h|d|w)\s*$")
@@ -107,52 +114,80 @@ async def write_demo_history(
     boundaries = [start + k * window_seconds for k in range(1, windows + 1)]
     chunks = sum(1 for t in boundaries if t % DAY == 0 or t == end)
     endpoints = settings.config.endpoints
-    steps, done = len(endpoints) * chunks, 0
+    steps, done = chunks, 0
     store = await Store.open(settings.config.database_url)
-    cold_starts = 0
     try:
-        for endpoint in endpoints:
-            profile = history_profile(endpoint.name, DEMO_PROFILES[endpoint.name])
-            sim = SimulatedVllm(profile, start)
-            # B* stays the configured one, which is the simulator's own a/b: the fast path's
-            # steady-state latency means are no material for the Theil-Sen calibration.
-            config = endpoint.model_copy(update={"calibration_min_windows": NO_CALIBRATION})
-            monitor = EndpointMonitor(
-                config,
-                settings.usd_per_hour.get(endpoint.name),
-                window_seconds,
-                control_curve=_control_curve(endpoint),
-            )
-            rng = random.Random(profile.seed * 7919 + int(start // DAY))
-            restarts = _restart_times(rng, start, end, window_seconds, restarts_per_week)
-            cold_starts += len(restarts)
-            monitor.observe_page(start, sim.render(), 0.01)  # the baseline scrape
-            pending: list[dict[str, Any]] = []
-            for t in boundaries:
-                while restarts and restarts[0] < t:
-                    at = restarts.pop(0)
-                    sim.advance(max(0.0, at - sim.now), fast=True)
-                    sim.restart()
-                    # The daemon's next scrape succeeds once the engine is up again.
-                    sim.advance(profile.cold_start_s + 1.0, fast=True)
-                    if sim.now < t:
-                        pending += _rows(monitor.observe_page(sim.now, sim.render(), 0.01))
-                sim.advance(max(0.0, t - sim.now), fast=True)
-                pending += _rows(monitor.observe_page(t, sim.render(), 0.01))
-                if t % DAY == 0 or t == end:  # a UTC day is stored and rolled up at once
+        runs = [_EndpointRun.start(endpoint, settings, start, end, window_seconds,
+                                   restarts_per_week) for endpoint in endpoints]  # fmt: skip
+        cold_starts = sum(len(run.restarts) for run in runs)
+        for t in boundaries:
+            for run in runs:
+                run.step_to(t)
+            if t % DAY == 0 or t == end:  # a UTC day is stored, then rolled up once for all
+                for run in runs:
                     if t == end:
-                        pending += _rows(monitor.flush())  # the last window, closed at `end`
-                    await store.save(endpoint.name, pending, None)
-                    pending = []
-                    await store.rollup()
-                    done += 1
-                    if progress is not None:
-                        progress(done, steps)
+                        run.pending += _rows(run.monitor.flush())  # the last window, at `end`
+                    await store.save(run.monitor.config.name, run.pending, None)
+                    run.pending = []
+                await store.rollup()
+                done += 1
+                if progress is not None:
+                    progress(done, steps)
     finally:
         await store.close()
     return HistoryWritten(
         start, end, windows, cold_starts, tuple(e.name for e in endpoints), window_seconds
     )
+
+
+@dataclass
+class _EndpointRun:
+    """One demo endpoint's simulator, monitor, restart times and unsaved windows."""
+
+    sim: SimulatedVllm
+    monitor: EndpointMonitor
+    restarts: list[float]
+    pending: list[dict[str, Any]]
+
+    @classmethod
+    def start(
+        cls,
+        endpoint: EndpointConfig,
+        settings: Settings,
+        start: float,
+        end: float,
+        window_seconds: float,
+        restarts_per_week: float,
+    ) -> _EndpointRun:
+        profile = history_profile(endpoint.name, DEMO_PROFILES[endpoint.name])
+        sim = SimulatedVllm(profile, start)
+        # B* stays the configured one, which is the simulator's own a/b: the fast path's
+        # steady-state latency means are no material for the Theil-Sen calibration.
+        config = endpoint.model_copy(update={"calibration_min_windows": NO_CALIBRATION})
+        monitor = EndpointMonitor(
+            config,
+            settings.usd_per_hour.get(endpoint.name),
+            window_seconds,
+            control_curve=_control_curve(endpoint),
+        )
+        rng = random.Random(profile.seed * 7919 + int(start // DAY))
+        restarts = _restart_times(rng, start, end, window_seconds, restarts_per_week)
+        monitor.observe_page(start, sim.render(), 0.01)  # the baseline scrape
+        return cls(sim, monitor, restarts, [])
+
+    def step_to(self, t: float) -> None:
+        """Simulate up to the window boundary `t` (restarting on the way) and scrape there."""
+        sim, monitor = self.sim, self.monitor
+        while self.restarts and self.restarts[0] < t:
+            at = self.restarts.pop(0)
+            sim.advance(max(0.0, at - sim.now), fast=True)
+            sim.restart()
+            # The daemon's next scrape succeeds once the engine is up again.
+            sim.advance(sim.profile.cold_start_s + 1.0, fast=True)
+            if sim.now < t:
+                self.pending += _rows(monitor.observe_page(sim.now, sim.render(), 0.01))
+        sim.advance(max(0.0, t - sim.now), fast=True)
+        self.pending += _rows(monitor.observe_page(t, sim.render(), 0.01))
 
 
 # The fast path's per-step figures are steady-state means, not measurements: kept out of the
