@@ -1,14 +1,14 @@
 """`spectax demo --history 30d`: a month of simulated history, written fast, for the report.
 
 The demo endpoints' simulators (`spectax.simulate`, the mixed fleet) run in fast
-mode, one window at a time, all endpoints abreast, and their pages go through the daemon's own
-code path: `EndpointMonitor.observe_page` turns them into window rows with
-spend and assessments, `Store.save` writes them, `Store.rollup` sums them
-into hours and days, once a simulated day for the whole fleet. A few engine
-restarts (cold starts) are spread over the span; traffic follows a daily cycle. Everything is seeded: the same span
-gives the same history. The step-time histograms' sums are left out of the
-stored rows: the fast path makes them from steady-state means, and a daemon
-started later on this store must not calibrate its ridge batch on them.
+mode, one window at a time, all endpoints abreast, and their pages go through the
+daemon's own code path: `EndpointMonitor.observe_page` turns them into window rows
+with spend and assessments, `Store.save` writes them, `Store.rollup` sums them into
+hours and days, once a simulated day for the whole fleet. A few engine restarts
+(cold starts) are spread over the span; traffic follows a daily cycle. Everything is
+seeded: the same span gives the same history. The step-time histograms' sums are
+left out of the stored rows: the fast path makes them from steady-state means, and a
+daemon started later on this store must not calibrate its ridge batch on them.
 
 Each window carries its verdict, band and basis as the daemon's do (the
 monitor assesses it). The daemon prices an endpoint with a `control:` on the
