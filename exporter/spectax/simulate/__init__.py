@@ -1,12 +1,13 @@
-"""Simulated vLLM servers: pages generated from step-time physics, for demos and tests.
+"""Simulated inference servers: pages generated from step-time physics, for demos and tests.
 
-- :mod:`spectax.simulate.profiles`: what determines an endpoint, and the demo's three.
+- :mod:`spectax.simulate.profiles`: what determines an endpoint, and the demo's mixed fleet.
 - :mod:`spectax.simulate.vllm`: one simulated engine (state, exact and steady-state
-  stepping, the /metrics page, in their own modules).
+  stepping in their own modules); its page is its `serving_engine`'s
+  (:mod:`spectax.simulate.pages`: vLLM, SGLang, TensorRT-LLM, TGI).
 - :mod:`spectax.simulate.server`: aiohttp servers on loopback, one per profile.
 - :mod:`spectax.simulate.fleet`: the demo endpoints' configuration (billing, drafts).
 - :mod:`spectax.simulate.history`: a month of the demo's history, written fast.
-- ``python -m spectax.simulate``: the three demo endpoints on ports 18001-18003.
+- ``python -m spectax.simulate``: the demo endpoints on ports 18001-18006.
 """
 
 from spectax.simulate.profiles import DEMO_PROFILES, SimProfile

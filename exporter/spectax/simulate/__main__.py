@@ -1,10 +1,11 @@
-"""``python -m spectax.simulate``: serve the three demo endpoints on 18001-18003."""
+"""``python -m spectax.simulate``: serve the demo's mixed fleet on 18001-18006."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 
+from spectax.engines import ENGINES
 from spectax.simulate.profiles import DEMO_PROFILES
 from spectax.simulate.server import start_simulated_servers
 
@@ -16,7 +17,8 @@ async def _main() -> None:
         for name, url in fleet.urls.items():
             p = fleet.sims[name].profile
             print(
-                f"{name:15s} {url}/metrics  ({p.model_name}, K={p.num_speculative_tokens})",
+                f"{name:15s} {url}{ENGINES[p.serving_engine].metrics_path}  "
+                f"({p.serving_engine}, {p.model_name}, K={p.num_speculative_tokens})",
                 flush=True,
             )
         print("Ctrl-C to stop.", flush=True)
