@@ -44,6 +44,25 @@ BASES = {"default": 0, "profile": 1, "calibrated": 2, "measured": 3}
 
 
 NO_VERDICT = "no verdict: no speculation configured, or no traffic"
+# spectax_endpoint_info's engine label, coded for the table like the verdict (every engine
+# spectax registers has one: tests/test_dashboards.py checks).
+ENGINE_CODES = {"vllm": 0, "sglang": 1, "trtllm": 2, "tgi": 3, "llamacpp": 4}
+# The acceptance cell of an engine that counts no drafted tokens (SGLang, TGI): it
+# speculates (it has an acceptance length) but has no acceptance ratio to show.
+NOT_EXPOSED = -1
+
+
+def engine_by_model() -> str:
+    """The endpoint's engine (coded) on each of its models' rows."""
+    engines = " or ".join(
+        f'(spectax_endpoint_info{{{SEL_ENDPOINT}, engine="{name}"}} * {code})'
+        for name, code in ENGINE_CODES.items()
+    )
+    return (
+        "max by (endpoint, model) (group by (job, instance, endpoint, model)"
+        f" (spectax_output_tokens_total{{{SEL_MODEL}}})"
+        f" * on (job, instance, endpoint) group_left () max by (job, instance, endpoint) ({engines}))"
+    )
 
 
 def mapping(texts: dict[str, tuple[str, str | None]]) -> list[dict[str, object]]:
@@ -54,9 +73,11 @@ def mapping(texts: dict[str, tuple[str, str | None]]) -> list[dict[str, object]]
 
 
 VERDICT_COLUMNS = {
+    "Value #K": "Engine",
     "Value #A": "Verdict",
     "Value #B": "Basis",
     "Value #C": "Acceptance",
+    "Value #L": "Acceptance length",
     "Value #D": "Break-even",
     "Value #E": "Speedup",
     "Value #F": "Band low",
@@ -79,11 +100,19 @@ verdict = table(
     " priced like any other. Savings are negative when speculation is a tax; on"
     " provisioned endpoints they are GPU capacity, not invoice money. A row with no"
     " verdict is an endpoint with no speculation configured (a control, or plain"
-    " decoding), or one with no traffic in the window.",
+    " decoding), or one with no traffic in the window. Engine: spectax_endpoint_info's. SGLang"
+    " and TGI count no drafted tokens: their acceptance is not exposed, their acceptance"
+    " length (tokens per verify step) is derived, and without a control there is nothing to"
+    " price, so their verdict is uncertain on basis default.",
     [
         (coded("spectax_verdict_info", "verdict", VERDICTS), ""),
         (coded("spectax_verdict_info", "basis", BASES), ""),
-        (f"max by (endpoint, model) (spectax_acceptance_ratio{{{SEL_MODEL}}})", ""),
+        (
+            f"max by (endpoint, model) (spectax_acceptance_ratio{{{SEL_MODEL}}})"
+            f" or (max by (endpoint, model) (spectax_acceptance_length_tokens{{{SEL_MODEL}}})"
+            f" * 0 + {NOT_EXPOSED})",
+            "",
+        ),
         (f"max by (endpoint, model) (spectax_breakeven_acceptance_ratio{{{SEL_MODEL}}})", ""),
         (f"max by (endpoint, model) ({SPEEDUP}{{{SEL_MODEL}}})", ""),
         (f'min by (endpoint, model) (spectax_speedup_band_ratio{{{SEL_MODEL}, bound="low"}})', ""),
@@ -95,6 +124,8 @@ verdict = table(
         ),
         (f"sum by (endpoint, model) (spectax_speculation_savings_usd_per_hour{{{SEL_MODEL}}})", ""),
         (f"max by (endpoint, model) (spectax_recommended_speculative_tokens{{{SEL_MODEL}}})", ""),
+        (engine_by_model(), ""),
+        (f"max by (endpoint, model) (spectax_acceptance_length_tokens{{{SEL_MODEL}}})", ""),
     ],
     transformations=[
         {"id": "merge", "options": {}},
@@ -144,7 +175,16 @@ verdict = table(
         ),
         by_name("Band low", decimals=2),
         by_name("Band high", decimals=2),
-        by_name("Acceptance", unit="percentunit"),
+        by_name(
+            "Engine",
+            mappings=mapping({str(code): (name, None) for name, code in ENGINE_CODES.items()}),
+        ),
+        by_name(
+            "Acceptance",
+            unit="percentunit",
+            mappings=mapping({str(NOT_EXPOSED): ("not exposed by the engine", None)}),
+        ),
+        by_name("Acceptance length", decimals=2),
         by_name("Break-even", unit="percentunit"),
         by_name("Speedup", decimals=2),
         by_name("$ per M output tokens", unit="currencyUSD"),
@@ -172,7 +212,8 @@ acceptance = timeseries(
     " SpecDecodeAcceptanceBelowThreshold evaluates). Break-even (dashed) depends on the"
     " concurrency: below it speculation is a tax, and SpeculationIsATax pages. The warning"
     " threshold (dotted red) is the endpoint's configured acceptance_threshold: under it"
-    " SpecDecodeAcceptanceBelowThreshold warns, which may still pay.",
+    " SpecDecodeAcceptanceBelowThreshold warns, which may still pay. SGLang and TGI count no"
+    " drafted tokens, so they have no line here: see their acceptance length in the table.",
     [
         (
             f"endpoint_model:spectax_acceptance:ratio_rate5m{{{SEL_MODEL}}}",

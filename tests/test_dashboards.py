@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from promstack import DASHBOARDS, dashboard_jsons, panel_queries, panels, rules
+from spectax.engines import ENGINES
 from spectax.exposition import FAMILIES
 from test_prometheus_e2e import PENDING_METRICS
 
@@ -295,6 +296,36 @@ def test_the_verdict_table_shows_each_verdict_and_basis_as_words(
     (values,) = [m["options"] for m in column_mappings(verdict, column) if m["type"] == "value"]
     assert {value: values[code]["text"] for value, code in codes.items()} == shown
     assert "no_drafts" not in json.dumps(dashboard_jsons())
+
+
+def test_the_verdict_table_names_each_endpoints_engine() -> None:
+    """A mixed fleet: the on-call sees which engine each row is (an engine without a drafted
+    count has no acceptance), named as spectax_endpoint_info names it, for every engine."""
+    verdict = verdict_table()
+    columns = verdict["transformations"][1]["options"]["renameByName"]
+    ref = next(key for key, name in columns.items() if name == "Engine").removeprefix("Value #")
+    (expr,) = [t["expr"] for t in verdict["targets"] if t["refId"] == ref]
+    codes = dict(re.findall(r'engine="([a-z]+)"\} \* (\d)\)', expr))
+    assert set(codes) >= set(ENGINES)
+    (values,) = [m["options"] for m in column_mappings(verdict, "Engine") if m["type"] == "value"]
+    assert {engine: values[code]["text"] for engine, code in codes.items()} == {
+        engine: engine for engine in codes
+    }
+
+
+def test_an_acceptance_the_engine_does_not_expose_says_so() -> None:
+    """SGLang and TGI speculate without a drafted count: their row's acceptance cell reads
+    "not exposed by the engine" (an acceptance length exists, an acceptance ratio does
+    not), never a blank that reads like "no speculation" nor a 0 that looks real."""
+    verdict = verdict_table()
+    (expr,) = [t["expr"] for t in verdict["targets"] if t["refId"] == "C"]
+    assert "spectax_acceptance_length_tokens" in expr and expr.endswith("* 0 + -1)")
+    (values,) = [
+        m["options"] for m in column_mappings(verdict, "Acceptance") if m["type"] == "value"
+    ]
+    assert values["-1"]["text"] == "not exposed by the engine"
+    columns = verdict["transformations"][1]["options"]["renameByName"]
+    assert "Acceptance length" in columns.values()
 
 
 def test_generate_sets_the_runbook_url_once_for_every_panel(
