@@ -61,7 +61,8 @@ def engine_by_model() -> str:
     return (
         "max by (endpoint, model) (group by (job, instance, endpoint, model)"
         f" (spectax_output_tokens_total{{{SEL_MODEL}}})"
-        f" * on (job, instance, endpoint) group_left () max by (job, instance, endpoint) ({engines}))"
+        " * on (job, instance, endpoint) group_left ()"
+        f" max by (job, instance, endpoint) ({engines}))"
     )
 
 
