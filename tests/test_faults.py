@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from e2e import Spectax, free_port, value, write_config
+from spectax.engines import get_parser
 from spectax.simulate import DEMO_PROFILES, start_simulated_servers
 from spectax.simulate.fleet import demo_endpoints
 from spectax.store import Store
@@ -41,10 +42,14 @@ async def stored_totals(url: str) -> dict[str, tuple[int, int]]:
 
 
 def source_totals(fleet: Any) -> dict[str, tuple[int, int]]:
-    return {
-        name: (sim.totals().generation_tokens, sim.totals().accepted)
-        for name, sim in fleet.sims.items()
-    }
+    """(output tokens, accepted tokens) per endpoint as its engine's page says them (SGLang
+    derives its accepted tokens, TGI counts tokens per finished request), since its start."""
+    totals = {}
+    for name, sim in fleet.sims.items():
+        sample = get_parser(sim.profile.serving_engine)(sim.render())
+        (model,) = sample.models.values()
+        totals[name] = (round(model.generation_tokens), round(model.accepted_tokens or 0))
+    return totals
 
 
 async def freeze_and_stop(fleet: Any, spectax: Spectax) -> None:

@@ -26,6 +26,7 @@ from conftest import page
 from e2e import Samples, Spectax, free_port, value, wait_until, write_config
 from spectax.config import validate
 from spectax.endpoint import EndpointMonitor
+from spectax.engines import not_exposed
 from spectax.scrape import ScrapeError
 from spectax.simulate import DEMO_PROFILES, start_simulated_servers
 from spectax.simulate.fleet import demo_endpoints
@@ -335,16 +336,25 @@ async def look(browser: Browser, url: str, dark: bool, shot: Path) -> dict[str, 
     return {**shown, "requested": requested}
 
 
+def engine_of(name: str) -> str:
+    return DEMO_PROFILES[name].serving_engine
+
+
 async def test_the_demos_status_page_in_chromium_shows_the_verdicts_of_metrics(
     demo: Spectax,
 ) -> None:
     binary = _chromium()
 
+    # The mixed fleet: every speculating endpoint gets a verdict; those whose engine counts
+    # drafted tokens (vLLM, TensorRT-LLM) a modelled speedup and a chart of it.
+    speculating = {n for n, p in DEMO_PROFILES.items() if p.speculative}
+    drafted = {n for n in speculating if "draft_tokens" not in not_exposed(engine_of(n))}
+
     def speculating_assessed(m: Samples) -> bool:
         return all(
             value(m, "spectax_speedup_ratio", endpoint=e, method="modeled") is not None
-            for e in ("code-assistant", "chat-creative")
-        )
+            for e in drafted
+        ) and speculating <= {e for e, _ in verdicts_of(m)}
 
     await demo.wait_for(speculating_assessed)
     async with Browser(binary) as browser:
@@ -356,14 +366,14 @@ async def test_the_demos_status_page_in_chromium_shows_the_verdicts_of_metrics(
             light = await look(browser, f"{demo.url}/", False, ARTIFACTS / "status-page.png")
             after = verdicts_of(await demo.metrics())
             shown = {(e, m): (v, b) for e, m, v, b in light["verdicts"] if b}
-            charted = light["charts"] == 2  # both speculating endpoints have a chart drawn
+            charted = light["charts"] == len(drafted)  # each with a modelled speedup
             return light if charted and before == after == shown else None
 
         light = await wait_until(agrees, 30, "the page's verdicts to equal /metrics'", [demo])
         dark = await look(browser, f"{demo.url}/", True, ARTIFACTS / "status-page-dark.png")
     verdicts = {v for _, _, v, _ in light["verdicts"]}
     weighed = {e for e, _, v, b in light["verdicts"] if b}
-    assert weighed == {"chat-creative", "code-assistant"}  # the two that speculate
+    assert weighed == speculating  # vLLM's two, SGLang's, TensorRT-LLM's, TGI's
     assert "no_speculation" in verdicts  # chat-control, the tax's control, speculates not
     for seen in (light, dark):
         assert seen["requested"] and all(
