@@ -29,14 +29,22 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import pytest_asyncio
 import yaml
+from aiohttp import web
 
 from e2e import Spectax, free_port, value, wait_until, write_config
 from promstack import Prometheus, binary
+from spectax.config import EndpointConfig, validate
+from spectax.credentials import basic_auth_header
+from spectax.endpoint import EndpointMonitor
 from spectax.simulate import SimulatedFleet, start_simulated_servers
 from spectax.simulate.profiles import SimProfile
+from spectax.sources.fleet import FleetSource
+from spectax.sources.prometheus import queries
+from spectax.store.writer import PendingWrite
 
 pytestmark = pytest.mark.e2e
 in_module_loop = pytest.mark.asyncio(loop_scope="module")
@@ -254,3 +262,131 @@ def _spectax(*args: str) -> subprocess.CompletedProcess[str]:
         timeout=60,
         check=False,
     )
+
+
+class Gateway:
+    """What stands in front of a Prometheus in production: a path prefix, auth, a tenant
+    header (Mimir), and, when told, an outage or a partial answer (Thanos, Mimir)."""
+
+    def __init__(self, prometheus: str, authorization: str):
+        self.prometheus, self.authorization = prometheus, authorization
+        self.mode = "up"  # up | down | partial
+        self.seen: list[str] = []  # the queries that reached it
+        self.url = ""
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_post("/prefix/api/v1/query", self._query)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        port = free_port()
+        await web.TCPSite(self._runner, "127.0.0.1", port).start()
+        self.url = f"http://127.0.0.1:{port}/prefix"
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _query(self, request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") != self.authorization:
+            return web.json_response({"status": "error", "error": "unauthorized"}, status=401)
+        if request.headers.get("X-Scope-OrgID") != "tenant-1":
+            return web.json_response({"status": "error", "error": "no org id"}, status=401)
+        if self.mode == "down":
+            return web.Response(status=503, text="upstream unavailable")
+        form = await request.post()
+        self.seen.append(str(form["query"]))
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(f"{self.prometheus}/api/v1/query", data=dict(form)) as answer,
+        ):
+            body = await answer.json()
+        if self.mode == "partial":
+            body["warnings"] = ["store 10.0.0.7:10901 did not answer"]
+        return web.json_response(body)
+
+
+@in_module_loop
+async def test_fleet_source_through_a_gateway_waits_out_an_outage_and_partial_answers(
+    run: Run,
+) -> None:
+    """Path prefix, basic auth and a tenant header reach the server; an outage and a
+    partial answer leave the windows waiting (nothing written, the endpoint down with the
+    reason, no secret in it); once the gateway answers whole, the windows that waited are
+    read in one pass and equal the live daemon's. One query per series, whatever the
+    fleet's size."""
+    gateway = Gateway(run.prometheus.url, basic_auth_header("spectax", "s3cret-pw"))
+    await gateway.start()
+    config = source(gateway.url) | {
+        "basic_auth": {"username": "spectax", "password": "s3cret-pw"},
+        "headers": {"X-Scope-OrgID": "tenant-1"},
+    }
+    settings = validate({"scrape_interval": "1s", "window": f"{WINDOW:g}s", "sources": [config]})
+    prometheus_source = settings.config.sources[0]
+    written: list[PendingWrite] = []
+
+    async def new_monitor(endpoint: EndpointConfig) -> EndpointMonitor:
+        return EndpointMonitor(endpoint, None, WINDOW)
+
+    def emit(monitor: EndpointMonitor, write: PendingWrite | None) -> None:
+        if write is not None:
+            written.append(write)
+
+    try:
+        async with aiohttp.ClientSession() as session:
+            fleet = FleetSource(prometheus_source, WINDOW, session, new_monitor, emit)
+            fleet.next_end = run.starts[1] + WINDOW
+            now = run.starts[-1] + WINDOW + 3.0  # windows 1 to 3 are due
+            gateway.mode = "up"
+            assert await fleet.read_due(run.starts[1] + WINDOW + 3.0)  # window 1: found
+            monitor = fleet.monitors[FLEET]
+            for mode in ("down", "partial"):
+                gateway.mode = mode
+                assert not await fleet.read_due(now)
+                assert fleet.next_end == run.starts[2] + WINDOW, "the windows wait"
+                assert not monitor.snapshot.up and monitor.snapshot.last_error
+                assert "s3cret-pw" not in monitor.snapshot.last_error
+            assert len(written) == 1
+            gateway.mode = "up"
+            assert await fleet.read_due(now)
+    finally:
+        await gateway.close()
+    assert monitor.snapshot.up
+    got = {(w.endpoint, row["start"].timestamp()): row for w in written for row in w.rows}
+    for start in run.starts[1:]:
+        row = got[(FLEET, start)]
+        live = run.rows[(FLEET, stamp(start))]
+        assert {c: row[c] for c in COUNTERS} == {c: live[c] for c in COUNTERS}, start
+    # 4 reads got through (1 + partial + up), each 1 query per series name; never per pod.
+    per_read = len(queries(prometheus_source, WINDOW))
+    assert len(gateway.seen) == 3 * per_read, len(gateway.seen)
+    assert all("pod" not in q for q in gateway.seen)
+
+
+@in_module_loop
+async def test_a_restarted_daemon_reads_the_windows_it_missed(run: Run) -> None:
+    """The store's history of the fleet ends at the second window (a daemon that died
+    then); a new `spectax run` reads from there on, and writes what the live one wrote."""
+    state = run.workdir / "resumed"
+    state.mkdir()
+    port = free_port()
+    config = write_config(
+        state, port, [], window=f"{WINDOW:g}s", sources=[source(run.prometheus.url)]
+    )
+    head = ["--from", _iso(run.starts[0]), "--to", _iso(run.starts[1])]
+    assert _spectax("backfill", "--config", str(config), *head).returncode == 0
+    spectax = Spectax(config, port)
+    await spectax.start()
+    try:
+
+        def caught_up() -> bool:
+            rows = window_rows(state / "state")
+            return all((FLEET, stamp(s)) in rows for s in run.starts)
+
+        await wait_until(caught_up, 20, "the missed windows", [spectax])
+    finally:
+        assert await spectax.stop() == 0, spectax.log_tail()
+    rows = window_rows(state / "state")
+    for start in run.starts:
+        assert rows[(FLEET, stamp(start))] == run.rows[(FLEET, stamp(start))], start

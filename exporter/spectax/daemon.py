@@ -174,7 +174,7 @@ class Daemon:
         # 2,000 endpoints, a pause in scraping and serving).
         gc.freeze()
         self._schedule()
-        self.fleet.start(self)
+        await self.fleet.start(self)
         await self.billing.start(self._scheduler, self.store)
         self._ready = True
         log.info(

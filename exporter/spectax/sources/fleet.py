@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("spectax.fleet")
 RETRY_SECONDS = 15.0  # a failed read is tried again this soon (or at the next window)
 CATCH_UP_WINDOWS = 24  # windows read in one query after an outage
+# After spectax was down, at most this much of the gap is read at start (the rest: backfill).
+CATCH_UP_SECONDS = 86400.0
 
 
 def cursor_sample(interval: Interval) -> EngineSample:
@@ -67,7 +69,10 @@ class FleetSource:
         new_monitor: MonitorFactory,
         emit: Emit,
         reserved: frozenset[str] = frozenset(),
+        resume: float | None = None,
     ):
+        """`resume`: where the stored history of the fleet ends (a window's end); the
+        windows from there on are read first, up to CATCH_UP_SECONDS back."""
         self.source = source
         self.window = window
         self.reader = PrometheusReader(source, session)
@@ -77,13 +82,17 @@ class FleetSource:
         self._reserved = reserved  # the configured endpoints' names: never taken over
         self._health = LogOnce(log, "source", redact(source.url))
         self.next_end = aligned_start(time.time() - source.delay, window) + window
+        if resume is not None:
+            oldest = self.next_end - CATCH_UP_SECONDS
+            self.next_end = max(oldest, min(self.next_end, aligned_start(resume, window) + window))
 
     async def run(self) -> None:
         while True:
             due = self.next_end + self.source.delay
             if (wait := due - time.time()) > 0:
                 await asyncio.sleep(wait)
-            await self.read_due(time.time())
+            if not await self.read_due(time.time()):
+                await asyncio.sleep(min(RETRY_SECONDS, self.window))
 
     async def read_due(self, now: float) -> bool:
         """Read every window whose end (plus `delay`) has passed; False when the source failed
@@ -101,7 +110,6 @@ class FleetSource:
             for monitor in self.monitors.values():
                 monitor.observe_failure(ScrapeError("connection", str(exc)), 0.0)
                 self._emit(monitor, None)
-            await asyncio.sleep(min(RETRY_SECONDS, self.window))
             return False
         self._health.recovered("reading windows again")
         for end in bounds[1:]:
@@ -124,7 +132,7 @@ class FleetSource:
             monitor = self.monitors[name] = await self._new_monitor(
                 self.source.endpoint_config(name)
             )
-            log.info("endpoint %s: found in %s", name, self.source.url)
+            log.info("endpoint %s: found in %s", name, redact(self.source.url))
         return monitor
 
 
@@ -135,9 +143,12 @@ class Fleet:
         self.sources: list[FleetSource] = []
         self._tasks: list[asyncio.Task[None]] = []
 
-    def start(self, daemon: Daemon) -> None:
-        """One task per configured source; their endpoints resume where the store left them."""
-        assert daemon._session is not None
+    async def start(self, daemon: Daemon) -> None:
+        """One task per configured source; their endpoints resume where the store left them
+        (the latest cursor of an endpoint not configured to be scraped: a fleet one)."""
+        assert daemon._session is not None and daemon.store is not None
+        reserved = frozenset(e.name for e in daemon.config.endpoints)
+        reached = [t for n, t in (await daemon.store.cursor_times()).items() if n not in reserved]
         settings = daemon.settings
 
         async def new_monitor(config: EndpointConfig) -> EndpointMonitor:
@@ -152,10 +163,15 @@ class Fleet:
             daemon.collector.prerender(monitor.config.name, monitor.snapshot)
             daemon.status.record(monitor.config.name, monitor.snapshot)
 
-        reserved = frozenset(e.name for e in daemon.config.endpoints)
         for source in daemon.config.sources:
             fleet = FleetSource(
-                source, daemon.config.window, daemon._session, new_monitor, emit, reserved
+                source,
+                daemon.config.window,
+                daemon._session,
+                new_monitor,
+                emit,
+                reserved,
+                max(reached, default=None),
             )
             self.sources.append(fleet)
             self._tasks.append(asyncio.create_task(fleet.run(), name=f"fleet {source.url}"))

@@ -16,6 +16,7 @@ deltas: a replica that disappears keeps the counts it had, and is no reset.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -204,16 +205,18 @@ class PrometheusReader:
                 async with self._session.post(
                     url, data=form, headers=source.auth.headers, ssl=ssl
                 ) as response:
-                    body = await response.json(content_type=None)
+                    text = await response.text()
         except TimeoutError:
             raise SourceError(f"{redact(url)}: no answer within {source.timeout:g} s") from None
         except (aiohttp.ClientError, OSError, ValueError) as exc:
             raise SourceError(f"{redact(url)}: {type(exc).__name__}: {exc}") from None
+        try:
+            body = json.loads(text)
+        except ValueError:
+            body = None  # a proxy's error page
         if not isinstance(body, dict) or body.get("status") != "success":
-            error = body.get("error") if isinstance(body, dict) else None
-            raise SourceError(
-                f"{redact(url)}: HTTP {response.status}: {error or 'not an API answer'}"
-            )
+            error = body.get("error") if isinstance(body, dict) else text.strip()[:200]
+            raise SourceError(f"{redact(url)}: HTTP {response.status}: {error or 'no answer'}")
         if body.get("warnings"):  # Prometheus/Thanos/Mimir: some data was left out
             raise SourceError(f"{redact(url)}: partial answer: {'; '.join(body['warnings'])[:300]}")
         data = body.get("data") or {}
