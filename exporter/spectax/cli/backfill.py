@@ -43,9 +43,18 @@ def add_parser(commands: Any) -> None:
         "`sources:` and write them into the store, as the daemon would have written them "
         "live. Idempotent: running it twice, or over the daemon's windows, adds nothing twice.",
     )
-    backfill.add_argument("--config", type=Path, required=True, help="YAML configuration file")
-    backfill.add_argument("--from", dest="start", required=True, type=_instant, metavar="DATE")
-    backfill.add_argument("--to", dest="end", required=True, type=_instant, metavar="DATE")
+    backfill.add_argument(
+        "--config", type=Path, required=True, help="YAML configuration file with `sources:`"
+    )
+    for flag, dest, what in (("--from", "start", "first"), ("--to", "end", "end of the last")):
+        backfill.add_argument(
+            flag,
+            dest=dest,
+            required=True,
+            type=_instant,
+            metavar="DATE",
+            help=f"the {what} window: 2026-11-01, 2026-11-01T06:00, UTC unless an offset says",
+        )
     backfill.set_defaults(func=backfill_main)
 
 
