@@ -19,6 +19,7 @@ import asyncio
 import json
 import math
 import re
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +27,7 @@ from typing import Any
 import aiohttp
 
 from spectax.engines.base import COUNTERS, Histogram
+from spectax.engines.vllm import MAX_MODEL_NAME, MAX_VALUE
 from spectax.pipeline.counts import Counts
 from spectax.pipeline.intervals import Interval
 from spectax.scrape import redact
@@ -49,6 +51,7 @@ SERIES: Mapping[str, str] = {
 }
 assert set(SERIES) == {c.name for c in COUNTERS}, "a declared counter has no vLLM series"
 KIND = {c.name: c.kind for c in COUNTERS}
+ESTIMATES = {SERIES["estimated_flops"], SERIES["estimated_read_bytes"]}
 RUNNING = "vllm:num_requests_running"  # a gauge: integrated over time, as the scrapes do
 _NAME = re.compile(r"[^A-Za-z0-9_.-]")
 
@@ -116,12 +119,13 @@ def window_intervals(
         for series in result:
             labels = series["metric"]
             endpoint, model = endpoint_name(source, labels), labels.get("model_name")
-            if endpoint is None or not model:
-                continue
+            if endpoint is None or not model or len(model) > MAX_MODEL_NAME:
+                continue  # the store's model column holds MAX_MODEL_NAME characters
             position = labels.get("position") if "per_pos" in name else None
             if "per_pos" in name and (position is None or not position.isdigit()):
                 continue
-            for i, grown, reset in _deltas(series["values"], bounds, name == RUNNING):
+            bound = sys.float_info.max if name in ESTIMATES else MAX_VALUE  # FLOPs pass 2**53
+            for i, grown, reset in _deltas(series["values"], bounds, name == RUNNING, bound):
                 model_sums = sums[i].setdefault((endpoint, model), _Sums())
                 if name == RUNNING:
                     model_sums.running_seconds += grown
@@ -153,7 +157,7 @@ def window_intervals(
 
 
 def _deltas(
-    values: Iterable[list[Any]], bounds: list[float], gauge: bool
+    values: Iterable[list[Any]], bounds: list[float], gauge: bool, bound: float = MAX_VALUE
 ) -> Iterable[tuple[int, float, bool]]:
     """(window index, growth, reset) for each raw sample after the first, in a window.
 
@@ -165,6 +169,8 @@ def _deltas(
     i, last = 0, len(bounds) - 2
     for stamp, text in values:
         t, v = float(stamp), float(text)
+        if not 0.0 <= v <= bound:  # NaN, negative, too large: skipped, as the parser refuses it
+            continue
         if t > bounds[0]:
             while i < last and t > bounds[i + 1]:
                 i += 1
