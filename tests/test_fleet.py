@@ -182,6 +182,9 @@ async def run(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Run]:
             return (FLEET, stamp(starts[-1])) in window_rows(workdir / "state")
 
         await wait_until(fleet_has_the_last_window, 15, "the fleet's last window", [spectax])
+        metrics = await spectax.metrics()  # the fleet endpoint is served like a scraped one
+        assert value(metrics, "spectax_endpoint_up", endpoint=FLEET) == 1
+        assert (value(metrics, "spectax_output_tokens_total", endpoint=FLEET) or 0) > 0
         assert await spectax.stop() == 0, spectax.log_tail()
         yield Run(workdir, prometheus, workdir / "state", starts, window_rows(workdir / "state"))
     finally:

@@ -149,9 +149,9 @@ class Fleet:
         assert daemon._session is not None and daemon.store is not None
         reserved = frozenset(e.name for e in daemon.config.endpoints)
         reached = [t for n, t in (await daemon.store.cursor_times()).items() if n not in reserved]
-        settings = daemon.settings
 
         async def new_monitor(config: EndpointConfig) -> EndpointMonitor:
+            settings = daemon.settings  # the one in force (a reload replaces it)
             if (price := endpoint_price(settings, config)) is not None:
                 settings.usd_per_hour[config.name] = price
             if (gpu := gpu_spec((config.price and config.price.gpu) or config.gpu)) is not None:
