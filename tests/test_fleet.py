@@ -273,7 +273,7 @@ class Gateway:
 
     def __init__(self, prometheus: str, authorization: str):
         self.prometheus, self.authorization = prometheus, authorization
-        self.mode = "up"  # up | down | partial
+        self.mode = "up"  # up | down | partial | empty
         self.seen: list[str] = []  # the queries that reached it
         self.url = ""
         self._runner: web.AppRunner | None = None
@@ -305,6 +305,8 @@ class Gateway:
             session.post(f"{self.prometheus}/api/v1/query", data=dict(form)) as answer,
         ):
             body = await answer.json()
+        if self.mode == "empty":  # the fleet's series are gone (every pod deleted)
+            body["data"]["result"] = []
         if self.mode == "partial":
             body["warnings"] = ["store 10.0.0.7:10901 did not answer"]
         return web.json_response(body)
@@ -353,17 +355,21 @@ async def test_fleet_source_through_a_gateway_waits_out_an_outage_and_partial_an
             assert len(written) == 1
             gateway.mode = "up"
             assert await fleet.read_due(now)
+            assert monitor.snapshot.up
+            gateway.mode = "empty"
+            assert await fleet.read_due(now + WINDOW)
+            assert not monitor.snapshot.up, "an endpoint without series is down, not stale"
+            assert "every replica gone" in (monitor.snapshot.last_error or "")
     finally:
         await gateway.close()
-    assert monitor.snapshot.up
     got = {(w.endpoint, row["start"].timestamp()): row for w in written for row in w.rows}
     for start in run.starts[1:]:
         row = got[(FLEET, start)]
         live = run.rows[(FLEET, stamp(start))]
         assert {c: row[c] for c in COUNTERS} == {c: live[c] for c in COUNTERS}, start
-    # 4 reads got through (1 + partial + up), each 1 query per series name; never per pod.
+    # 4 reads got through (first, partial, up, empty), each one query per series name.
     per_read = len(queries(prometheus_source, WINDOW))
-    assert len(gateway.seen) == 3 * per_read, len(gateway.seen)
+    assert len(gateway.seen) == 4 * per_read, len(gateway.seen)
     assert all("pod" not in q for q in gateway.seen)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -103,6 +104,8 @@ async def backfill(
     """Write the whole windows between `start` and `end`; returns the rows written."""
     config = settings.config
     length = config.window
+    # A window Prometheus may not hold whole yet is the live daemon's to write, not ours.
+    end = min(end, time.time() - max(source.delay for source in config.sources))
     first = -aligned_start(-start, length)  # the first boundary at or after start
     boundaries = [first + i * length for i in range(int((end - first) // length) + 1)]
     chunk = max(1, int(CHUNK_SECONDS // length))

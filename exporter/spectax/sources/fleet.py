@@ -117,6 +117,11 @@ class FleetSource:
                 found = await self._monitor(name)
                 if found is not None:
                     self._emit(found, found.observe_interval(interval, cursor_sample(interval)))
+        for name in self.monitors.keys() - windows[bounds[-1]].keys():  # every replica gone
+            gone = self.monitors[name]
+            stale = "no sample in the last window: every replica gone, or no longer scraped"
+            gone.observe_failure(ScrapeError("connection", f"{name}: {stale}"), 0.0)
+            self._emit(gone, None)
         self.next_end = bounds[-1] + self.window
         log.debug(
             "%d window(s) of %d endpoint(s) read in %.2f s",
