@@ -59,3 +59,13 @@ def test_a_series_first_seen_in_a_window_counts_from_its_first_sample() -> None:
 def test_values_no_page_could_hold_are_skipped() -> None:
     result = [series("a", (95, 10), (101, float("nan")), (104, -3), (108, 14))]
     assert tokens(result, [100, 110]) == [4]
+
+
+def test_a_model_name_holding_a_secret_is_left_out() -> None:
+    from spectax import logs
+
+    logs.register_secret("tok-4f9a2b7c")
+    leaked = series("a", (95, 1), (105, 9), model="tok-4f9a2b7c")
+    kept = series("a", (95, 1), (105, 3))
+    windows = window_intervals(SOURCE, {GEN: [leaked, kept]}, [100, 110])
+    assert list(windows[110]["m"].models) == ["m"]

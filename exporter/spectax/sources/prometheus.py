@@ -26,6 +26,7 @@ from typing import Any
 
 import aiohttp
 
+from spectax import logs
 from spectax.engines.base import COUNTERS, Histogram
 from spectax.engines.vllm import MAX_MODEL_NAME, MAX_VALUE
 from spectax.pipeline.counts import Counts
@@ -113,6 +114,7 @@ def window_intervals(
     `results` is each query's `data.result` (matrix). An endpoint is in a window when
     any of its series has a sample in it; a replica with no sample in it adds nothing.
     """
+    clean: dict[str, bool] = {}  # model name -> holds no credential spectax holds
     sums: list[dict[tuple[str, str], _Sums]] = [{} for _ in bounds[1:]]
     resets: list[set[str]] = [set() for _ in bounds[1:]]
     for name, result in results.items():
@@ -121,6 +123,8 @@ def window_intervals(
             endpoint, model = endpoint_name(source, labels), labels.get("model_name")
             if endpoint is None or not model or len(model) > MAX_MODEL_NAME:
                 continue  # the store's model column holds MAX_MODEL_NAME characters
+            if not all(clean.setdefault(v, logs.blank_secrets(v) == v) for v in (endpoint, model)):
+                continue  # a label echoing a secret never becomes a label or a row
             position = labels.get("position") if "per_pos" in name else None
             if "per_pos" in name and (position is None or not position.isdigit()):
                 continue
