@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from spectax.engines import vllm
+from spectax.engines import llamacpp, vllm
 from spectax.engines.base import (
     QUANTITIES,
     Capability,
@@ -37,6 +37,7 @@ __all__ = [
 #: Engine name -> the engine: its page's parser, prefix and capabilities.
 ENGINES: dict[str, Engine] = {
     "vllm": Engine("vllm", vllm.parse, "vllm:", vllm.CAPABILITIES),
+    "llamacpp": Engine("llamacpp", llamacpp.parse, "llamacpp:", llamacpp.CAPABILITIES),
 }
 
 
