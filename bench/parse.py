@@ -1,16 +1,16 @@
-"""Benchmark: spectax's vLLM parser vs prometheus_client's text parser.
+"""Benchmark: spectax's engine parsers vs prometheus_client's text parser.
 
-For every recorded fixture page, time `spectax.engines.vllm.parse` against
-`prometheus_client.parser.text_string_to_metric_families` plus the summing
-needed to get the same numbers, check that both give the same `EngineSample`,
-and print a table.
+For every recorded fixture page (vLLM 0.32.0, llama.cpp 11434.0.0), time the
+engine's `parse` against `prometheus_client.parser.text_string_to_metric_families`
+plus the summing needed to get the same numbers, check that both give the same
+`EngineSample`, and print one table per engine.
 
     PYTHONPATH=exporter python bench/parse.py [--repeat 7] [--min-time 0.2]
 
 Each timing is the best of `--repeat` rounds; a round runs the parser enough
 times to last about `--min-time` seconds (timeit's auto-range) and reports the
 mean per call. The overall ratio is total reference time over total spectax
-time across all pages (each page once).
+time across an engine's pages (each page once).
 """
 
 from __future__ import annotations
@@ -27,10 +27,12 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from spectax.engines import llamacpp, vllm
 from spectax.engines.base import EngineSample, Histogram, ModelSample
-from spectax.engines.vllm import parse
 
-FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "vllm-0.32.0"
+TESTS = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
+FIXTURES = TESTS / "vllm-0.32.0"
+LLAMACPP_FIXTURES = TESTS / "llamacpp-11434.0.0"
 
 _PLAIN = {
     "vllm:generation_tokens_total": "generation_tokens",
@@ -106,6 +108,44 @@ def reference(text: str) -> EngineSample:
     return EngineSample(engine="vllm", models=models, process_start_time_seconds=start)
 
 
+_LLAMACPP = {
+    "llamacpp:tokens_predicted_total": "generation_tokens",
+    "llamacpp:prompt_tokens_total": "prompt_tokens",
+    "llamacpp:requests_processing": "requests_running",
+    "llamacpp:requests_deferred": "requests_waiting",
+    "llamacpp:spec_decode_num_drafts_total": "drafts",
+    "llamacpp:spec_decode_num_draft_tokens_total": "draft_tokens",
+    "llamacpp:spec_decode_num_accepted_tokens_total": "accepted_tokens",
+}
+_LLAMACPP_SPEC = ("drafts", "draft_tokens", "accepted_tokens")
+
+
+def llamacpp_reference(text: str) -> EngineSample:
+    """The llama.cpp result with prometheus_client (spec counters None until one moves)."""
+    v: dict[str, float] = {}
+    pos: dict[int, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name in _LLAMACPP:
+                v[_LLAMACPP[s.name]] = float(s.value)
+            elif s.name == "llamacpp:spec_decode_num_accepted_tokens_per_pos_total":
+                pos[int(s.labels["position"])] = float(s.value)
+    if not v and not pos:
+        return EngineSample(engine="llamacpp")
+    speculating = bool(pos) or any(v.get(k) for k in _LLAMACPP_SPEC)
+    spec: dict[str, float | None] = {k: v.pop(k, 0.0) for k in _LLAMACPP_SPEC}
+    if not speculating:  # "no speculation seen": None, not 0
+        spec = dict.fromkeys(spec)
+    sample = ModelSample(
+        **v,
+        drafts=spec["drafts"],
+        draft_tokens=spec["draft_tokens"],
+        accepted_tokens=spec["accepted_tokens"],
+        accepted_per_position=tuple(pos.get(i, 0.0) for i in range(max(pos, default=-1) + 1)),
+    )
+    return EngineSample(engine="llamacpp", models={llamacpp.MODEL_NAME: sample})
+
+
 def best_seconds(fn: Callable[[], Any], repeat: int, min_time: float) -> float:
     """Best-of-`repeat` mean seconds per call, each round lasting about `min_time`."""
     timer = timeit.Timer(fn)
@@ -126,29 +166,29 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("--repeat", type=int, default=7, help="rounds per measurement (best kept)")
-    ap.add_argument("--min-time", type=float, default=0.2, help="seconds per round")
-    args = ap.parse_args(argv)
-
+def table(
+    title: str,
+    directory: Path,
+    ours_fn: Callable[[str], EngineSample],
+    ref_fn: Callable[[str], EngineSample],
+    repeat: int,
+    min_time: float,
+) -> int:
+    """Print one engine's table; the number of pages where the two parsers disagree."""
     pages = sorted(
-        p for p in FIXTURES.glob("*.txt") if p.name != "INDEX.txt" and "headers" not in p.name
+        p for p in directory.glob("*.txt") if p.name != "INDEX.txt" and "headers" not in p.name
     )
-    print(f"machine: {platform.platform()}; {cpu_model()}")
-    print(f"python:  {platform.python_implementation()} {sys.version.split()[0]}")
-    print(f"timing:  best of {args.repeat} rounds of ~{args.min_time}s each, mean per call\n")
-    header = f"{'page':42} {'bytes':>7} {'spectax µs':>11} {'prom_client µs':>15} {'ratio':>7}"
+    header = f"{title:42} {'bytes':>7} {'spectax µs':>11} {'prom_client µs':>15} {'ratio':>7}"
     print(header)
     print("-" * len(header))
     total_ours = total_ref = 0.0
     mismatches = 0
     for path in pages:
         text = path.read_text(encoding="utf-8")
-        ok = parse(text) == reference(text)
+        ok = ours_fn(text) == ref_fn(text)
         mismatches += not ok
-        ours = best_seconds(partial(parse, text), args.repeat, args.min_time)
-        ref = best_seconds(partial(reference, text), args.repeat, args.min_time)
+        ours = best_seconds(partial(ours_fn, text), repeat, min_time)
+        ref = best_seconds(partial(ref_fn, text), repeat, min_time)
         total_ours += ours
         total_ref += ref
         flag = "" if ok else "  MISMATCH"
@@ -159,12 +199,35 @@ def main(argv: list[str] | None = None) -> int:
     print("-" * len(header))
     print(
         f"{'all pages (sum of per-page times)':42} {'':7} {total_ours * 1e6:11.1f}"
-        f" {total_ref * 1e6:15.1f} {total_ref / total_ours:6.0f}x"
+        f" {total_ref * 1e6:15.1f} {total_ref / total_ours:6.0f}x\n"
+    )
+    return mismatches
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--repeat", type=int, default=7, help="rounds per measurement (best kept)")
+    ap.add_argument("--min-time", type=float, default=0.2, help="seconds per round")
+    args = ap.parse_args(argv)
+
+    print(f"machine: {platform.platform()}; {cpu_model()}")
+    print(f"python:  {platform.python_implementation()} {sys.version.split()[0]}")
+    print(f"timing:  best of {args.repeat} rounds of ~{args.min_time}s each, mean per call\n")
+    mismatches = table(
+        "vLLM 0.32.0 page", FIXTURES, vllm.parse, reference, args.repeat, args.min_time
+    )
+    mismatches += table(
+        "llama.cpp 11434.0.0 page",
+        LLAMACPP_FIXTURES,
+        llamacpp.parse,
+        llamacpp_reference,
+        args.repeat,
+        args.min_time,
     )
     if mismatches:
-        print(f"\n{mismatches} page(s) where the numbers disagree", file=sys.stderr)
+        print(f"{mismatches} page(s) where the numbers disagree", file=sys.stderr)
         return 1
-    print("\nall pages: same numbers from both parsers")
+    print("all pages: same numbers from both parsers")
     return 0
 
 

