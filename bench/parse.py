@@ -1,7 +1,7 @@
 """Benchmark: spectax's engine parsers vs prometheus_client's text parser.
 
-For every fixture page of every engine (vLLM's recorded ones; SGLang, TensorRT-LLM
-and TGI's written from their source, whose prometheus_client references are the
+For every fixture page of every engine (vLLM's and llama.cpp's recorded ones; SGLang,
+TensorRT-LLM and TGI's written from their source, whose prometheus_client references are the
 differential tests' own, tests/test_engine_<name>.py), time the engine's `parse` against
 `prometheus_client.parser.text_string_to_metric_families` plus the summing
 needed to get the same numbers, check that both give the same `EngineSample`,
@@ -154,7 +154,8 @@ Parser = Callable[[str], EngineSample]
 def engine_sets() -> list[tuple[str, Path, Parser, Parser]]:
     """(engine, fixture directory, spectax's parser, the prometheus_client reference)."""
     sys.path.insert(0, str(TESTS))  # the differential tests' references
-    from spectax.engines import sglang, tgi, trtllm
+    from spectax.engines import llamacpp, sglang, tgi, trtllm
+    from test_engine_llamacpp import reference as llamacpp_reference
     from test_engine_sglang import reference as sglang_reference
     from test_engine_tgi import reference as tgi_reference
     from test_engine_trtllm import reference as trtllm_reference
@@ -165,6 +166,7 @@ def engine_sets() -> list[tuple[str, Path, Parser, Parser]]:
         ("sglang", fixtures / "sglang-0.5.23", sglang.parse, sglang_reference),
         ("trtllm", fixtures / "trtllm-050f80d", trtllm.parse, trtllm_reference),
         ("tgi", fixtures / "tgi-3.3.6", tgi.parse, tgi_reference),
+        ("llamacpp", fixtures / "llamacpp-11434.0.0", llamacpp.parse, llamacpp_reference),
     ]
 
 

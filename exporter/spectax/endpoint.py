@@ -29,7 +29,7 @@ from spectax.economics import (
 )
 from spectax.engines import get_parser
 from spectax.engines.base import EngineSample, ParseError
-from spectax.gpus import GpuSpec
+from spectax.gpus import GpuSpec, RooflinePrior
 from spectax.health import LogOnce
 from spectax.pipeline.intervals import Interval, interval_between
 from spectax.pipeline.windows import AlignedWindows, SlidingWindow, Window
@@ -89,9 +89,8 @@ class EndpointMonitor:
         restored = restored or Restored()
         self.config = config
         self.usd_per_hour = usd_per_hour
-        self.gpu = gpu  # its peak FLOP/s and bandwidth, for the roofline prior of B*
-        self._roofline_batch: float | None = None  # the last window's, kept while idle
-        self._said_no_gpu = False
+        named_gpu = (config.price and config.price.gpu) or config.gpu
+        self.roofline = RooflinePrior(config.name, gpu, named_gpu)
         self._parse = get_parser(config.engine)
         self._tariff = tariff_of(config, usd_per_hour)
         self._health = LogOnce(log, "endpoint", config.name)
@@ -144,26 +143,9 @@ class EndpointMonitor:
                 profile.name,
                 profile.mean_abs_error_ratio if profile.plain is None else None,
             )
-        if (roofline := self._roofline(window or self._sliding.total())) is not None:
+        if (roofline := self.roofline.ridge_batch(window or self._sliding.total())) is not None:
             return StepModel(roofline, h, "roofline")
         return StepModel(config.ridge_batch, h, "configured")
-
-    def _roofline(self, window: Window | None) -> float | None:
-        """B* from the window's FLOP and byte estimates and the GPU's peaks; a window without
-        estimates (idle) keeps the last. Estimates for a GPU not in the table: said once."""
-        estimates = economics.roofline_estimates(window) if window is not None else None
-        if estimates is not None and (gpu := self.gpu) is not None:
-            peaks = (gpu.peak_flops_per_second, gpu.memory_bytes_per_second)
-            self._roofline_batch = economics.roofline_ridge_batch(*estimates, *peaks)
-        elif estimates is not None and not self._said_no_gpu:
-            self._said_no_gpu = True
-            named = (self.config.price and self.config.price.gpu) or self.config.gpu
-            log.info(
-                "endpoint %s: vLLM estimates FLOPs and bytes, but %s: B* stays the configured one",
-                self.config.name,
-                f"GPU {named!r} is not in spectax's GPU table" if named else "it names no `gpu:`",
-            )
-        return self._roofline_batch
 
     def control_curve(self) -> PlainCurve | None:
         """The control's plain curve, when this endpoint has a control and it is fitted."""
