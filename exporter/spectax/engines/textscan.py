@@ -50,6 +50,15 @@ def line_of(body: str, start: int) -> tuple[int, str]:
     return body.count("\n", 0, start) + 1, line
 
 
+def where(scan: re.Pattern[str], body: str, index: int) -> tuple[int, str]:
+    """Line number and text of the index-th match of `scan` in `body`, for a ParseError: a
+    parser that scans with findall (no match object per line) finds its bad line again."""
+    for i, match in enumerate(scan.finditer(body)):
+        if i == index:
+            return line_of(body, match.start())
+    raise AssertionError(index)  # pragma: no cover - the index came from the same scan
+
+
 def decode(data: bytes | bytearray | memoryview) -> str:
     raw = bytes(data)
     try:

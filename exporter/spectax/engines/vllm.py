@@ -3,21 +3,22 @@
 Only a handful of the ~650 lines on a vLLM page matter, so instead of parsing
 the whole exposition we scan for the lines we need with one compiled regular
 expression (anchored on a newline, the scan runs in C), and parse only those
-lines. Everything else (comments, `*_bucket`, `*_created`, `python_*`, other
-`vllm:` families) is skipped without being validated.
+lines. Everything else (comments, the buckets of histograms other than the four
+latency ones, `*_created`, `python_*`, other `vllm:` families) is skipped unvalidated.
 
 Covers vLLM V1 (0.11 - 0.33) and the V0 legacy names (before 0.11); see
 /work/shared/ENGINES.md. Series are summed per `model_name` over every other
 label (`engine` = data-parallel rank, `finished_reason`, ...).
 
 Strictness on the lines that are read: a bad value, an unterminated label set
-or quote, a missing/empty or over-long `model_name`, a bad `position`, a
-duplicate series, and a cumulative value (counter, histogram `_sum`/`_count`)
-or request-count gauge that is negative, NaN, infinite or above `MAX_VALUE`
-(the FLOP and byte estimates: negative, NaN or infinite) raise `ParseError`
-naming the 1-based line. What passes fits the store's columns, so one target's
-page can never stop the history of the others. The V0 legacy gauges are passed
-through as reported (vLLM V0 could report NaN there before the first draft).
+or quote, a missing/empty or over-long `model_name`, a bad `position` or `le`, a
+histogram with buckets but no +Inf one, a duplicate series, and a cumulative value
+(counter, histogram `_sum`/`_count`/`_bucket`) or request-count gauge that is
+negative, NaN, infinite or above `MAX_VALUE` (the FLOP and byte estimates: negative,
+NaN or infinite) raise `ParseError` naming the 1-based line. What passes fits the
+store's columns, so one target's page can never stop the history of the others. The V0
+legacy gauges are passed through as reported (vLLM V0 could report NaN there before the
+first draft).
 """
 
 from __future__ import annotations
@@ -36,9 +37,9 @@ from spectax.engines.base import (
 from spectax.engines.textscan import LABEL_SET as _LABEL_SET
 from spectax.engines.textscan import decode as _decode
 from spectax.engines.textscan import histogram, with_buckets
-from spectax.engines.textscan import line_of as _line_of
 from spectax.engines.textscan import trie as _trie
 from spectax.engines.textscan import unescape as _unescape
+from spectax.engines.textscan import where as _where
 
 __all__ = ["MAX_MODELS", "MAX_MODEL_NAME", "MAX_POSITIONS", "MAX_VALUE", "parse"]
 
@@ -141,12 +142,7 @@ _HISTOGRAMS: Final = {
 }
 # The latency histograms whose `_bucket` series are read (quantiles), each with its slot
 # below _BUCKET: a bucket line's slot is _BUCKET - its index here.
-_BUCKETED: Final = (
-    (_ITL_SUM, _ITL_COUNT),
-    (_TPOT_SUM, _TPOT_COUNT),
-    (_TTFT_SUM, _TTFT_COUNT),
-    (_E2E_SUM, _E2E_COUNT),
-)
+_BUCKETED: Final = tuple((at, at + 1) for at in (_ITL_SUM, _TPOT_SUM, _TTFT_SUM, _E2E_SUM))
 _BUCKET: Final = -10
 _FAMILIES.update(
     {f"{_HISTOGRAMS[h]}_bucket": (_BUCKET - i, _CUMULATIVE) for i, h in enumerate(_BUCKETED)}
@@ -155,7 +151,7 @@ _FAMILIES.update(
 
 # One relevant sample line. The body is prefixed with "\n" so every line starts
 # after a newline. When the tail (labels, value, optional timestamp) does not
-# match, group 3 is None -> ParseError, so a relevant line is never skipped
+# match, group 3 is empty -> ParseError, so a relevant line is never skipped
 # silently.
 _SCAN: Final = re.compile(
     r"\n[ \t]*+("
@@ -233,13 +229,14 @@ def parse(text: str | bytes) -> EngineSample:
     seen: set[tuple[str, str | None]] = set()
     process_start: float | None = None
 
-    for match in _SCAN.finditer(body):
-        name, labels, raw_value = match.groups()
-        if raw_value is None:
-            raise ParseError(f"cannot parse {name} sample", *_line_of(body, match.start()))
+    # findall, not finditer: no match object per line. An error locates its line again
+    # (`where`, the index-th match), which only a bad page pays for.
+    for index, (name, labels, raw_value) in enumerate(_SCAN.findall(body)):
+        if not raw_value:  # findall gives "" for a group that did not match
+            raise ParseError(f"cannot parse {name} sample", *_where(_SCAN, body, index))
         key = (name, labels)
         if key in seen:
-            raise ParseError(f"duplicate series {name}", *_line_of(body, match.start()))
+            raise ParseError(f"duplicate series {name}", *_where(_SCAN, body, index))
         seen.add(key)
         try:
             value = float(raw_value)
@@ -248,58 +245,64 @@ def parse(text: str | bytes) -> EngineSample:
                 raise ValueError(raw_value)
         except ValueError:
             raise ParseError(
-                f"bad value {raw_value!r} for {name}", *_line_of(body, match.start())
+                f"bad value {raw_value!r} for {name}", *_where(_SCAN, body, index)
             ) from None
         slot, kind = families[name]
 
         if kind < _LEGACY_GAUGE and not 0.0 <= value <= MAX_VALUE:
             raise ParseError(
                 f"{name} must be a finite non-negative number at most 2**53, got {raw_value}",
-                *_line_of(body, match.start()),
+                *_where(_SCAN, body, index),
             )
         if kind == _ESTIMATE and not 0.0 <= value < math.inf:
             raise ParseError(
                 f"{name} must be a finite non-negative number, got {raw_value}",
-                *_line_of(body, match.start()),
+                *_where(_SCAN, body, index),
             )
-        if slot == _PROCESS_START:
-            if not math.isfinite(value):
-                raise ParseError(f"bad value for {name}", *_line_of(body, match.start()))
-            process_start = value
-            continue
-
-        if labels is None:
-            raise ParseError(f"{name} has no model_name label", *_line_of(body, match.start()))
-        info = cache.get(labels)
-        if info is None:
-            parsed = _parse_labels(labels)
-            if isinstance(parsed, str):
-                raise ParseError(parsed, *_line_of(body, match.start()))
-            info = parsed
-        model = info[0]
-        if model is None:
-            raise ParseError(f"{name} has no model_name label", *_line_of(body, match.start()))
-        acc = models.get(model)
-        if acc is None:
-            if len(models) >= MAX_MODELS:
-                raise ParseError(
-                    f"too many models (more than {MAX_MODELS} model_name values)",
-                    *_line_of(body, match.start()),
-                )
-            acc = models[model] = [None] * _N_SLOTS
-
-        if slot <= _BUCKET:
-            le = info[2]
-            if le is None:
-                raise ParseError(f"{name} has no le label", *_line_of(body, match.start()))
+        if slot <= _BUCKET:  # the most frequent lines: the shortest path
+            info = cache.get(labels)
+            if info is None:
+                parsed = _parse_labels(labels) if labels else f"{name} has no model_name label"
+                if isinstance(parsed, str):
+                    raise ParseError(parsed, *_where(_SCAN, body, index))
+                info = parsed
+            model, _, le = info
+            if model is None or le is None:
+                missing = "model_name" if model is None else "le"
+                raise ParseError(f"{name} has no {missing} label", *_where(_SCAN, body, index))
             per_le = buckets.setdefault((model, _BUCKET - slot), {})
             per_le[le] = total = per_le.get(le, 0.0) + value
             if total > MAX_VALUE:
                 raise ParseError(
                     f"{name} of model {model!r} sums to more than 2**53",
-                    *_line_of(body, match.start()),
+                    *_where(_SCAN, body, index),
                 )
             continue
+        if slot == _PROCESS_START:
+            if not math.isfinite(value):
+                raise ParseError(f"bad value for {name}", *_where(_SCAN, body, index))
+            process_start = value
+            continue
+
+        if not labels:
+            raise ParseError(f"{name} has no model_name label", *_where(_SCAN, body, index))
+        info = cache.get(labels)
+        if info is None:
+            parsed = _parse_labels(labels)
+            if isinstance(parsed, str):
+                raise ParseError(parsed, *_where(_SCAN, body, index))
+            info = parsed
+        model = info[0]
+        if model is None:
+            raise ParseError(f"{name} has no model_name label", *_where(_SCAN, body, index))
+        acc = models.get(model)
+        if acc is None:
+            if len(models) >= MAX_MODELS:
+                raise ParseError(
+                    f"too many models (more than {MAX_MODELS} model_name values)",
+                    *_where(_SCAN, body, index),
+                )
+            acc = models[model] = [None] * _N_SLOTS
 
         if slot == _PER_POS:
             position = info[1]
@@ -311,15 +314,15 @@ def parse(text: str | bytes) -> EngineSample:
             ):
                 raise ParseError(
                     f"{name} needs a position label 0..{MAX_POSITIONS - 1}",
-                    *_line_of(body, match.start()),
+                    *_where(_SCAN, body, index),
                 )
             per_pos = positions.setdefault(model, {})
-            index = int(position)
-            per_pos[index] = total = per_pos.get(index, 0.0) + value
+            at = int(position)
+            per_pos[at] = total = per_pos.get(at, 0.0) + value
             if total > MAX_VALUE:
                 raise ParseError(
                     f"{name} of model {model!r} sums to more than 2**53",
-                    *_line_of(body, match.start()),
+                    *_where(_SCAN, body, index),
                 )
             continue
 
@@ -328,7 +331,7 @@ def parse(text: str | bytes) -> EngineSample:
             acc[slot] = value
         elif kind == _LEGACY_GAUGE:
             raise ParseError(
-                f"{name} appears twice for model {model!r}", *_line_of(body, match.start())
+                f"{name} appears twice for model {model!r}", *_where(_SCAN, body, index)
             )
         else:
             acc[slot] = previous = previous + value
@@ -337,16 +340,19 @@ def parse(text: str | bytes) -> EngineSample:
                 bound = "2**53" if kind != _ESTIMATE else "the largest float"
                 raise ParseError(
                     f"{name} of model {model!r} sums to more than {bound}",
-                    *_line_of(body, match.start()),
+                    *_where(_SCAN, body, index),
                 )
 
+    for model, _ in buckets:
+        if model not in models:
+            raise ParseError(f"model {model!r} has histogram buckets but no _sum and _count")
     out: dict[str, ModelSample] = {}
     for model, acc in models.items():
         hist = {h: histogram(acc[h[0]], acc[h[1]], name, model) for h, name in _HISTOGRAMS.items()}
         for i, h in enumerate(_BUCKETED):
-            per_le = buckets.get((model, i))
-            if per_le is not None:
-                hist[h] = with_buckets(hist[h], per_le, _HISTOGRAMS[h], model)
+            found = buckets.get((model, i))
+            if found is not None:
+                hist[h] = with_buckets(hist[h], found, _HISTOGRAMS[h], model)
         itl = hist[(_ITL_SUM, _ITL_COUNT)]
         if itl is None:  # V0 name of the same quantity
             itl = hist[(_V0_TPOT_SUM, _V0_TPOT_COUNT)]
