@@ -6,7 +6,8 @@
 - counterfactual: the plain-decode curve a speculative endpoint cannot see, its sources,
   and the speedup with its band and basis (§3b);
 - calibration: the plain curve fitted from an endpoint's own windows without speculation;
-- sweep: B*, h and c fitted to a benchmark sweep (`spectax model fit`).
+- sweep: B*, h and c fitted to a benchmark sweep (`spectax model fit`);
+- latency: the quantiles with against without speculation, and the latency verdict.
 
 Callers write `from spectax import economics` and `economics.assess_window(...)`.
 """
@@ -73,6 +74,7 @@ from spectax.economics.formulas import (
     spend_estimate_usd,
     vram_opportunity_usd,
 )
+from spectax.economics.latency import Latency, LatencyBasis, assess_latency, latency_verdict
 from spectax.economics.pricing import (
     BillingMode,
     ModelSpend,
@@ -97,6 +99,8 @@ __all__ = [
     "Basis",
     "BillingMode",
     "FittedRow",
+    "Latency",
+    "LatencyBasis",
     "ModelSpend",
     "Money",
     "Parameters",
@@ -115,6 +119,7 @@ __all__ = [
     "Verdict",
     "acceptance_length",
     "acceptance_ratio",
+    "assess_latency",
     "assess_model",
     "assess_window",
     "breakeven_acceptance",
@@ -131,6 +136,7 @@ __all__ = [
     "gpu_time_without_speculation",
     "iid_acceptance_length",
     "implied_step_overhead",
+    "latency_verdict",
     "measured_speedup",
     "modelled_speedup",
     "plain_point",

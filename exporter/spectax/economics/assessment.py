@@ -9,7 +9,7 @@ concluded about it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from spectax.economics.counterfactual import (
@@ -36,6 +36,7 @@ from spectax.economics.formulas import (
     speedup_per_step,
     vram_opportunity_usd,
 )
+from spectax.economics.latency import Latency, assess_latency
 from spectax.economics.pricing import ModelSpend
 from spectax.pipeline.counts import Counts
 from spectax.pipeline.windows import Window
@@ -134,6 +135,7 @@ class Assessment:
     rejected_usd: float | None
     vram_usd: float | None
     verdict: Verdict
+    latency: Latency | None = None  # quantiles, and speculation's effect on them
 
     @property
     def speedup_in_force(self) -> float | None:
@@ -370,13 +372,16 @@ def assess_window(
             float(share.busy_usd) if share else None,
             float(share.draft_load_usd) if share else 0.0,
         )
-        result[model] = assess_model(
+        found = assess_model(
             model,
             traffic_of(counts, window.concurrency(model), window.restarts > 0),
             params,
             money,
             measured_speedup(window, control, model),
         )
+        speculating = found.draft_tokens is not None
+        latency = assess_latency(model, counts, speculating, found.speedup_ratio, control)
+        result[model] = replace(found, latency=latency)
     return result
 
 

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 
 from spectax.engines.base import Buckets, Histogram
 
-#: The quantiles spectax exports and stores, and how they are labelled.
-QUANTILES: tuple[tuple[str, float], ...] = (("0.5", 0.5), ("0.95", 0.95), ("0.99", 0.99))
+#: The quantiles spectax exports and stores, by their `percentile` label ("p99"; a gauge
+#: may not carry a `quantile` label, Prometheus keeps that one for summaries).
+QUANTILES: tuple[tuple[str, float], ...] = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
 
 #: The latency histograms spectax reads (spectax.engines.base.Counters), by the short name
 #: of the `metric` label: the name an SLO, an alert or a dashboard row refers to them by.
@@ -74,7 +75,7 @@ class Quantiles:
     p99: float | None
 
     def by_label(self) -> dict[str, float | None]:
-        return {"0.5": self.p50, "0.95": self.p95, "0.99": self.p99}
+        return {"p50": self.p50, "p95": self.p95, "p99": self.p99}
 
 
 def quantiles(histogram: Histogram | None) -> Quantiles | None:
