@@ -25,10 +25,10 @@ import pytest
 from conftest import page
 from e2e import Samples, Spectax, free_port, value, wait_until, write_config
 from spectax.config import validate
+from spectax.endpoint import EndpointMonitor
 from spectax.engines.vllm import parse
 from spectax.pipeline.counts import delta
 from spectax.pipeline.quantiles import bucket_quantile
-from spectax.endpoint import EndpointMonitor
 from spectax.scrape import ScrapeError
 from spectax.simulate import DEMO_PROFILES, start_simulated_servers
 from spectax.simulate.fleet import demo_endpoints
