@@ -11,12 +11,11 @@ of one server, including two data-parallel ranks summed by `le`.
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 
 import pytest
 
-from promstack import Prometheus, binary, run_tool
+from promstack import LATENCY_FAMILIES, binary, histogram_quantiles
 from spectax.engines.base import Histogram
 from spectax.engines.vllm import parse
 from spectax.pipeline.counts import delta
@@ -44,13 +43,7 @@ PAIRS = (
     ("nospec_chat_t07_c4_before", "nospec_chat_t07_c4_after"),
     ("spec_ngram_chat_t07_c4_zero_drafts_before", "spec_ngram_chat_t07_c4_zero_drafts_after"),
 )
-FAMILY = {
-    "tpot": "vllm:request_time_per_output_token_seconds",
-    "itl": "vllm:inter_token_latency_seconds",
-    "ttft": "vllm:time_to_first_token_seconds",
-    "e2e": "vllm:e2e_request_latency_seconds",
-}
-STEP = 60  # seconds between the two scrapes
+FAMILY = LATENCY_FAMILIES
 
 
 def page(name: str) -> str:
@@ -68,57 +61,25 @@ def spectax_figures(before: str, after: str) -> dict[tuple[str, str], float | No
     }
 
 
-def openmetrics(t0: int) -> str:
-    """Every pair's bucket lines as two scrapes STEP apart, each pair under a `pair` label."""
-    lines = []
-    for i, (before, after) in enumerate(PAIRS):
-        for name, at in ((before, t0), (after, t0 + STEP)):
-            for line in page(name).splitlines():
-                if any(line.startswith(f"{family}_bucket{{") for family in FAMILY.values()):
-                    series, value = line.rsplit(" ", 1)
-                    series = series.replace("{", f'{{pair="{i}",', 1)
-                    lines.append(f"{series} {value} {at}")
-    return "\n".join([*lines, "# EOF", ""])
-
-
 async def test_quantiles_equal_prometheus_histogram_quantile(tmp_path: Path) -> None:
     binary("prometheus")
-    t0 = int(time.time()) - 3 * 3600  # inside the default retention, before the head block
-    (tmp_path / "in.om").write_text(openmetrics(t0), encoding="utf-8")
-    data = tmp_path / "prometheus" / "data"
-    done = run_tool(
-        "promtool", "tsdb", "create-blocks-from", "openmetrics", str(tmp_path / "in.om"), str(data)
-    )
-    assert done.returncode == 0, done.stderr
-    prometheus = Prometheus(tmp_path / "prometheus", {"global": {"scrape_interval": "1m"}})
-    await prometheus.start()
-    try:
-        await prometheus.wait_ready()
-        compared = 0
-        for i, (before, after) in enumerate(PAIRS):
-            ours = spectax_figures(before, after)
-            for metric, family in FAMILY.items():
-                for label, q in QUANTILES:
-                    series = f'{family}_bucket{{pair="{i}"}}'
-                    growth = f"{series} - {series} offset {STEP}s"
-                    expr = f"histogram_quantile({q}, sum by (le) ({growth}))"
-                    status, body = await prometheus.get_json(
-                        "/api/v1/query", query=expr, time=str(t0 + STEP)
-                    )
-                    assert status == 200 and body["status"] == "success", (expr, body)
-                    (result,) = body["data"]["result"]
-                    theirs = float(result["value"][1])
-                    mine = ours[(metric, label)]
-                    where = f"{before} -> {after}, {metric} p{label}"
-                    if math.isnan(theirs):
-                        assert mine is None, where
-                    else:
-                        assert mine == pytest.approx(theirs, rel=1e-12, abs=1e-15), where
-                        compared += 1
-        # Most pairs carry traffic: the comparison is over real numbers, not NaN = None.
-        assert compared >= 9 * len(FAMILY) * len(QUANTILES)
-    finally:
-        await prometheus.stop()
+    texts = [(page(before), page(after)) for before, after in PAIRS]
+    theirs_all = await histogram_quantiles(tmp_path, texts)
+    compared = 0
+    for i, (before, after) in enumerate(PAIRS):
+        ours = spectax_figures(before, after)
+        for metric in FAMILY:
+            for label, q in QUANTILES:
+                theirs = theirs_all[(i, metric, q)]
+                mine = ours[(metric, label)]
+                where = f"{before} -> {after}, {metric} {label}"
+                if math.isnan(theirs):
+                    assert mine is None, where
+                else:
+                    assert mine == pytest.approx(theirs, rel=1e-12, abs=1e-15), where
+                    compared += 1
+    # Most pairs carry traffic: the comparison is over real numbers, not NaN = None.
+    assert compared >= 9 * len(FAMILY) * len(QUANTILES)
 
 
 # ---------------------------------------------------------------- the rules, one by one
