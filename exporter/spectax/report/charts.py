@@ -209,7 +209,7 @@ def _hours_chart(report: Report) -> Chart:
 def _latency_chart(report: Report) -> Chart:
     """Each speculating endpoint's daily p99 TPOT (the day's summed buckets), and its
     control's dashed: the tail with against without speculation, measured."""
-    title = "Daily p99 time per output token, and the control's without speculation"
+    title = "Daily p99 time per output token, against the control without speculation"
     items = [
         e
         for e in report.endpoints
