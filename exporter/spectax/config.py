@@ -314,8 +314,7 @@ class _Validated:
 
 
 def _validate_fields(raw: dict[str, Any], problems: list[str]) -> tuple[Config | None, _Validated]:
-    """The field errors, and a Config of the parts that validated for the cross-field checks:
-    a file with 14 problems listed had 6 more, found once those were fixed (issue 16)."""
+    """The field errors, and a Config of what validated for the cross-field checks (issue 16)."""
     lists: dict[str, list[Any]] = {key: _list(raw.get(key)) for key in _LISTS}
     try:
         whole = Config.model_validate(raw)

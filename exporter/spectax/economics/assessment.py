@@ -379,7 +379,7 @@ def assess_window(
             money,
             measured_speedup(window, control, model),
         )
-        speculating = found.draft_tokens is not None
+        speculating = found.draft_tokens is not None or found.drafts is not None
         latency = assess_latency(model, counts, speculating, found.speedup_ratio, control)
         result[model] = replace(found, latency=latency)
     return result
