@@ -44,6 +44,15 @@ def test_a_control_serving_the_model_under_another_name_counts_all_its_models() 
     assert latency.ratios == same.ratios and latency.basis == "measured"
 
 
+def test_a_control_with_too_few_requests_falls_back_to_the_model() -> None:
+    one = grown("spec_ngram_0_before_traffic.txt", "spec_ngram_1_after_first_request.txt")
+    assert one.requests_finished < 10
+    latency = assess_latency("tiny-llama", DRAFT, True, 1.25, window({"tiny-llama": one}))
+    assert latency.basis == "modeled" and set(latency.ratios) == {
+        ("tpot", label) for label in ("p50", "p95", "p99")
+    }
+
+
 def test_without_a_control_only_tpot_is_modelled_from_the_mean_speedup() -> None:
     latency = assess_latency("tiny-llama", DRAFT, True, 1.25)
     assert latency.basis == "modeled"

@@ -26,6 +26,10 @@ LatencyBasis = Literal["measured", "modeled"]
 #: A ratio this close to 1 is "no different": histogram buckets are coarse, and the
 #: interpolation inside one moves a quantile by a few per cent without anything changing.
 SAME_WITHIN = 0.05
+#: Finished requests each side needs before its quantiles are compared with the control's,
+#: as for the measured speedup (assessment.MIN_MEASURED_REQUESTS): the p99 of a handful of
+#: requests is their maximum, and a ratio of two maxima says little.
+MIN_REQUESTS = 10
 _NAMES = {"tpot": "TPOT", "itl": "inter-token latency", "ttft": "TTFT", "e2e": "e2e latency"}
 
 
@@ -54,7 +58,8 @@ def assess_latency(
     control: Window | None = None,
 ) -> Latency:
     """The latency of `counts` (one model's window) and speculation's effect on it: against
-    the control's window when there is one, else from the modelled speedup."""
+    the control's window when there is one and both sides saw enough requests, else from
+    the modelled speedup."""
     ours = latency_quantiles(counts)
     if not speculating:
         return Latency(ours)
@@ -62,7 +67,8 @@ def assess_latency(
     if theirs is not None:
         reference = latency_quantiles(theirs)
         ratios = {}
-        for metric, found in ours.items():
+        enough = min(counts.requests_finished, theirs.requests_finished) >= MIN_REQUESTS
+        for metric, found in ours.items() if enough else ():
             if metric not in reference:
                 continue
             plain = reference[metric].by_label()
@@ -70,7 +76,8 @@ def assess_latency(
                 without = plain[label]
                 if value is not None and without:
                     ratios[(metric, label)] = value / without
-        return Latency(ours, ratios, "measured")
+        if ratios:  # else too few requests on a side: modelled, as the throughput verdict
+            return Latency(ours, ratios, "measured")
     if modeled_speedup and "tpot" in ours:
         ratios = {("tpot", label): 1.0 / modeled_speedup for label, _ in QUANTILES}
         return Latency(ours, ratios, "modeled")
