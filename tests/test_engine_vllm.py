@@ -400,6 +400,15 @@ def test_a_bad_bucket_bound_names_its_line(bound: str) -> None:
         parse(_BUCKET_PAGE.replace('le="0.1"', f'le="{bound}"'))
 
 
+def test_a_histogram_with_too_many_buckets_is_refused() -> None:
+    many = "".join(
+        f'vllm:time_to_first_token_seconds_bucket{{le="{1 + i / 1000}",model_name="m"}} 1\n'
+        for i in range(1, 300)
+    )
+    with pytest.raises(ParseError, match="more than 256 buckets"):
+        parse(many + _BUCKET_PAGE)
+
+
 def test_a_bucket_without_le_names_its_line() -> None:
     with pytest.raises(ParseError, match=r"line 1: .* has no le label"):
         parse(_BUCKET_PAGE.replace('le="0.1",', ""))

@@ -11,6 +11,11 @@ from typing import Final
 
 from spectax.engines.base import Histogram, ParseError
 
+#: Distinct bucket bounds accepted per histogram (vLLM's have 11-30): the buckets are kept in
+#: every interval of the sliding window and in every stored row, so a page cannot make
+#: them a megabyte each.
+MAX_BUCKETS: Final = 256
+
 
 def trie(words: list[str]) -> str:
     """A regex alternation of `words` factored by common prefixes (fewer branch tries)."""
@@ -90,4 +95,6 @@ def with_buckets(
         raise ParseError(f"{name} of model {model!r} has buckets but no _sum and _count")
     if math.inf not in per_le:
         raise ParseError(f'{name} of model {model!r} has no le="+Inf" bucket')
+    if len(per_le) > MAX_BUCKETS:
+        raise ParseError(f"{name} of model {model!r} has more than {MAX_BUCKETS} buckets")
     return Histogram(histogram.sum, histogram.count, tuple(sorted(per_le.items())))
