@@ -43,15 +43,12 @@ import re
 from typing import Final
 
 from spectax.engines.base import Capability, EngineSample, ModelSample, ParseError
-from spectax.engines.vllm import (
-    _LABEL_SET,
-    _PAIR,
-    MAX_POSITIONS,
-    MAX_VALUE,
-    _decode,
-    _line_of,
-    _trie,
-)
+from spectax.engines.scan import LABEL_SET as _LABEL_SET
+from spectax.engines.scan import MAX_POSITIONS, MAX_VALUE
+from spectax.engines.scan import PAIR as _PAIR
+from spectax.engines.scan import decode as _decode
+from spectax.engines.scan import line_of as _line_of
+from spectax.engines.scan import trie as _trie
 
 __all__ = ["CAPABILITIES", "MAX_VALUE", "MODEL_NAME", "parse"]
 
