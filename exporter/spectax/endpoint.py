@@ -29,9 +29,9 @@ from spectax.economics import (
 )
 from spectax.engines import get_parser
 from spectax.engines.base import EngineSample, ParseError
-from spectax.gpus import GpuSpec
+from spectax.gpus import GpuSpec, RooflinePrior
 from spectax.health import LogOnce
-from spectax.pipeline.intervals import interval_between
+from spectax.pipeline.intervals import Interval, interval_between
 from spectax.pipeline.windows import AlignedWindows, SlidingWindow, Window
 from spectax.scrape import ScrapeError
 from spectax.store import Restored
@@ -43,8 +43,6 @@ from spectax.store.writer import PendingWrite
 log = logging.getLogger("spectax.monitor")
 
 CALIBRATION_POINTS = 288  # a day of 5-minute windows
-
-
 FULL_WINDOW_SHARE = 0.8  # a sliding window this full counts as full (scrapes jitter)
 
 
@@ -91,9 +89,8 @@ class EndpointMonitor:
         restored = restored or Restored()
         self.config = config
         self.usd_per_hour = usd_per_hour
-        self.gpu = gpu  # its peak FLOP/s and bandwidth, for the roofline prior of B*
-        self._roofline_batch: float | None = None  # the last window's, kept while idle
-        self._said_no_gpu = False
+        named_gpu = (config.price and config.price.gpu) or config.gpu
+        self.roofline = RooflinePrior(config.name, gpu, named_gpu)
         self._parse = get_parser(config.engine)
         self._tariff = tariff_of(config, usd_per_hour)
         self._health = LogOnce(log, "endpoint", config.name)
@@ -146,26 +143,9 @@ class EndpointMonitor:
                 profile.name,
                 profile.mean_abs_error_ratio if profile.plain is None else None,
             )
-        if (roofline := self._roofline(window or self._sliding.total())) is not None:
+        if (roofline := self.roofline.ridge_batch(window or self._sliding.total())) is not None:
             return StepModel(roofline, h, "roofline")
         return StepModel(config.ridge_batch, h, "configured")
-
-    def _roofline(self, window: Window | None) -> float | None:
-        """B* from the window's FLOP and byte estimates and the GPU's peaks; a window without
-        estimates (idle) keeps the last. Estimates for a GPU not in the table: said once."""
-        estimates = economics.roofline_estimates(window) if window is not None else None
-        if estimates is not None and (gpu := self.gpu) is not None:
-            peaks = (gpu.peak_flops_per_second, gpu.memory_bytes_per_second)
-            self._roofline_batch = economics.roofline_ridge_batch(*estimates, *peaks)
-        elif estimates is not None and not self._said_no_gpu:
-            self._said_no_gpu = True
-            named = (self.config.price and self.config.price.gpu) or self.config.gpu
-            log.info(
-                "endpoint %s: vLLM estimates FLOPs and bytes, but %s: B* stays the configured one",
-                self.config.name,
-                f"GPU {named!r} is not in spectax's GPU table" if named else "it names no `gpu:`",
-            )
-        return self._roofline_batch
 
     def control_curve(self) -> PlainCurve | None:
         """The control's plain curve, when this endpoint has a control and it is fitted."""
@@ -213,7 +193,7 @@ class EndpointMonitor:
                 self.config.name,
             )
         previous = self._last
-        closed = self._observe(now, sample)
+        closed = self._observe(now, sample, None)
         self._publish(now, sample, duration)
         if previous is None:  # the baseline: a crash before the first window closes resumes here
             return pending_write(self.config.name, [], (now, sample))
@@ -222,6 +202,15 @@ class EndpointMonitor:
         # The interval that closed them lies in the new open window: the stored history
         # reaches up to the previous sample, so that is where a restart must resume.
         return pending_write(self.config.name, map(self._assessed, closed), previous)
+
+    def observe_interval(self, interval: Interval, sample: EngineSample) -> PendingWrite | None:
+        """Feed a whole window (fleet mode); one the store already has is skipped."""
+        if self._last is not None and interval.end <= self._last[0]:
+            return None
+        closed = self._observe(interval.end, sample, interval)
+        self.calibrate(due := self._aligned.due(interval.end))
+        self._publish(interval.end, sample, 0.0)
+        return pending_write(self.config.name, map(self._assessed, closed + due), self._last)
 
     def observe_failure(self, error: ScrapeError, duration: float) -> None:
         self._health.failed("scrape failed (%s): %s", error.reason, error)
@@ -287,12 +276,12 @@ class EndpointMonitor:
         self._clean_models = frozenset(names)
         return False
 
-    def _observe(self, now: float, sample: EngineSample) -> list[Window]:
-        """Add the interval since the last sample; returns the history windows it closed."""
+    def _observe(self, now: float, sample: EngineSample, fed: Interval | None) -> list[Window]:
+        """Add the interval since the last sample, or `given`; returns the windows it closed."""
         last, self._last = self._last, (now, sample)
-        if last is None:
+        if last is None and fed is None:
             return []
-        interval = interval_between(last[1], sample, last[0], now)
+        interval = fed or interval_between(last[1], sample, last[0], now)  # type: ignore[index]
         cold_start = None
         if interval.restarted:
             cold_start = economics.cold_start_seconds(

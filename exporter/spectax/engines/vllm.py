@@ -3,21 +3,22 @@
 Only a handful of the ~650 lines on a vLLM page matter, so instead of parsing
 the whole exposition we scan for the lines we need with one compiled regular
 expression (anchored on a newline, the scan runs in C), and parse only those
-lines. Everything else (comments, `*_bucket`, `*_created`, `python_*`, other
-`vllm:` families) is skipped without being validated.
+lines. Everything else (comments, the buckets of histograms other than the four
+latency ones, `*_created`, `python_*`, other `vllm:` families) is skipped unvalidated.
 
 Covers vLLM V1 (0.11 - 0.33) and the V0 legacy names (before 0.11); see
 /work/shared/ENGINES.md. Series are summed per `model_name` over every other
 label (`engine` = data-parallel rank, `finished_reason`, ...).
 
 Strictness on the lines that are read: a bad value, an unterminated label set
-or quote, a missing/empty or over-long `model_name`, a bad `position`, a
-duplicate series, and a cumulative value (counter, histogram `_sum`/`_count`)
-or request-count gauge that is negative, NaN, infinite or above `MAX_VALUE`
-(the FLOP and byte estimates: negative, NaN or infinite) raise `ParseError`
-naming the 1-based line. What passes fits the store's columns, so one target's
-page can never stop the history of the others. The V0 legacy gauges are passed
-through as reported (vLLM V0 could report NaN there before the first draft).
+or quote, a missing/empty or over-long `model_name`, a bad `position` or `le`, a
+histogram with buckets but no +Inf one, a duplicate series, and a cumulative value
+(counter, histogram `_sum`/`_count`/`_bucket`) or request-count gauge that is
+negative, NaN, infinite or above `MAX_VALUE` (the FLOP and byte estimates: negative,
+NaN or infinite) raise `ParseError` naming the 1-based line. What passes fits the
+store's columns, so one target's page can never stop the history of the others. The V0
+legacy gauges are passed through as reported (vLLM V0 could report NaN there before the
+first draft).
 """
 
 from __future__ import annotations
@@ -30,10 +31,16 @@ from typing import Final
 from spectax.engines.base import (
     Capability,
     EngineSample,
-    Histogram,
     ModelSample,
     ParseError,
 )
+from spectax.engines.scan import LABEL_SET as _LABEL_SET
+from spectax.engines.scan import PAIR as _PAIR
+from spectax.engines.scan import decode as _decode
+from spectax.engines.scan import histogram, with_buckets
+from spectax.engines.scan import trie as _trie
+from spectax.engines.scan import unescape as _unescape
+from spectax.engines.scan import where as _where
 
 __all__ = ["MAX_MODELS", "MAX_MODEL_NAME", "MAX_POSITIONS", "MAX_VALUE", "parse"]
 
@@ -78,8 +85,12 @@ _LARGEST_FLOAT: Final = sys.float_info.max
     _LEGACY_EFF,
     _FLOPS,
     _READ_BYTES,
+    _TTFT_SUM,
+    _TTFT_COUNT,
+    _E2E_SUM,
+    _E2E_COUNT,
     _N_SLOTS,
-) = range(21)
+) = range(25)
 _PER_POS: Final = -1
 _PROCESS_START: Final = -2
 
@@ -106,6 +117,10 @@ _FAMILIES: Final[dict[str, tuple[int, int]]] = {
     "vllm:inter_token_latency_seconds_count": (_ITL_COUNT, _CUMULATIVE),
     "vllm:request_time_per_output_token_seconds_sum": (_TPOT_SUM, _CUMULATIVE),
     "vllm:request_time_per_output_token_seconds_count": (_TPOT_COUNT, _CUMULATIVE),
+    "vllm:time_to_first_token_seconds_sum": (_TTFT_SUM, _CUMULATIVE),
+    "vllm:time_to_first_token_seconds_count": (_TTFT_COUNT, _CUMULATIVE),
+    "vllm:e2e_request_latency_seconds_sum": (_E2E_SUM, _CUMULATIVE),
+    "vllm:e2e_request_latency_seconds_count": (_E2E_COUNT, _CUMULATIVE),
     # Non-zero only with --enable-mfu-metrics (vLLM 0.32+; v1/metrics/perf.py).
     "vllm:estimated_flops_per_gpu_total": (_FLOPS, _ESTIMATE),
     "vllm:estimated_read_bytes_per_gpu_total": (_READ_BYTES, _ESTIMATE),
@@ -123,34 +138,21 @@ _HISTOGRAMS: Final = {
     (_ITL_SUM, _ITL_COUNT): "vllm:inter_token_latency_seconds",
     (_TPOT_SUM, _TPOT_COUNT): "vllm:request_time_per_output_token_seconds",
     (_V0_TPOT_SUM, _V0_TPOT_COUNT): "vllm:time_per_output_token_seconds",
+    (_TTFT_SUM, _TTFT_COUNT): "vllm:time_to_first_token_seconds",
+    (_E2E_SUM, _E2E_COUNT): "vllm:e2e_request_latency_seconds",
 }
-
-
-def _trie(words: list[str]) -> str:
-    """A regex alternation of `words` factored by common prefixes (fewer branch tries)."""
-    if words == [""]:
-        return ""
-    optional = "" in words
-    groups: dict[str, list[str]] = {}
-    for word in words:
-        if word:
-            groups.setdefault(word[0], []).append(word[1:])
-    parts = [re.escape(char) + _trie(rest) for char, rest in sorted(groups.items())]
-    body = parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
-    return f"(?:{body})?" if optional else body
-
-
-# A label value: anything but a quote, backslash or newline, or a backslash escape.
-# Possessive quantifiers (Python 3.11+) keep the pattern linear on hostile input.
-_LABEL_VALUE = r'"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"'
-_LABEL_PAIR = r"[ \t]*+[a-zA-Z_][a-zA-Z0-9_]*+[ \t]*+=[ \t]*+" + _LABEL_VALUE
-_LABEL_SET = (
-    r"\{(?:" + _LABEL_PAIR + r"(?:[ \t]*+," + _LABEL_PAIR + r")*+(?:[ \t]*+,)?+)?+[ \t]*+\}"
+# The latency histograms whose `_bucket` series are read (quantiles), each with its slot
+# below _BUCKET: a bucket line's slot is _BUCKET - its index here.
+_BUCKETED: Final = tuple((at, at + 1) for at in (_ITL_SUM, _TPOT_SUM, _TTFT_SUM, _E2E_SUM))
+_BUCKET: Final = -10
+_FAMILIES.update(
+    {f"{_HISTOGRAMS[h]}_bucket": (_BUCKET - i, _CUMULATIVE) for i, h in enumerate(_BUCKETED)}
 )
+
 
 # One relevant sample line. The body is prefixed with "\n" so every line starts
 # after a newline. When the tail (labels, value, optional timestamp) does not
-# match, group 3 is None -> ParseError, so a relevant line is never skipped
+# match, group 3 is empty -> ParseError, so a relevant line is never skipped
 # silently.
 _SCAN: Final = re.compile(
     r"\n[ \t]*+("
@@ -163,30 +165,17 @@ _SCAN: Final = re.compile(
     + r"(?:[ \t]++-?[0-9]++(?:\.[0-9]++)?+(?:[eE][+-]?[0-9]++)?+)?+"  # optional timestamp
     + r"[ \t\r]*+(?=\n|\Z))?"
 )
-_PAIR: Final = re.compile(
-    r"([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*\"([^\"\\\n]*(?:\\.[^\"\\\n]*)*)\""
-)
-_ESCAPE: Final = re.compile(r"\\[\\n\"]")
-_UNESCAPE: Final = {"\\\\": "\\", "\\n": "\n", '\\"': '"'}
-
-# Raw label-set text -> (model_name or None, position or None). Label sets repeat
-# on every page, so they are parsed once per process. Bounded: cleared when full, and
-# only sets up to 1 KiB are kept (a real one is ~100 characters), so a hostile page
-# cannot make the cache hold 4,096 copies of a megabyte-long label set.
-_LABEL_CACHE: dict[str, tuple[str | None, str | None]] = {}
+# Raw label-set text -> (model_name or None, position or None, le as a float or None).
+# Label sets repeat on every page, so they are parsed once per process. Bounded: cleared
+# when full, and only sets up to 1 KiB are kept (a real one is ~100 characters), so a
+# hostile page cannot make the cache hold 4,096 copies of a megabyte-long label set.
+_LABEL_CACHE: dict[str, tuple[str | None, str | None, float | None]] = {}
 _LABEL_CACHE_MAX: Final = 4096
 _LABEL_CACHE_KEY_MAX: Final = 1024
 
 
-def _unescape(value: str) -> str:
-    """Undo the exposition format's label escaping (`\\\\`, `\\"`, `\\n`); other escapes stay."""
-    if "\\" not in value:
-        return value
-    return _ESCAPE.sub(lambda m: _UNESCAPE[m.group(0)], value)
-
-
-def _parse_labels(labels: str) -> tuple[str | None, str | None] | str:
-    """(model_name, position) from an already validated `{...}`, or an error message."""
+def _parse_labels(labels: str) -> tuple[str | None, str | None, float | None] | str:
+    """(model_name, position, le) from an already validated `{...}`, or an error message."""
     found: dict[str, str] = {}
     for key, raw in _PAIR.findall(labels):
         if key in found:
@@ -194,9 +183,18 @@ def _parse_labels(labels: str) -> tuple[str | None, str | None] | str:
         found[key] = raw
     model = found.get("model_name")
     position = found.get("position")
+    le: float | None = None
+    if "le" in found:
+        try:
+            le = float(found["le"])
+        except ValueError:
+            return f"bad bucket bound le={found['le']!r}"
+        if math.isnan(le) or "_" in found["le"] or not found["le"].isascii():
+            return f"bad bucket bound le={found['le']!r}"
     result = (
         _unescape(model) if model else None,
         _unescape(position) if position is not None else None,
+        le,
     )
     if result[0] is not None and len(result[0]) > MAX_MODEL_NAME:
         return (
@@ -208,25 +206,6 @@ def _parse_labels(labels: str) -> tuple[str | None, str | None] | str:
             _LABEL_CACHE.clear()
         _LABEL_CACHE[labels] = result
     return result
-
-
-def _line_of(body: str, start: int) -> tuple[int, str]:
-    """1-based line number and text of the line whose preceding newline is at `start`."""
-    end = body.find("\n", start + 1)
-    line = body[start + 1 : end if end >= 0 else len(body)]
-    return body.count("\n", 0, start) + 1, line
-
-
-def _decode(data: bytes | bytearray | memoryview) -> str:
-    raw = bytes(data)
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line_number = raw.count(b"\n", 0, exc.start) + 1
-        begin = raw.rfind(b"\n", 0, exc.start) + 1
-        end = raw.find(b"\n", exc.start)
-        line = raw[begin : end if end >= 0 else len(raw)].decode("utf-8", "replace")
-        raise ParseError("body is not valid UTF-8", line_number, line) from None
 
 
 def parse(text: str | bytes) -> EngineSample:
@@ -243,16 +222,19 @@ def parse(text: str | bytes) -> EngineSample:
     cache = _LABEL_CACHE
     models: dict[str, list[float | None]] = {}
     positions: dict[str, dict[int, float]] = {}
+    # (model, index in _BUCKETED) -> le -> count summed over the other labels (ranks).
+    buckets: dict[tuple[str, int], dict[float, float]] = {}
     seen: set[tuple[str, str | None]] = set()
     process_start: float | None = None
 
-    for match in _SCAN.finditer(body):
-        name, labels, raw_value = match.groups()
-        if raw_value is None:
-            raise ParseError(f"cannot parse {name} sample", *_line_of(body, match.start()))
+    # findall, not finditer: no match object per line. An error locates its line again
+    # (`where`, the index-th match), which only a bad page pays for.
+    for index, (name, labels, raw_value) in enumerate(_SCAN.findall(body)):
+        if not raw_value:  # findall gives "" for a group that did not match
+            raise ParseError(f"cannot parse {name} sample", *_where(_SCAN, body, index))
         key = (name, labels)
         if key in seen:
-            raise ParseError(f"duplicate series {name}", *_line_of(body, match.start()))
+            raise ParseError(f"duplicate series {name}", *_where(_SCAN, body, index))
         seen.add(key)
         try:
             value = float(raw_value)
@@ -261,43 +243,62 @@ def parse(text: str | bytes) -> EngineSample:
                 raise ValueError(raw_value)
         except ValueError:
             raise ParseError(
-                f"bad value {raw_value!r} for {name}", *_line_of(body, match.start())
+                f"bad value {raw_value!r} for {name}", *_where(_SCAN, body, index)
             ) from None
         slot, kind = families[name]
 
         if kind < _LEGACY_GAUGE and not 0.0 <= value <= MAX_VALUE:
             raise ParseError(
                 f"{name} must be a finite non-negative number at most 2**53, got {raw_value}",
-                *_line_of(body, match.start()),
+                *_where(_SCAN, body, index),
             )
         if kind == _ESTIMATE and not 0.0 <= value < math.inf:
             raise ParseError(
                 f"{name} must be a finite non-negative number, got {raw_value}",
-                *_line_of(body, match.start()),
+                *_where(_SCAN, body, index),
             )
+        if slot <= _BUCKET:  # the most frequent lines: the shortest path
+            info = cache.get(labels)
+            if info is None:
+                parsed = _parse_labels(labels) if labels else f"{name} has no model_name label"
+                if isinstance(parsed, str):
+                    raise ParseError(parsed, *_where(_SCAN, body, index))
+                info = parsed
+            model, _, le = info
+            if model is None or le is None:
+                missing = "model_name" if model is None else "le"
+                raise ParseError(f"{name} has no {missing} label", *_where(_SCAN, body, index))
+            per_le = buckets.setdefault((model, _BUCKET - slot), {})
+            per_le[le] = total = per_le.get(le, 0.0) + value
+            if total > MAX_VALUE:
+                raise ParseError(
+                    f"{name} of model {model!r} sums to more than 2**53",
+                    *_where(_SCAN, body, index),
+                )
+            continue
         if slot == _PROCESS_START:
             if not math.isfinite(value):
-                raise ParseError(f"bad value for {name}", *_line_of(body, match.start()))
+                raise ParseError(f"bad value for {name}", *_where(_SCAN, body, index))
             process_start = value
             continue
 
-        if labels is None:
-            raise ParseError(f"{name} has no model_name label", *_line_of(body, match.start()))
+        if not labels:
+            raise ParseError(f"{name} has no model_name label", *_where(_SCAN, body, index))
         info = cache.get(labels)
         if info is None:
             parsed = _parse_labels(labels)
             if isinstance(parsed, str):
-                raise ParseError(parsed, *_line_of(body, match.start()))
+                raise ParseError(parsed, *_where(_SCAN, body, index))
             info = parsed
         model = info[0]
         if model is None:
-            raise ParseError(f"{name} has no model_name label", *_line_of(body, match.start()))
+            raise ParseError(f"{name} has no model_name label", *_where(_SCAN, body, index))
         acc = models.get(model)
         if acc is None:
             if len(models) >= MAX_MODELS:
                 raise ParseError(
                     f"too many models (more than {MAX_MODELS} model_name values)",
-                    *_line_of(body, match.start()),
+                    *_where(_SCAN, body, index),
                 )
             acc = models[model] = [None] * _N_SLOTS
 
@@ -311,15 +312,15 @@ def parse(text: str | bytes) -> EngineSample:
             ):
                 raise ParseError(
                     f"{name} needs a position label 0..{MAX_POSITIONS - 1}",
-                    *_line_of(body, match.start()),
+                    *_where(_SCAN, body, index),
                 )
             per_pos = positions.setdefault(model, {})
-            index = int(position)
-            per_pos[index] = total = per_pos.get(index, 0.0) + value
+            at = int(position)
+            per_pos[at] = total = per_pos.get(at, 0.0) + value
             if total > MAX_VALUE:
                 raise ParseError(
                     f"{name} of model {model!r} sums to more than 2**53",
-                    *_line_of(body, match.start()),
+                    *_where(_SCAN, body, index),
                 )
             continue
 
@@ -328,7 +329,7 @@ def parse(text: str | bytes) -> EngineSample:
             acc[slot] = value
         elif kind == _LEGACY_GAUGE:
             raise ParseError(
-                f"{name} appears twice for model {model!r}", *_line_of(body, match.start())
+                f"{name} appears twice for model {model!r}", *_where(_SCAN, body, index)
             )
         else:
             acc[slot] = previous = previous + value
@@ -337,12 +338,19 @@ def parse(text: str | bytes) -> EngineSample:
                 bound = "2**53" if kind != _ESTIMATE else "the largest float"
                 raise ParseError(
                     f"{name} of model {model!r} sums to more than {bound}",
-                    *_line_of(body, match.start()),
+                    *_where(_SCAN, body, index),
                 )
 
+    for model, _ in buckets:
+        if model not in models:
+            raise ParseError(f"model {model!r} has histogram buckets but no _sum and _count")
     out: dict[str, ModelSample] = {}
     for model, acc in models.items():
-        hist = {h: _histogram(acc, h, model) for h in _HISTOGRAMS}
+        hist = {h: histogram(acc[h[0]], acc[h[1]], name, model) for h, name in _HISTOGRAMS.items()}
+        for i, h in enumerate(_BUCKETED):
+            found = buckets.get((model, i))
+            if found is not None:
+                hist[h] = with_buckets(hist[h], found, _HISTOGRAMS[h], model)
         itl = hist[(_ITL_SUM, _ITL_COUNT)]
         if itl is None:  # V0 name of the same quantity
             itl = hist[(_V0_TPOT_SUM, _V0_TPOT_COUNT)]
@@ -362,22 +370,14 @@ def parse(text: str | bytes) -> EngineSample:
             iteration_tokens=hist[(_ITER_SUM, _ITER_COUNT)],
             inter_token_latency=itl,
             time_per_output_token=hist[(_TPOT_SUM, _TPOT_COUNT)],
+            time_to_first_token=hist[(_TTFT_SUM, _TTFT_COUNT)],
+            e2e_request_latency=hist[(_E2E_SUM, _E2E_COUNT)],
             estimated_flops=acc[_FLOPS] or 0.0,
             estimated_read_bytes=acc[_READ_BYTES] or 0.0,
             legacy_acceptance_rate=acc[_LEGACY_RATE],
             legacy_efficiency=acc[_LEGACY_EFF],
         )
     return EngineSample(engine=ENGINE, models=out, process_start_time_seconds=process_start)
-
-
-def _histogram(acc: list[float | None], slots: tuple[int, int], model: str) -> Histogram | None:
-    total, count = acc[slots[0]], acc[slots[1]]
-    if total is None and count is None:
-        return None
-    if total is None or count is None:
-        missing = "_sum" if total is None else "_count"
-        raise ParseError(f"{_HISTOGRAMS[slots]} of model {model!r} has no {missing} series")
-    return Histogram(sum=total, count=count)
 
 
 #: vLLM exposes every quantity spectax reads (V1; V0's counters over-counted: its gauges).

@@ -115,6 +115,33 @@ FAMILIES: dict[str, Family] = {
             "bound",
         ),
         gauge(
+            "spectax_latency_seconds",
+            "Latency quantile over the window from the engine's histogram buckets, as"
+            " histogram_quantile computes it; metric: tpot, itl, ttft or e2e.",
+            ENDPOINT,
+            MODEL,
+            "metric",
+            "percentile",
+        ),
+        gauge(
+            "spectax_latency_speculation_ratio",
+            "The latency quantile with speculation / without it (above 1: speculation makes it"
+            " slower). basis: measured against the control, or modeled (TPOT only: 1 / the"
+            " step model's mean speedup, not a measured tail).",
+            ENDPOINT,
+            MODEL,
+            "metric",
+            "percentile",
+            "basis",
+        ),
+        gauge(
+            "spectax_latency_slo_seconds",
+            "The operator's latency objective for the endpoint (config latency_slo).",
+            ENDPOINT,
+            "metric",
+            "percentile",
+        ),
+        gauge(
             "spectax_verdict_info",
             "The verdict over the window (pays, tax, or uncertain when the band straddles 1)"
             " and its basis: measured, calibrated, profile or default.",

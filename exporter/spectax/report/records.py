@@ -53,6 +53,11 @@ class RollupRecord(NamedTuple):
     speedup_low_ratio: float | None
     speedup_high_ratio: float | None
     step_overhead_ratio: float | None
+    # Latency histograms' bucket counts, JSON (store.rows); None before migration 0007.
+    time_per_output_token_buckets: str | None
+    inter_token_latency_buckets: str | None
+    time_to_first_token_buckets: str | None
+    e2e_request_latency_buckets: str | None
 
 
 _FIELDS = itemgetter(*RollupRecord._fields)
