@@ -3,11 +3,11 @@
 - :mod:`spectax.simulate.profiles`: what determines an endpoint, and the demo's mixed fleet.
 - :mod:`spectax.simulate.vllm`: one simulated engine (state, exact and steady-state
   stepping in their own modules); its page is its `serving_engine`'s
-  (:mod:`spectax.simulate.pages`: vLLM, SGLang, TensorRT-LLM, TGI).
+  (:mod:`spectax.simulate.pages`: vLLM, SGLang, TensorRT-LLM, TGI, llama.cpp).
 - :mod:`spectax.simulate.server`: aiohttp servers on loopback, one per profile.
 - :mod:`spectax.simulate.fleet`: the demo endpoints' configuration (billing, drafts).
 - :mod:`spectax.simulate.history`: a month of the demo's history, written fast.
-- ``python -m spectax.simulate``: the demo endpoints on ports 18001-18006.
+- ``python -m spectax.simulate``: the demo endpoints on ports 18001-18007.
 """
 
 from spectax.simulate.profiles import DEMO_PROFILES, SimProfile

@@ -1,4 +1,4 @@
-"""``python -m spectax.simulate``: serve the demo's mixed fleet on 18001-18006."""
+"""``python -m spectax.simulate``: serve the demo's mixed fleet on 18001-18007."""
 
 from __future__ import annotations
 

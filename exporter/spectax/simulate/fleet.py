@@ -48,7 +48,7 @@ DEMO_BILLING: dict[str, dict[str, Any]] = {
             "price": {"provider": "runpod", "product": "pods secure"},
             "billing_mode": "provisioned",
         }
-        for name in ("support-bot", "summarizer", "docs-qa")
+        for name in ("support-bot", "summarizer", "docs-qa", "edge-assistant")
     },
 }
 # The speculative method each demo server simulates (a `speculation.method` of the config).
@@ -58,6 +58,7 @@ DEMO_METHODS = {
     "support-bot": "eagle",
     "summarizer": "eagle3",
     "docs-qa": "medusa",
+    "edge-assistant": "draft_model",
 }
 # The drafters' weights: EAGLE heads for the coder, a 1B draft model (bf16) for the chat,
 # heads for the others.
@@ -67,6 +68,7 @@ DRAFT_WEIGHT_BYTES = {
     "support-bot": 400 * 10**6,
     "summarizer": 500 * 10**6,
     "docs-qa": 300 * 10**6,
+    "edge-assistant": 1 * 10**9,  # a 0.5B draft model in bf16
 }
 # Placeholder addresses (`python -m spectax.simulate`'s ports): the history and the report
 # need the demo endpoints' billing, not their servers.
@@ -77,6 +79,7 @@ DEMO_URLS = {
     "support-bot": "http://127.0.0.1:18004",
     "summarizer": "http://127.0.0.1:18005",
     "docs-qa": "http://127.0.0.1:18006",
+    "edge-assistant": "http://127.0.0.1:18007",
 }
 
 

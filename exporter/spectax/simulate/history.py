@@ -48,6 +48,7 @@ DIURNAL = {
     "support-bot": 0.4,
     "summarizer": 0.2,
     "docs-qa": 0.5,
+    "edge-assistant": 0.6,
 }
 RESTARTS_PER_WEEK = 1.5
 NO_CALIBRATION = 10**9  # more windows than a monitor keeps: the fit never runs

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+from spectax.simulate.llamacpp_page import LlamacppPage
 from spectax.simulate.page import MetricsPage
 from spectax.simulate.sglang_page import SglangPage
 from spectax.simulate.state import EngineState
@@ -32,6 +33,7 @@ PAGES: dict[str, Callable[[EngineState], EnginePage]] = {
     "sglang": SglangPage,
     "trtllm": TrtllmPage,
     "tgi": TgiPage,
+    "llamacpp": LlamacppPage,
 }
 
 

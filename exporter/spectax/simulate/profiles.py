@@ -159,8 +159,8 @@ DEMO_PROFILES: dict[str, SimProfile] = {
         description="chat-creative's model and traffic without speculation: the control",
     ),
     # The mixed fleet: the same physics, other engines' pages (each shows what its engine
-    # exposes, no more). None has a control, so only TensorRT-LLM, which counts drafted
-    # tokens, gets a modelled speedup; SGLang and TGI show a derived acceptance length.
+    # exposes, no more). None has a control, so only TensorRT-LLM and llama.cpp, which count
+    # drafted tokens, get a modelled speedup; SGLang and TGI show a derived acceptance length.
     "support-bot": SimProfile(
         model_name="mistral-7b-instruct",
         num_speculative_tokens=3,
@@ -218,5 +218,24 @@ DEMO_PROFILES: dict[str, SimProfile] = {
         serving_engine="tgi",
         description="TGI with Medusa heads (--speculate 2), documentation Q&A at 4 users: "
         "tokens only as histograms, no drafted count: a derived acceptance length",
+    ),
+    "edge-assistant": SimProfile(
+        model_name="qwen2.5-3b-instruct",
+        num_speculative_tokens=4,
+        acceptance_p0=0.7,
+        acceptance_decay=0.8,
+        draft_cost_ratio=0.08,
+        step_a=_WEIGHT_READ_S,
+        step_b=_COMPUTE_PER_TOKEN_S,
+        concurrency=2,
+        max_num_seqs=2,
+        prompt_len_mean=200,
+        output_len_mean=120,
+        max_tokens=256,
+        temperature=0.2,
+        seed=77,
+        serving_engine="llamacpp",
+        description="llama.cpp with a small draft model (--parallel 2), an assistant at 2 "
+        "users: drafted and accepted counted, no step time, no finished-request counter",
     ),
 }
