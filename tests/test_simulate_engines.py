@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from spectax.cli.assess import AssessOptions, assess_pages
 from spectax.engines import ENGINES, detect, get_parser
 from spectax.engines.llamacpp import MODEL_NAME as LLAMACPP_MODEL
 from spectax.engines.tgi import MODEL as TGI_MODEL
@@ -141,3 +142,29 @@ def test_a_restart_starts_the_counters_again(engine: str) -> None:
     assert all(m.generation_tokens < before.generation_tokens for m in sample.models.values())
     if engine == "trtllm":  # the one with a process start time
         assert sample.process_start_time_seconds == sim.process_start_time > T0
+
+
+@pytest.mark.parametrize("engine", ["sglang", "tgi", "trtllm"])
+def test_a_control_gives_every_engine_a_measured_verdict(engine: str) -> None:
+    """Without a drafted count (SGLang, TGI) there is no speedup to model: `spectax assess`
+    says uncertain, on basis default, naming what the engine does not expose. The same
+    pages beside a control's (the same traffic without speculation) measure it: at 6
+    requests against a ridge of 32 and acceptance 0.8, speculation pays, measured."""
+    spec = simulated(engine, SPEC, 60.0, fast=False)
+    plain = simulated(engine, replace(SPEC.without_speculation(), seed=9), 60.0, fast=False)
+    before, control_before = spec.render(), plain.render()
+    spec.advance(120.0, fast=False)
+    plain.advance(120.0, fast=False)
+    options = AssessOptions(seconds=120.0, usd_per_hour=2.0, method="eagle")
+    (alone,) = assess_pages(before, spec.render(), options)
+    (paired,) = assess_pages(
+        before, spec.render(), options, control=(control_before, plain.render())
+    )
+    a = alone.assessment
+    assert a.acceptance_length_tokens is not None and a.acceptance_length_tokens > 1.5
+    if engine in ("sglang", "tgi"):
+        assert (a.verdict, a.verdict_basis, a.acceptance_ratio) == ("uncertain", "default", None)
+        assert any(f"not exposed by {engine}" in note.text for note in alone.notes)
+    m = paired.assessment
+    assert (m.verdict, m.verdict_basis) == ("pays", "measured")
+    assert m.speedup_measured_ratio is not None and m.speedup_measured_ratio > 1.2
