@@ -422,7 +422,7 @@ def observed(
                 run_scenario(obs, fleet, spectax)
             finally:
                 obs.spectax_exit = spectax.stop()
-                obs.spectax_log = spectax.tail(20000)
+                obs.spectax_log = spectax.tail(200_000)
         obs.timings["total"] = round(time.monotonic() - started, 1)
     except Exception:
         spectax.stop()
@@ -725,7 +725,13 @@ def theil_sen_ridge(points: list[tuple[float, float]]) -> float | None:
 @pytest.mark.parametrize("key", SPECULATING)
 def test_ridge_batch_is_calibrated_from_real_steps(observed: Observed, key: str) -> None:
     """After 11 windows at concurrency 1 and 8, the counterfactual is the control's plain curve
-    (ECONOMICS.md §3b: B* of the target without speculation), and its B* is positive."""
+    (ECONOMICS.md §3b: B* of the target without speculation), and its B* is positive.
+
+    Unless the control's own windows say its steps have no fixed cost: on this 2-core CPU
+    the tiny model is compute-bound from the first request (B* of 1-2), and on a loaded
+    machine the intercept of the line through its points can come out <= 0 (seen in CI and
+    under load here, with 10 of 11 windows counting). spectax must then refuse the curve,
+    say why in its log, and keep to the configured B*; anything else fails."""
     require(observed, "calibrated")
     m = observed.calibrated
     assert m is not None
@@ -740,6 +746,11 @@ def test_ridge_batch_is_calibrated_from_real_steps(observed: Observed, key: str)
     )
     fits = [line for line in observed.spectax_log.splitlines() if "plain curve" in line]
     print(f"control's finished requests per block: {observed.block_requests.get('control')}")
+    said = [line for line in fits if f"endpoint {ENDPOINT['control']}: plain curve" in line]
+    print(f"spectax on the control's curve: {said}")
+    if said and "plain curve not sound: a = " in said[-1]:
+        assert [s.get("source") for s in sources] == ["configured"], sources
+        return
     assert [s.get("source") for s in sources] == ["control"], (
         f"{sources}; the control finished {observed.block_requests.get('control')} requests "
         f"in blocks at concurrency {observed.block_concurrency} (a window counts from "

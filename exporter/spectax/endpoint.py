@@ -245,18 +245,19 @@ class EndpointMonitor:
         """Feed closed windows (at start-up: the store's recent ones) to the plain curve's
         fit: windows without speculation, this endpoint's counterfactual once it speculates
         (and its control's, for the endpoints it is the control of)."""
-        had = self.calibration.fit is not None
+        had = self.calibration.fit is not None, self.calibration.refusal
         if not self.calibration.add(windows):
             return
-        fit = self.calibration.fit
-        if (fit is not None) != had:
+        fit, refusal = self.calibration.fit, self.calibration.refusal
+        if fit is not None and not had[0]:
             log.info(
-                "endpoint %s: plain curve %s",
+                "endpoint %s: plain curve fitted (B* = %.1f, %d windows)",
                 self.config.name,
-                f"fitted (B* = {fit.ridge_batch or float('inf'):.1f}, {fit.points} windows)"
-                if fit
-                else "no longer sound",
+                fit.ridge_batch or float("inf"),
+                fit.points,
             )
+        elif refusal is not None and (had[0] or had[1] is None):  # said once, not each window
+            log.info("endpoint %s: plain curve not sound: %s", self.config.name, refusal)
 
     # ------------------------------------------------------------ internals
 
