@@ -775,6 +775,11 @@ async def test_an_engine_without_a_drafted_count_still_speculates(golden_url: st
     cells = [c.strip() for c in row.strip("|").split("|")]
     length = f"{f.acceptance_length:.2f} (derived)"
     assert cells[1:5] == ["sglang", "eagle", "not exposed by sglang", length]
+    days = [
+        r for r in csv.DictReader(io.StringIO(render(report, "csv"))) if r["endpoint"] == "support"
+    ]
+    assert days and all(r["engine"] == "sglang" and r["acceptance_ratio"] == "" for r in days)
+    assert all(float(r["acceptance_length_tokens"]) > 1 for r in days)
     # The month's total acceptance is that of the endpoints with a drafted count only.
     t = report.total
     assert t.acceptance == pytest.approx(t.drafted_accepted_tokens / t.draft_tokens)

@@ -45,6 +45,9 @@ COLUMNS = (
     "draft_compute_usd",
     "rejected_usd",
     "draft_vram_usd",
+    # Last, so that readers by position keep their columns: the mixed fleet's.
+    "engine",
+    "acceptance_length_tokens",
 )
 MEANING = {"capacity": "capacity_freed", "invoice": "invoice", "unknown": "gpu_time_value"}
 
@@ -83,6 +86,8 @@ def render_csv(report: Report) -> str:
                 _num(f.draft_compute) if f.speculating else "",
                 _num(f.rejected) if f.speculating else "",
                 _num(f.vram_usd),
+                e.info.engine,
+                _num(f.acceptance_length),
             ]
         )
     return buffer.getvalue()
