@@ -1,6 +1,6 @@
 """Load on spectax's /metrics: N concurrent clients for S seconds, against a real `spectax run`.
 
-The daemon watches the three simulated vLLM servers (spectax.simulate, the demo's) at a
+The daemon watches the demo's simulated mixed fleet (spectax.simulate) at a
 1 s scrape interval, so scraping and serving compete for the same event loop. Reported:
 request latency p50 / p99 / max, requests per second, errors, and whether scraping kept
 its schedule: the largest lag of `spectax_last_scrape_success_timestamp_seconds` behind
