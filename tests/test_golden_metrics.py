@@ -1,7 +1,8 @@
 """The whole `/metrics` page, line by line, against a golden file (node_exporter's e2e-output.txt).
 
-The demo's three simulated vLLM servers (`spectax.simulate.DEMO_PROFILES`, fixed
-seeds), configured as `spectax demo` configures them (prices, control,
+The demo's simulated mixed fleet (`spectax.simulate.DEMO_PROFILES`, fixed seeds: three
+vLLM servers, an SGLang, a TensorRT-LLM, a TGI and a llama.cpp one, each page its engine's
+shape), configured as `spectax demo` configures them (prices, control,
 speculation, draft weights), are scraped every 15 s for ten minutes of a frozen
 clock: the sliding window is full, history windows have closed, chat-creative is
 measured against its control, and its engine restarts once (two refused scrapes,
