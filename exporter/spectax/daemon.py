@@ -117,6 +117,7 @@ class Daemon:
             write_errors=self.writer.write_errors,
             up=self.writer.up,
             quarantined_rows=dict(self.writer.queue.quarantine.rows),
+            leader=self.writer.leading,
         )
 
     @property
@@ -166,13 +167,13 @@ class Daemon:
         await self.profiles.refresh(self.store, (), datetime.now(UTC))
         await self._restore()
         self._session = scrape_session()
-        self.writer.start()
+        self.writer.start(take_over=self._restore)  # a follower resumes as if restarted
         # What start-up built (configuration, monitors, restored history) lives as long as
         # the process: keep it out of the garbage collector's full passes (~100 ms each at
         # 2,000 endpoints, a pause in scraping and serving).
         gc.freeze()
         self._schedule()
-        await self.billing.start(self._scheduler, self.store)
+        await self.billing.start(self._scheduler, self.store, lambda: self.writer.leading)
         self._ready = True
         log.info(
             "spectax listening on %s, watching %d endpoint(s)", self.listen_url, len(self.monitors)
@@ -329,7 +330,8 @@ class Daemon:
     async def refresh_profiles(self) -> None:
         """Save what teaching endpoints learned; read every stored profile back."""
         assert self.store is not None
-        await self.profiles.refresh(self.store, self.monitors.values(), datetime.now(UTC))
+        learned = self.monitors.values() if self.writer.leading else ()  # only the leader saves
+        await self.profiles.refresh(self.store, learned, datetime.now(UTC))
 
     async def maintain_store(self) -> None:
         """Roll windows into hours and days, then apply retention."""
@@ -346,10 +348,10 @@ class Daemon:
         pending: dict[str, list[PendingWrite]] = {}
         for write in self.writer.queue.pending():  # one pass over the spool for all
             pending.setdefault(write.endpoint, []).append(write)
-        for endpoint in self.config.endpoints:
-            self.monitors[endpoint.name] = await self._new_monitor(
-                endpoint, pending.get(endpoint.name, [])
-            )
+        self.monitors = {  # at once: a takeover's scrapes in flight go to the old ones
+            endpoint.name: await self._new_monitor(endpoint, pending.get(endpoint.name, []))
+            for endpoint in self.config.endpoints
+        }
 
     async def _new_monitor(
         self, endpoint: EndpointConfig, pending: list[PendingWrite] | None = None

@@ -11,7 +11,12 @@ from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DataError, IntegrityError, SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
+    AsyncEngine,
+    async_sessionmaker,
+    create_async_engine,
+)
 
 from spectax.store import schema
 from spectax.store.models import RollupDue, Sums
@@ -156,6 +161,20 @@ class Database:
 
     async def close(self) -> None:
         await self._engine.dispose()
+
+    async def dedicated_connection(self) -> AsyncConnection:
+        """A connection kept out of the pool's rotation, in autocommit: what holds a session's
+        advisory lock (spectax.store.leader) for as long as the session lives."""
+        connection = await self._engine.connect()
+        return await connection.execution_options(isolation_level="AUTOCOMMIT")
+
+    @property
+    def sqlite_path(self) -> Path | None:
+        """The SQLite file, or None (PostgreSQL, or SQLite in memory)."""
+        database = self._engine.url.database
+        if self.backend != "sqlite" or not database or database == ":memory:":
+            return None
+        return Path(database)
 
     @property
     def _insert(self) -> Any:

@@ -12,7 +12,9 @@ shown in `spectax_store_up`, logged once and retried: the task never dies.
 
 `StoreWriter` is what the daemon starts and stops: it connects (waiting while
 the database is away), writes the queue in batches, rolls up and applies
-retention, and at shutdown stores what it can and spools the rest.
+retention, and at shutdown stores what it can and spools the rest. It
+writes only while its process leads (spectax.store.leader): a follower's
+writes are dropped, and taking over resumes the monitors from the store.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from spectax.health import LogOnce
 from spectax.store.db import StoreDataError, StoreError, reason
+from spectax.store.leader import POLL_SECONDS, Leadership, leadership
 from spectax.store.spool import PendingWrite, WriteQueue
 
 if TYPE_CHECKING:  # the store's rooms import the row codec, which imports PendingWrite
@@ -70,6 +73,11 @@ class StoreWriter:
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._rollup_health = LogOnce(log, "store")
+        self.leadership = Leadership()
+        # True while this process writes to the store (spectax.store.leader); False: it
+        # follows, and drops its writes
+        self.leading = True
+        self._contending: asyncio.Task[None] | None = None
 
     async def connect(self) -> Store | None:
         """Connect, retrying while the database is unreachable; a schema mismatch is fatal.
@@ -86,19 +94,67 @@ class StoreWriter:
                     await asyncio.wait_for(self._stopping.wait(), _retry_delay(attempt))
                 continue
             health.recovered("connected after %d failed attempt(s)", attempt)
+            try:
+                self.leadership = leadership(store, self._log)
+            except StoreError:  # another process on this SQLite file: fatal, not retried
+                await store.close()
+                raise
             self.store, self.up = store, True
+            if not await self.leadership.contend():
+                self.leading = False
+                self._follow("another spectax process leads")
             return store
         return None
 
-    def start(self) -> None:
-        """Write in the background from now on, whenever something is queued."""
+    def _follow(self, why: str) -> None:
+        """Write nothing from now on: what is queued is the leader's to write."""
+        dropped = self.queue.discard()
+        self._log.warning(
+            "store: following (%s): serving /metrics, writing nothing; %d queued window"
+            " row(s) dropped, the leader writes them from its cursor",
+            why,
+            dropped,
+        )
+
+    async def _contend_loop(self, take_over: Callable[[], Awaitable[None]] | None) -> None:
+        """Every POLL_SECONDS: a follower tries to lead, the leader checks that it still does.
+        Taking over runs `take_over` (resume every endpoint from the store) before any
+        write is taken, so that nothing the follower computed reaches the store."""
+        while True:
+            await asyncio.sleep(POLL_SECONDS)
+            if await self._contend() and not self.leading:
+                self.queue.discard()
+                try:
+                    if take_over is not None:
+                        await take_over()
+                except Exception as exc:  # the store unreadable: try again at the next poll
+                    self._log.error("store: cannot take over yet: %s", _describe(exc))
+                    continue
+                self.leading = True
+                self._wakeup.set()
+                self._log.warning("store: leading: this process writes windows and rollups now")
+
+    async def _contend(self) -> bool:
+        """Try the lock (spectax.store.leader.Leadership.contend); True: held. A leader that
+        finds it lost follows from here on: the check and the change have no await between
+        them, so the writer and the poll cannot both see it lead after the loss."""
+        held = await self.leadership.contend()
+        if self.leading and not held:
+            self.leading = False
+            self._follow("the leader's lock was lost")
+        return held
+
+    def start(self, take_over: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Write in the background from now on, whenever something is queued, while this
+        process leads; `take_over` resumes the monitors from the store on becoming leader."""
         self._task = asyncio.create_task(self._write_loop(), name="store-writer")
+        self._contending = asyncio.create_task(self._contend_loop(take_over), name="leader")
         self._wakeup.set()  # a spool left by start-up drains behind the scrapes
 
     def enqueue(self, write: PendingWrite | None, wake: bool = True) -> None:
         """Queue `write`; with `wake` False (an open window's progress, at every scrape) it
         waits for the writer's next pass, at most OPEN_WINDOW_SECONDS away."""
-        if write is not None:
+        if write is not None and self.leading:
             self.queue.append(write)
             if wake:
                 self._wakeup.set()
@@ -137,15 +193,20 @@ class StoreWriter:
                 await asyncio.wait({self._task}, timeout=0.5)
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        if self._contending is not None:
+            self._contending.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._contending
         for write in last:
-            if write is not None:
+            if write is not None and self.leading:
                 self.queue.append(write)
         if self.store is not None:
             await self.drain(timeout)
         self.queue.spill_all()  # what the database did not take waits on disk
 
     async def close(self) -> None:
-        """Disconnect; say what waits in the spool for the next run."""
+        """Disconnect (giving leadership up); say what waits in the spool for the next run."""
+        await self.leadership.close()
         if self.store is not None:
             await self.store.close()
         if self.queue:
@@ -159,6 +220,8 @@ class StoreWriter:
         """Roll windows into hours and days, then apply retention (`keep`: seconds per
         granularity). A failure waits for the next run: rollups resume where they stopped."""
         assert self.store is not None
+        if not self.leading:
+            return  # the leader rolls up
         try:
             await self.store.rollup()
             await self.store.apply_retention(now, keep)
@@ -206,6 +269,9 @@ class StoreWriter:
     async def _write_batch(self) -> None:
         """Store the oldest queued writes in one transaction (bench/store_ingest.py: at a
         window boundary thousands of endpoints close their windows at once)."""
+        if not (await self._contend() and self.leading):  # a leader whose session died stops
+            self.queue.discard()  # a follower's: the leader writes them
+            return
         writes = self.queue.peek(STORE_BATCH_ROWS)
         if writes:
             await self._save(writes)
