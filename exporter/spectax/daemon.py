@@ -40,6 +40,7 @@ from spectax.scrape import ScrapeError, fetch, lift_open_files_limit, metrics_ur
 from spectax.status import StatusHistory, render_status_page
 from spectax.store import Store
 from spectax.store.writer import PendingWrite, StoreWriter
+from spectax.takeover import keep_money_counters_rising
 from spectax.web import WebGuard, make_app
 from spectax.webconfig import WebConfigError, load_web_config
 from spectax.webserver import WebServer, start_server
@@ -348,10 +349,14 @@ class Daemon:
         pending: dict[str, list[PendingWrite]] = {}
         for write in self.writer.queue.pending():  # one pass over the spool for all
             pending.setdefault(write.endpoint, []).append(write)
-        self.monitors = {  # at once: a takeover's scrapes in flight go to the old ones
-            endpoint.name: await self._new_monitor(endpoint, pending.get(endpoint.name, []))
-            for endpoint in self.config.endpoints
-        }
+        earlier, self.monitors = (
+            self.monitors,
+            {  # at once: scrapes in flight go to the old
+                endpoint.name: await self._new_monitor(endpoint, pending.get(endpoint.name, []))
+                for endpoint in self.config.endpoints
+            },
+        )
+        keep_money_counters_rising(earlier, self.monitors)  # a takeover (spectax.takeover)
 
     async def _new_monitor(
         self, endpoint: EndpointConfig, pending: list[PendingWrite] | None = None
