@@ -16,6 +16,13 @@ from what the last leader stored, as a restart does (Store.restore), so the
 window the leader was writing is finished from its stored cursor, the windows
 it wrote are not written again, and no traffic is counted twice or lost.
 
+A leader that loses its lock with the database (an outage, a server restart)
+cannot tell yet whether the other process will take over: it is suspended,
+keeps queueing and spooling as in any outage, and when the database is back
+either wins the lock again, and if no cursor moved meanwhile writes its queue
+(nothing lost, as with one process), or finds another leader or moved cursors,
+and drops its queue: the other process wrote that traffic from its own cursor.
+
 SQLite stays one process: a second `spectax run` on the same file is refused
 by a lock file beside it naming the process that holds it. Reading it
 (`spectax report`, `spectax db`) stays allowed: only `run` takes the lock.
@@ -28,13 +35,19 @@ import contextlib
 import fcntl
 import logging
 import os
+from collections.abc import Awaitable, Callable, Iterable
+from enum import Enum
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from spectax.store.db import DATABASE_ERRORS, Database, StoreError, reason
+from spectax.store.spool import PendingWrite, WriteQueue
+
+if TYPE_CHECKING:
+    from spectax.store.windows import WindowHistory
 
 #: The advisory lock's key ("SPECTAX" in ASCII, then 1). Advisory locks are per database:
 #: pairs on different databases of one server do not see each other.
@@ -55,9 +68,10 @@ class Leadership:
     Whether writes are taken is the writer's to track (StoreWriter.leading): holding the
     lock again after losing it is not leading until the monitors are resumed."""
 
-    async def contend(self) -> bool:
+    async def contend(self) -> bool | None:
         """Try to lead (a follower) or check that it still does (the leader): True if it
-        holds the lock now. Never raises: an unreachable database means not leading."""
+        holds the lock now, False if another process does, None if the database cannot
+        be asked (then nobody knows). Never raises."""
         return True
 
     async def close(self) -> None:
@@ -107,11 +121,11 @@ class AdvisoryLock(Leadership):
         self._held = False
         self._turn = asyncio.Lock()  # the writer and the poll share one connection
 
-    async def contend(self) -> bool:
+    async def contend(self) -> bool | None:
         async with self._turn:
             return await self._contend()
 
-    async def _contend(self) -> bool:
+    async def _contend(self) -> bool | None:
         try:
             if self._connection is None:
                 self._connection = await self._store.dedicated_connection()
@@ -126,8 +140,9 @@ class AdvisoryLock(Leadership):
                 self._held = bool(won.scalar())
         except DATABASE_ERRORS as exc:
             if self._held:
-                self._log.error("store: lost the leader's lock (%s): following", reason(exc))
+                self._log.error("store: lost the leader's lock: %s", reason(exc))
             await self._disconnect()
+            return None
         return self._held
 
     async def close(self) -> None:
@@ -151,3 +166,115 @@ def leadership(store: Database, log: logging.Logger) -> Leadership:
         return AdvisoryLock(store, log)
     path = store.sqlite_path
     return FileLock(path) if path is not None else Leadership()
+
+
+class Role(Enum):
+    LEADER = "leader"  # holds the lock: writes
+    SUSPENDED = "suspended"  # was the leader, lost the lock with the database: queues, waits
+    FOLLOWER = "follower"  # another process leads: drops its writes
+
+
+class Election:
+    """This process's role, settled from the lock before each batch and at every poll.
+
+    `take_over` (the daemon's: resume every monitor from the store) runs before
+    the first write of a new leader, and no write of the follower's is queued
+    meanwhile, so that nothing computed while following reaches the store.
+    """
+
+    def __init__(self, lock: Leadership, queue: WriteQueue, log: logging.Logger):
+        self.lock = lock
+        self.role = Role.LEADER
+        self.take_over: Callable[[], Awaitable[None]] | None = None
+        self._queue = queue
+        self._log = log
+        self._store: WindowHistory | None = None
+        # The cursors as this leader left them (endpoint -> observed_at): if they are the
+        # same when it wins the lock again, no other process wrote in between. None: not
+        # known (start-up), then its spool is checked against the stored cursors instead.
+        self._cursors: dict[str, float] | None = None
+        self._settling = asyncio.Lock()  # the writer and the poll: one settles at a time
+
+    @property
+    def leading(self) -> bool:
+        return self.role is Role.LEADER
+
+    @property
+    def accepts(self) -> bool:
+        """Whether writes are queued: not while following."""
+        return self.role is not Role.FOLLOWER
+
+    async def begin(self, store: WindowHistory) -> None:
+        """At start-up, before the spool is written: settle the role, keeping the spool
+        only when no other process wrote after it."""
+        self._store = store
+        self.role = Role.SUSPENDED
+        await self.settle()
+
+    async def settle(self) -> bool:
+        """Ask the lock; True: this process may write now."""
+        async with self._settling:
+            held = await self.lock.contend()
+            if held is None:
+                if self.role is Role.LEADER:
+                    self.role = Role.SUSPENDED
+                    self._log.warning(
+                        "store: the leader's lock went with the database: windows wait"
+                        " queued until the database says who leads"
+                    )
+                return False
+            if not held:
+                if self.role is not Role.FOLLOWER:
+                    self.role = Role.FOLLOWER
+                    self._drop("another spectax process leads")
+                    self._log.warning("store: following: serving /metrics, writing nothing")
+                return False
+            if self.role is Role.LEADER:
+                return True
+            await self._lead()
+            return True
+
+    def written(self, writes: Iterable[PendingWrite]) -> None:
+        """Note the cursors a batch moved (as the store does: only forward)."""
+        if self._cursors is not None:
+            for write in writes:
+                if write.cursor is not None:
+                    before = self._cursors.get(write.endpoint, write.cursor[0])
+                    self._cursors[write.endpoint] = max(before, write.cursor[0])
+
+    async def close(self) -> None:
+        await self.lock.close()
+
+    async def _lead(self) -> None:
+        """The lock is won: carry on with the queue if nobody wrote since, else take over."""
+        assert self._store is not None
+        stored = await self._store.cursor_times()
+        if self.role is Role.SUSPENDED and self._queue_still_holds(stored):
+            self._log.info("store: leading, writing what is queued (no other process wrote)")
+        else:
+            self.role = Role.FOLLOWER  # nothing is queued while the monitors are resumed
+            self._drop("another process wrote since these were queued")
+            if self.take_over is not None:
+                await self.take_over()
+            self._log.warning("store: leading: this process writes windows and rollups now")
+        self._cursors, self.role = stored, Role.LEADER
+
+    def _queue_still_holds(self, stored: dict[str, float]) -> bool:
+        if self._cursors is not None:
+            return stored == self._cursors
+        # Start-up: another leader's cursors are later than anything this process spooled
+        # before it stopped; its own replay leaves them at or before its last one.
+        latest: dict[str, float] = {}
+        for write in self._queue.pending():
+            if write.cursor is not None:
+                latest[write.endpoint] = max(latest.get(write.endpoint, 0.0), write.cursor[0])
+        return all(stored.get(endpoint, 0.0) <= t for endpoint, t in latest.items())
+
+    def _drop(self, why: str) -> None:
+        if dropped := self._queue.discard():
+            self._log.warning(
+                "store: %d queued window row(s) dropped (%s): the leader writes that traffic"
+                " from its own cursor",
+                dropped,
+                why,
+            )

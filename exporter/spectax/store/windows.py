@@ -130,6 +130,13 @@ class WindowHistory(Database):
             row = await session.get(Cursor, endpoint)
         return (row.observed_at, decode_sample(row.sample)) if row else None
 
+    async def cursor_times(self) -> dict[str, float]:
+        """Each endpoint's cursor time: whether another process wrote since a leader lost
+        its lock (spectax.store.leader)."""
+        async with self._sessions() as session:
+            rows = await session.execute(select(Cursor.endpoint, Cursor.observed_at))
+        return {endpoint: observed_at for endpoint, observed_at in rows}
+
     async def window_rows(
         self,
         endpoint: str | None = None,

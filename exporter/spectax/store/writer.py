@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from spectax.health import LogOnce
 from spectax.store.db import StoreDataError, StoreError, reason
-from spectax.store.leader import POLL_SECONDS, Leadership, leadership
+from spectax.store.leader import POLL_SECONDS, Election, Leadership, leadership
 from spectax.store.spool import PendingWrite, WriteQueue
 
 if TYPE_CHECKING:  # the store's rooms import the row codec, which imports PendingWrite
@@ -73,11 +73,13 @@ class StoreWriter:
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._rollup_health = LogOnce(log, "store")
-        self.leadership = Leadership()
-        # True while this process writes to the store (spectax.store.leader); False: it
-        # follows, and drops its writes
-        self.leading = True
+        self.election = Election(Leadership(), self.queue, log)  # who writes: store.leader
         self._contending: asyncio.Task[None] | None = None
+
+    @property
+    def leading(self) -> bool:
+        """True while this process writes to the store (spectax.store.leader)."""
+        return self.election.leading
 
     async def connect(self) -> Store | None:
         """Connect, retrying while the database is unreachable; a schema mismatch is fatal.
@@ -95,66 +97,41 @@ class StoreWriter:
                 continue
             health.recovered("connected after %d failed attempt(s)", attempt)
             try:
-                self.leadership = leadership(store, self._log)
+                self.election.lock = leadership(store, self._log)
             except StoreError:  # another process on this SQLite file: fatal, not retried
                 await store.close()
                 raise
             self.store, self.up = store, True
-            if not await self.leadership.contend():
-                self.leading = False
-                self._follow("another spectax process leads")
+            try:
+                await self.election.begin(store)
+            except Exception as exc:  # the database went again: settled at the first write
+                self._log.error("store: cannot settle who leads yet: %s", _describe(exc))
             return store
         return None
 
-    def _follow(self, why: str) -> None:
-        """Write nothing from now on: what is queued is the leader's to write."""
-        dropped = self.queue.discard()
-        self._log.warning(
-            "store: following (%s): serving /metrics, writing nothing; %d queued window"
-            " row(s) dropped, the leader writes them from its cursor",
-            why,
-            dropped,
-        )
-
-    async def _contend_loop(self, take_over: Callable[[], Awaitable[None]] | None) -> None:
-        """Every POLL_SECONDS: a follower tries to lead, the leader checks that it still does.
-        Taking over runs `take_over` (resume every endpoint from the store) before any
-        write is taken, so that nothing the follower computed reaches the store."""
+    async def _contend_loop(self) -> None:
+        """Every POLL_SECONDS: a follower tries to lead, the leader checks that it still does
+        (spectax.store.leader.Election.settle)."""
         while True:
             await asyncio.sleep(POLL_SECONDS)
-            if await self._contend() and not self.leading:
-                self.queue.discard()
-                try:
-                    if take_over is not None:
-                        await take_over()
-                except Exception as exc:  # the store unreadable: try again at the next poll
-                    self._log.error("store: cannot take over yet: %s", _describe(exc))
-                    continue
-                self.leading = True
-                self._wakeup.set()
-                self._log.warning("store: leading: this process writes windows and rollups now")
-
-    async def _contend(self) -> bool:
-        """Try the lock (spectax.store.leader.Leadership.contend); True: held. A leader that
-        finds it lost follows from here on: the check and the change have no await between
-        them, so the writer and the poll cannot both see it lead after the loss."""
-        held = await self.leadership.contend()
-        if self.leading and not held:
-            self.leading = False
-            self._follow("the leader's lock was lost")
-        return held
+            try:
+                if await self.election.settle():
+                    self._wakeup.set()
+            except Exception as exc:  # the store unreadable while taking over: next poll
+                self._log.error("store: cannot take over yet: %s", _describe(exc))
 
     def start(self, take_over: Callable[[], Awaitable[None]] | None = None) -> None:
         """Write in the background from now on, whenever something is queued, while this
         process leads; `take_over` resumes the monitors from the store on becoming leader."""
+        self.election.take_over = take_over
         self._task = asyncio.create_task(self._write_loop(), name="store-writer")
-        self._contending = asyncio.create_task(self._contend_loop(take_over), name="leader")
+        self._contending = asyncio.create_task(self._contend_loop(), name="leader")
         self._wakeup.set()  # a spool left by start-up drains behind the scrapes
 
     def enqueue(self, write: PendingWrite | None, wake: bool = True) -> None:
         """Queue `write`; with `wake` False (an open window's progress, at every scrape) it
         waits for the writer's next pass, at most OPEN_WINDOW_SECONDS away."""
-        if write is not None and self.leading:
+        if write is not None and self.election.accepts:
             self.queue.append(write)
             if wake:
                 self._wakeup.set()
@@ -198,7 +175,7 @@ class StoreWriter:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._contending
         for write in last:
-            if write is not None and self.leading:
+            if write is not None and self.election.accepts:
                 self.queue.append(write)
         if self.store is not None:
             await self.drain(timeout)
@@ -206,7 +183,7 @@ class StoreWriter:
 
     async def close(self) -> None:
         """Disconnect (giving leadership up); say what waits in the spool for the next run."""
-        await self.leadership.close()
+        await self.election.close()
         if self.store is not None:
             await self.store.close()
         if self.queue:
@@ -269,7 +246,9 @@ class StoreWriter:
     async def _write_batch(self) -> None:
         """Store the oldest queued writes in one transaction (bench/store_ingest.py: at a
         window boundary thousands of endpoints close their windows at once)."""
-        if not (await self._contend() and self.leading):  # a leader whose session died stops
+        if not await self.election.settle():  # a leader whose session died stops here
+            if self.election.accepts:  # suspended: the database is away, as in any outage
+                raise StoreError("store: the database cannot say who leads; writes wait")
             self.queue.discard()  # a follower's: the leader writes them
             return
         writes = self.queue.peek(STORE_BATCH_ROWS)
@@ -285,6 +264,7 @@ class StoreWriter:
         assert self.store is not None
         try:
             await self.store.save_many([(w.endpoint, w.rows, w.cursor) for w in writes])
+            self.election.written(writes)
         except StoreDataError as exc:
             only = writes[0] if len(writes) == 1 else None
             if only is not None and not only.rows:  # the cursor itself is refused
