@@ -67,21 +67,9 @@ async def test_kill_9_of_the_leader_the_follower_takes_over_and_stores_each_wind
     targets = Targets()
     targets.add("x", vllm.serve)
     await targets.start()
-    pair = []
-    for name in ("a", "b"):
-        directory = tmp_path / name
-        directory.mkdir()
-        port = free_port()
-        endpoints = [{"name": "x", "url": targets.url("x"), "price": {"usd_per_hour": 3.99}}]
-        config = write_config(directory, port, endpoints, window=f"{WINDOW:g}s", storage_url=url)
-        pair.append(Spectax(config, port))
-    first, second = pair
+    first, second = pair = spectax_pair(tmp_path, targets.url("x"), url)
     try:
-        await first.start()
-        await first.wait_for(lambda m: leader(m) == 1 and scrapes(m) > 0)
-        await second.start()
-        await second.wait_for(lambda m: scrapes(m) > 0)
-        await second.wait_log("store: following")
+        await start_pair(first, second)
         vllm.growing = True
         # The leader has closed a window of traffic and is inside the next one.
         await wait_until(lambda: len_windows(url), 3 * WINDOW, "two windows stored", pair)
@@ -113,18 +101,98 @@ async def test_kill_9_of_the_leader_the_follower_takes_over_and_stores_each_wind
 
     assert took_over < WINDOW, f"the follower took {took_over:.1f} s to take over"
     rows = await stored(url)
-    starts = sorted(row.start.timestamp() for row in rows)
-    assert len(starts) == len(set(starts)), "a window stored twice"
-    assert [b - a for a, b in itertools.pairwise(starts)] == [WINDOW] * (len(starts) - 1)
-    assert starts[0] < killed - WINDOW and starts[-1] > killed + WINDOW
+    starts = [row.start.timestamp() for row in rows]
+    assert min(starts) < killed - WINDOW and max(starts) > killed + WINDOW
     # every token the counter showed, once: nothing lost at the kill, nothing counted twice
     assert vllm.seen[0] > 6 * TOKENS_PER_SCRAPE
-    assert sum(row.output_tokens for row in rows) == vllm.seen[0]
+    assert_every_window_once(rows, vllm.seen[0])
 
 
 async def len_windows(url: str) -> bool:
     rows = await stored(url)
     return len(rows) >= 2 and any(row.output_tokens for row in rows)
+
+
+def spectax_pair(directory: Path, target: str, url: str) -> list[Spectax]:
+    """Two spectax processes on endpoint x and the database `url`, each with its state."""
+    pair = []
+    for name in ("a", "b"):
+        (directory / name).mkdir()
+        port = free_port()
+        endpoints = [{"name": "x", "url": target, "price": {"usd_per_hour": 3.99}}]
+        config = write_config(
+            directory / name, port, endpoints, window=f"{WINDOW:g}s", storage_url=url
+        )
+        pair.append(Spectax(config, port))
+    return pair
+
+
+async def start_pair(first: Spectax, second: Spectax) -> None:
+    """`first` leads, `second` follows, both scraping."""
+    await first.start()
+    await first.wait_for(lambda m: leader(m) == 1 and scrapes(m) > 0)
+    await second.start()
+    await second.wait_for(lambda m: scrapes(m) > 0)
+    await second.wait_log("store: following")
+
+
+def assert_every_window_once(rows: list[Any], tokens: int) -> None:
+    """Consecutive windows, none twice, holding `tokens` output tokens in all."""
+    starts = sorted(row.start.timestamp() for row in rows)
+    assert len(starts) == len(set(starts)), "a window stored twice"
+    assert [b - a for a, b in itertools.pairwise(starts)] == [WINDOW] * (len(starts) - 1)
+    assert sum(row.output_tokens for row in rows) == tokens
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(180)
+async def test_a_database_restart_under_the_pair_loses_nothing_and_counts_nothing_twice(
+    tmp_path: Path,
+) -> None:
+    """Both lose the lock with the database; the leader keeps its windows queued (spooled)
+    meanwhile. When the database is back, one process leads: the old leader writes its
+    queue if it wins, or drops it for the other's resumption from the store if it loses."""
+    from pg import Cluster
+
+    cluster = Cluster()
+    vllm = CountingVllm()
+    targets = Targets()
+    targets.add("x", vllm.serve)
+    await targets.start()
+    url = cluster.create_database()
+    first, second = pair = spectax_pair(tmp_path, targets.url("x"), url)
+    try:
+        await start_pair(first, second)
+        vllm.growing = True
+        await wait_until(lambda: len_windows(url), 3 * WINDOW, "two windows stored", pair)
+        cluster.stop()
+        await first.wait_log("writes wait")  # the leader: suspended, not following
+        m = await first.wait_for(lambda m: (value(m, "spectax_store_pending_windows") or 0) > 0)
+        assert leader(m) == 0
+        await asyncio.sleep(WINDOW)  # a window closes during the outage
+        cluster.start()
+        await wait_until(
+            lambda: one_leader(pair), 6 * POLL_SECONDS + WINDOW, "one leader again", pair
+        )
+        await scraped_past(second, time.time() + WINDOW)  # the new leader closes a window
+        vllm.growing = False
+        await scraped_past(first, time.time() + 1.0)
+        await scraped_past(second, time.time() + 1.0)
+        assert await first.stop() == 0 and await second.stop() == 0
+        rows = await stored(url)
+    finally:
+        await first.kill()
+        await second.kill()
+        await targets.stop()
+        cluster.destroy()
+    assert "store: leading" in first.log + second.log
+    assert vllm.seen[0] > 6 * TOKENS_PER_SCRAPE
+    assert_every_window_once(rows, vllm.seen[0])
+
+
+async def one_leader(pair: list[Spectax]) -> bool:
+    leaders = [leader(await spectax.metrics()) for spectax in pair]
+    return sorted(leaders) == [0, 1]
 
 
 async def test_the_follower_writes_nothing_and_takes_over_when_the_leader_lets_go(

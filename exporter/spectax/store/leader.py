@@ -250,7 +250,8 @@ class Election:
         assert self._store is not None
         stored = await self._store.cursor_times()
         if self.role is Role.SUSPENDED and self._queue_still_holds(stored):
-            self._log.info("store: leading, writing what is queued (no other process wrote)")
+            if rows := self._queue.pending_rows:
+                self._log.info("store: leading, writing %d queued row(s): no other wrote", rows)
         else:
             self.role = Role.FOLLOWER  # nothing is queued while the monitors are resumed
             self._drop("another process wrote since these were queued")

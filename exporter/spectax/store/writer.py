@@ -248,7 +248,7 @@ class StoreWriter:
         window boundary thousands of endpoints close their windows at once)."""
         if not await self.election.settle():  # a leader whose session died stops here
             if self.election.accepts:  # suspended: the database is away, as in any outage
-                raise StoreError("store: the database cannot say who leads; writes wait")
+                raise StoreError("the database cannot say who leads; writes wait")
             self.queue.discard()  # a follower's: the leader writes them
             return
         writes = self.queue.peek(STORE_BATCH_ROWS)
