@@ -40,7 +40,7 @@ from spectax.scrape import ScrapeError, fetch, lift_open_files_limit, metrics_ur
 from spectax.status import StatusHistory, render_status_page
 from spectax.store import Store
 from spectax.store.writer import PendingWrite, StoreWriter
-from spectax.takeover import keep_money_counters_rising
+from spectax.takeover import not_below
 from spectax.web import WebGuard, make_app
 from spectax.webconfig import WebConfigError, load_web_config
 from spectax.webserver import WebServer, start_server
@@ -349,14 +349,10 @@ class Daemon:
         pending: dict[str, list[PendingWrite]] = {}
         for write in self.writer.queue.pending():  # one pass over the spool for all
             pending.setdefault(write.endpoint, []).append(write)
-        earlier, self.monitors = (
-            self.monitors,
-            {  # at once: scrapes in flight go to the old
-                endpoint.name: await self._new_monitor(endpoint, pending.get(endpoint.name, []))
-                for endpoint in self.config.endpoints
-            },
-        )
-        keep_money_counters_rising(earlier, self.monitors)  # a takeover (spectax.takeover)
+        self.monitors = {  # at once: a takeover's new monitors scrape only once it writes
+            endpoint.name: await self._new_monitor(endpoint, pending.get(endpoint.name, []))
+            for endpoint in self.config.endpoints
+        }
 
     async def _new_monitor(
         self, endpoint: EndpointConfig, pending: list[PendingWrite] | None = None
@@ -369,6 +365,7 @@ class Daemon:
         restored = await self.store.restore(
             endpoint.name, self.config.window, CALIBRATION_POINTS, pending
         )
+        restored = not_below(restored, self.monitors.get(endpoint.name))  # spectax.takeover
         monitor = EndpointMonitor(
             endpoint,
             self.settings.usd_per_hour.get(endpoint.name),

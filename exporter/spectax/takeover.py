@@ -6,26 +6,26 @@ counters restored with them are the store's totals, which may be a little below 
 process showed while it followed (its own scrapes ran a second or two ahead); a counter
 that steps back reads as a reset to rate() and increase(), a false jump of the whole total.
 So they carry on from whichever is higher. The token counters are this process's own and
-start again from zero, as at a restart, which rate() reads correctly.
+start again from zero, as at a restart, which rate() reads correctly. (A reload that
+rebuilds a changed endpoint's monitor gets the same guard.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import replace
 
 from spectax.endpoint import EndpointMonitor
+from spectax.store import Restored
 
 
-def keep_money_counters_rising(
-    before: Mapping[str, EndpointMonitor], after: Mapping[str, EndpointMonitor]
-) -> None:
-    """Raise each monitor of `after` to the spend its predecessor in `before` showed."""
-    for name, monitor in after.items():
-        if (earlier := before.get(name)) is not None:
-            old, new = earlier.snapshot, monitor.snapshot
-            monitor.snapshot = replace(
-                new,
-                spend_usd_total=max(old.spend_usd_total, new.spend_usd_total),
-                cold_start_usd_total=max(old.cold_start_usd_total, new.cold_start_usd_total),
-            )
+def not_below(restored: Restored, earlier: EndpointMonitor | None) -> Restored:
+    """`restored`, its money totals raised to what `earlier` (the monitor it replaces, if
+    any) showed."""
+    if earlier is None:
+        return restored
+    shown = earlier.snapshot
+    return replace(
+        restored,
+        spend_usd_total=max(restored.spend_usd_total, shown.spend_usd_total),
+        cold_start_usd_total=max(restored.cold_start_usd_total, shown.cold_start_usd_total),
+    )

@@ -64,9 +64,12 @@ class StoreLocked(StoreError):
 
 
 class Leadership:
-    """Always the leader: one process (SQLite, held by a lock file) or a store in memory.
-    Whether writes are taken is the writer's to track (StoreWriter.leading): holding the
-    lock again after losing it is not leading until the monitors are resumed."""
+    """The lock itself; this base always holds it (a store in memory: one process).
+    Whether writes are taken is the Election's to say (below): holding the lock again
+    after losing it is not leading until the queue is checked or the monitors resumed."""
+
+    #: Whether another process can hold it (then what it wrote must be looked for).
+    shared = False
 
     async def contend(self) -> bool | None:
         """Try to lead (a follower) or check that it still does (the leader): True if it
@@ -113,6 +116,8 @@ class FileLock(Leadership):
 
 class AdvisoryLock(Leadership):
     """PostgreSQL: a session advisory lock held on a connection of its own."""
+
+    shared = True
 
     def __init__(self, store: Database, log: logging.Logger):
         self._store = store
@@ -248,8 +253,10 @@ class Election:
     async def _lead(self) -> None:
         """The lock is won: carry on with the queue if nobody wrote since, else take over."""
         assert self._store is not None
-        stored = await self._store.cursor_times()
-        if self.role is Role.SUSPENDED and self._queue_still_holds(stored):
+        stored = await self._store.cursor_times() if self.lock.shared else {}
+        if self.role is Role.SUSPENDED and (
+            not self.lock.shared or self._queue_still_holds(stored)
+        ):
             if rows := self._queue.pending_rows:
                 self._log.info("store: leading, writing %d queued row(s): no other wrote", rows)
         else:

@@ -115,8 +115,9 @@ class StoreWriter:
         while True:
             await asyncio.sleep(POLL_SECONDS)
             try:
-                if await self.election.settle():
-                    self._wakeup.set()
+                was_leading = self.election.leading
+                if await self.election.settle() and not was_leading:
+                    self._wakeup.set()  # what waited (a suspended leader's queue) goes now
             except Exception as exc:  # the store unreadable while taking over: next poll
                 self._log.error("store: cannot take over yet: %s", _describe(exc))
 
