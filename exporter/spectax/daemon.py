@@ -387,13 +387,13 @@ class Daemon:
         return monitor
 
     def _peers(self, control: str | None) -> dict[str, Any]:
-        """The control endpoint's sliding window and plain curve, looked up when needed."""
+        """The control endpoint's sliding window and plain curve, looked up when needed, in
+        the monitors of the moment (a takeover or a reload replaces the whole dict)."""
         if control is None:
             return {}
-        get = self.monitors.get
         return {
-            "control_window": lambda: (m := get(control)) and m.snapshot.window,
-            "control_curve": lambda: (m := get(control)) and m.calibration.fit,
+            "control_window": lambda: (m := self.monitors.get(control)) and m.snapshot.window,
+            "control_curve": lambda: (m := self.monitors.get(control)) and m.calibration.fit,
         }
 
     def _enqueue(self, write: PendingWrite | None) -> None:
