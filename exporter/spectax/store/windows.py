@@ -131,11 +131,10 @@ class WindowHistory(Database):
         return (row.observed_at, decode_sample(row.sample)) if row else None
 
     async def cursor_times(self) -> dict[str, float]:
-        """Each endpoint's cursor time: whether another process wrote since a leader lost
-        its lock (spectax.store.leader)."""
+        """Where each endpoint's history reaches: fleet mode resumes its windows from there."""
         async with self._sessions() as session:
             rows = await session.execute(select(Cursor.endpoint, Cursor.observed_at))
-        return {endpoint: observed_at for endpoint, observed_at in rows}
+        return {endpoint: float(at) for endpoint, at in rows}
 
     async def window_rows(
         self,
