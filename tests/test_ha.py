@@ -18,13 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from conftest import page
 from e2e import Spectax, free_port, value, wait_until, write_config
 from ops_helpers import Targets
 from spectax.endpoint import EndpointMonitor
 from spectax.store import Store
-from spectax.store.leader import POLL_SECONDS
+from spectax.store.leader import LOCK_KEY, POLL_SECONDS, NotLeader
 from spectax.store.writer import StoreWriter
 from test_restart_loss import TOKENS_PER_SCRAPE, CountingVllm, priced_endpoint, scrape_write
 
@@ -188,6 +190,89 @@ async def test_a_database_restart_under_the_pair_loses_nothing_and_counts_nothin
     assert "store: leading" in first.log + second.log
     assert vllm.seen[0] > 6 * TOKENS_PER_SCRAPE
     assert_every_window_once(rows, vllm.seen[0])
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(180)
+async def test_the_leaders_session_ended_by_the_server_leaves_one_writer_and_nothing_twice(
+    tmp_path: Path, pg_server: Any
+) -> None:
+    """The server ends the leader's lock session (pg_terminate_backend; an administrator,
+    idle_session_timeout, a proxy) while the database stays up and its other connections
+    keep working: it must stop writing at its next batch, and whichever process holds the
+    lock next writes, from where the store is."""
+    url = pg_server.database()
+    vllm = CountingVllm()
+    targets = Targets()
+    targets.add("x", vllm.serve)
+    await targets.start()
+    first, second = pair = spectax_pair(tmp_path, targets.url("x"), url)
+    try:
+        await start_pair(first, second)
+        vllm.growing = True
+        await wait_until(lambda: len_windows(url), 3 * WINDOW, "two windows stored", pair)
+        assert await end_the_lock_session(url) == 1
+        await first.wait_log("lost the leader's lock")
+        await wait_until(
+            lambda: one_leader(pair), 3 * POLL_SECONDS + WINDOW, "one leader again", pair
+        )
+        await scraped_past(first, time.time() + WINDOW)  # a window closes under that leader
+        vllm.growing = False
+        await scraped_past(first, time.time() + 1.0)
+        await scraped_past(second, time.time() + 1.0)
+        assert await first.stop() == 0 and await second.stop() == 0
+    finally:
+        await first.kill()
+        await second.kill()
+        await targets.stop()
+    assert vllm.seen[0] > 6 * TOKENS_PER_SCRAPE
+    assert_every_window_once(await stored(url), vllm.seen[0])
+
+
+async def test_a_write_already_past_the_check_is_refused_once_the_lock_session_ends(
+    pg_server: Any, tmp_path: Path
+) -> None:
+    """The fence inside each write's transaction: the lock session ended (here by the
+    server) between the writer's check and its write, the write is refused, not stored."""
+    url = pg_server.database()
+    endpoint, price = priced_endpoint()
+    monitor = EndpointMonitor(endpoint, price, 300.0)
+    writes = scrape_write(monitor, 1_798_761_601.0, page("spec_ngram_0_before_traffic.txt"))
+    writer = StoreWriter(
+        lambda: Store.open(url), tmp_path / "spool.jsonl", 100, asyncio.Event(), log
+    )
+    store = await writer.connect()
+    assert store is not None and writer.leading
+    try:
+        await store.save_many([(w.endpoint, w.rows, w.cursor) for w in writes])  # leading: taken
+        assert await store.cursor_times() != {}
+        assert await end_the_lock_session(url) == 1
+        with pytest.raises(NotLeader):
+            await store.save_many(
+                [(w.endpoint, [], (w.cursor[0] + 1, w.cursor[1])) for w in writes if w.cursor]
+            )
+        assert (await store.cursor_times())["x"] == writes[-1].cursor[0]
+    finally:
+        await writer.close()
+
+
+async def end_the_lock_session(url: str) -> int:
+    """Terminate the session holding spectax's advisory lock; how many were ended."""
+    engine = create_async_engine(url)
+    try:
+        async with engine.connect() as connection:
+            ended = await connection.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory'"
+                    " AND granted AND classid = :high AND objid = :low"
+                    " AND database = (SELECT oid FROM pg_database"
+                    " WHERE datname = current_database())"
+                ),
+                {"high": LOCK_KEY >> 32, "low": LOCK_KEY & 0xFFFFFFFF},
+            )
+            return sum(1 for (done,) in ended if done)
+    finally:
+        await engine.dispose()
 
 
 async def one_leader(pair: list[Spectax]) -> bool:

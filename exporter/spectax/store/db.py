@@ -3,6 +3,7 @@ one error the store raises. The storage URL picks the backend; the statements ar
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Self
 
@@ -127,6 +128,9 @@ class Database:
     def __init__(self, engine: AsyncEngine):
         self._engine = engine
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
+        # Run first in each window write's transaction; raises when this process may not
+        # write (spectax.store.leader.AdvisoryLock.fence). None: one process, no check.
+        self.write_guard: Callable[[AsyncConnection], Awaitable[None]] | None = None
 
     @classmethod
     async def open(cls, url: str, migrate: bool = False) -> Self:

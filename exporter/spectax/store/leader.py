@@ -35,6 +35,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from enum import Enum
 from pathlib import Path
@@ -52,6 +53,11 @@ if TYPE_CHECKING:
 #: The advisory lock's key ("SPECTAX" in ASCII, then 1). Advisory locks are per database:
 #: pairs on different databases of one server do not see each other.
 LOCK_KEY = 0x53_50_45_43_54_41_58_01
+#: A second key: each write of the leader holds it shared for its transaction, and a new
+#: leader takes it once, exclusively, before reading the store, so that a write of the old
+#: leader still in flight when its session ended is in what the new one resumes from.
+FENCE_KEY = LOCK_KEY + 1
+FENCE_WAIT_SECONDS = 10.0
 #: How often a follower tries the lock, and a leader checks its session between batches.
 POLL_SECONDS = 2.0
 # The server drops a silent session after about 5 + 3 * 2 s: a leader whose host vanished
@@ -61,6 +67,10 @@ KEEPALIVES = ("tcp_keepalives_idle = 5", "tcp_keepalives_interval = 2", "tcp_kee
 
 class StoreLocked(StoreError):
     """Another spectax process already runs on this SQLite file."""
+
+
+class NotLeader(StoreError):
+    """A write refused inside its transaction: this process's lock session has ended."""
 
 
 class Leadership:
@@ -124,7 +134,9 @@ class AdvisoryLock(Leadership):
         self._log = log
         self._connection: AsyncConnection | None = None
         self._held = False
+        self._pid: int | None = None  # the lock session's server process
         self._turn = asyncio.Lock()  # the writer and the poll share one connection
+        store.write_guard = self.fence
 
     async def contend(self) -> bool | None:
         async with self._turn:
@@ -140,15 +152,52 @@ class AdvisoryLock(Leadership):
                 await self._connection.execute(text("SELECT 1"))  # the session, so the lock
             else:
                 won = await self._connection.execute(
-                    text("SELECT pg_try_advisory_lock(:key)"), {"key": LOCK_KEY}
+                    text("SELECT pg_try_advisory_lock(:key), pg_backend_pid()"), {"key": LOCK_KEY}
                 )
-                self._held = bool(won.scalar())
+                held, self._pid = won.one()
+                if held:  # the old leader's writes in flight end before anything is read
+                    await self._wait_for_writes_in_flight(self._connection)
+                self._held = bool(held)
         except DATABASE_ERRORS as exc:
             if self._held:
                 self._log.error("store: lost the leader's lock: %s", reason(exc))
             await self._disconnect()
             return None
         return self._held
+
+    async def _wait_for_writes_in_flight(self, connection: AsyncConnection) -> None:
+        """Take the fence key once, exclusively: every write transaction of the old leader
+        holds it shared, so this waits for them (FENCE_WAIT_SECONDS at most: one stuck on a
+        vanished host is dropped by the server later, and would be refused by `fence`)."""
+        deadline = time.monotonic() + FENCE_WAIT_SECONDS
+        key = {"key": FENCE_KEY}
+        while not (
+            await connection.execute(text("SELECT pg_try_advisory_lock(:key)"), key)
+        ).scalar():
+            if time.monotonic() > deadline:
+                self._log.warning("store: a write of the old leader is still open; leading anyway")
+                return
+            await asyncio.sleep(0.1)
+        await connection.execute(text("SELECT pg_advisory_unlock(:key)"), key)
+
+    async def fence(self, connection: AsyncConnection) -> None:
+        """In a write's transaction: hold the fence key shared (a new leader waits for this
+        transaction before it reads), then check that this process's lock session holds
+        the lock: a leader whose session ended writes nothing more, not even a batch that
+        had passed `contend` already."""
+        await connection.execute(
+            text("SELECT pg_advisory_xact_lock_shared(:key)"), {"key": FENCE_KEY}
+        )  # first, in a statement of its own: the check below must come after it
+        held = await connection.execute(
+            text(
+                "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted"
+                " AND pid = :pid AND classid = :high AND objid = :low AND objsubid = 1"
+                " AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))"
+            ),
+            {"pid": self._pid, "high": LOCK_KEY >> 32, "low": LOCK_KEY & 0xFFFFFFFF},
+        )
+        if not held.scalar():
+            raise NotLeader("this process no longer holds the leader's lock: not written")
 
     async def close(self) -> None:
         async with self._turn:
