@@ -9,12 +9,15 @@ so a leader killed with -9 (its socket closed by the kernel) hands over at
 the follower's next poll. A host that vanishes without closing its socket
 is noticed by the server's TCP keepalives (set per session below).
 
-The leader confirms the lock before each batch it writes (spectax.store.writer),
-so a leader whose session died stops writing at its next batch, not at its next
-poll. A follower drops what it computes: on taking over it resumes every endpoint
-from what the last leader stored, as a restart does (Store.restore), so the
-window the leader was writing is finished from its stored cursor, the windows
-it wrote are not written again, and no traffic is counted twice or lost.
+The leader confirms the lock before each batch it writes (spectax.store.writer), and
+each window write checks it again inside its transaction (`AdvisoryLock.fence`),
+where a new leader waits for it before reading the store: a leader whose session
+ended (killed by an administrator, a proxy, a timeout) while it lives on writes
+nothing more, and nothing it wrote is missed by its successor. A follower drops what
+it computes: on taking over it resumes every endpoint from what the last leader
+stored, as a restart does (Store.restore), so the window the leader was writing is
+finished from its stored cursor, the windows it wrote are not written again, and no
+traffic is counted twice or lost.
 
 A leader that loses its lock with the database (an outage, a server restart)
 cannot tell yet whether the other process will take over: it is suspended,
@@ -273,7 +276,7 @@ class Election:
                 if self.role is Role.LEADER:
                     self.role = Role.SUSPENDED
                     self._log.warning(
-                        "store: the leader's lock went with the database: windows wait"
+                        "store: the leader's lock went with its database session: windows wait"
                         " queued until the database says who leads"
                     )
                 return False
