@@ -74,7 +74,7 @@ async def test_kill_9_of_the_leader_the_follower_takes_over_and_stores_each_wind
         await start_pair(first, second)
         vllm.growing = True
         # The leader has closed a window of traffic and is inside the next one.
-        await wait_until(lambda: len_windows(url), 3 * WINDOW, "two windows stored", pair)
+        await wait_until(lambda: two_windows_stored(url), 3 * WINDOW, "two windows stored", pair)
         m = await second.metrics()
         assert leader(m) == 0, "the follower claims to write"
         assert value(m, "spectax_store_pending_windows") == 0, "the follower queues writes"
@@ -110,7 +110,7 @@ async def test_kill_9_of_the_leader_the_follower_takes_over_and_stores_each_wind
     assert_every_window_once(rows, vllm.seen[0])
 
 
-async def len_windows(url: str) -> bool:
+async def two_windows_stored(url: str) -> bool:
     rows = await stored(url)
     return len(rows) >= 2 and any(row.output_tokens for row in rows)
 
@@ -166,7 +166,7 @@ async def test_a_database_restart_under_the_pair_loses_nothing_and_counts_nothin
     try:
         await start_pair(first, second)
         vllm.growing = True
-        await wait_until(lambda: len_windows(url), 3 * WINDOW, "two windows stored", pair)
+        await wait_until(lambda: two_windows_stored(url), 3 * WINDOW, "two windows stored", pair)
         cluster.stop()
         await first.wait_log("writes wait")  # the leader: suspended, not following
         m = await first.wait_for(lambda m: (value(m, "spectax_store_pending_windows") or 0) > 0)
@@ -210,7 +210,7 @@ async def test_the_leaders_session_ended_by_the_server_leaves_one_writer_and_not
     try:
         await start_pair(first, second)
         vllm.growing = True
-        await wait_until(lambda: len_windows(url), 3 * WINDOW, "two windows stored", pair)
+        await wait_until(lambda: two_windows_stored(url), 3 * WINDOW, "two windows stored", pair)
         assert await end_the_lock_session(url) == 1
         await first.wait_log("lost the leader's lock")
         await wait_until(
