@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
+from typing import Any
 
 from spectax import economics, logs
 from spectax.config import EndpointConfig
@@ -150,6 +151,19 @@ class EndpointMonitor:
     def control_curve(self) -> PlainCurve | None:
         """The control's plain curve, when this endpoint has a control and it is fitted."""
         return self._control_curve() if self._control_curve is not None else None
+
+    @staticmethod
+    def control_lookups(
+        monitors: Callable[[], Mapping[str, EndpointMonitor]], control: str | None
+    ) -> dict[str, Any]:
+        """The control endpoint's sliding window and plain curve, looked up when needed, in
+        the monitors of the moment (a takeover or a reload replaces the whole dict)."""
+        if control is None:
+            return {}
+        return {
+            "control_window": lambda: (m := monitors().get(control)) and m.snapshot.window,
+            "control_curve": lambda: (m := monitors().get(control)) and m.calibration.fit,
+        }
 
     def parameters(self, window: Window | None = None) -> economics.Parameters:
         """The parameters to assess `window` under (its own roofline, if it is the source)."""

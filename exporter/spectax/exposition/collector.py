@@ -34,6 +34,7 @@ class StoreStatus:
     write_errors: int
     up: bool = True
     quarantined_rows: Mapping[str, int] = field(default_factory=dict)  # endpoint -> rows
+    leader: bool = True  # this process writes to the store (spectax.store.leader)
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,7 @@ class SnapshotCollector(Collector):
         add("spectax_store_pending_windows", (), float(store.pending_windows))
         add("spectax_store_write_errors_total", (), float(store.write_errors))
         add("spectax_store_up", (), float(store.up))
+        add("spectax_leader", (), float(store.leader))
         # every endpoint from 0, so that the first quarantined row is an increase (rate())
         for name in sorted({*self._snapshots(), *store.quarantined_rows}):
             count = store.quarantined_rows.get(name, 0)

@@ -264,6 +264,11 @@ FAMILIES: dict[str, Family] = {
         ),
         counter("spectax_store_write_errors_total", "Failed attempts to write to the store."),
         gauge("spectax_store_up", "1 when the last attempt to reach the store succeeded."),
+        gauge(
+            "spectax_leader",
+            "1 when this process writes windows, rollups and billing to the store; 0 while"
+            " it follows the other process of an HA pair (it still scrapes and serves).",
+        ),
         counter(
             "spectax_store_quarantined_rows_total",
             "Window rows the store refused for their values (out of range, too long), kept in"
