@@ -34,6 +34,8 @@ from spectax.engines.base import (
     ModelSample,
     ParseError,
 )
+from spectax.engines.text import LABEL_SET, PAIR, decode, line_of, trie, unescape
+from spectax.engines.vllm_cache import CacheConfig
 
 __all__ = ["MAX_MODELS", "MAX_MODEL_NAME", "MAX_POSITIONS", "MAX_VALUE", "parse"]
 
@@ -78,16 +80,21 @@ _LARGEST_FLOAT: Final = sys.float_info.max
     _LEGACY_EFF,
     _FLOPS,
     _READ_BYTES,
+    _PREEMPTIONS,
+    _KV_USAGE,  # summed over ranks; divided by _KV_USAGE_SERIES: the ranks' mean
+    _KV_USAGE_SERIES,
     _N_SLOTS,
-) = range(21)
+) = range(24)
 _PER_POS: Final = -1
 _PROCESS_START: Final = -2
+_CACHE_CONFIG: Final = -3
 
 # How a value is checked and combined.
 _CUMULATIVE: Final = 0  # counter / histogram _sum / _count: finite, >= 0, summed
 _COUNT_GAUGE: Final = 1  # num_requests_*: finite, >= 0, summed over ranks
 _LEGACY_GAUGE: Final = 2  # V0 ratio gauges: as reported, one series per model
 _ESTIMATE: Final = 3  # estimated FLOPs / bytes: finite, >= 0, summed, with no 2**53 bound
+_FRACTION: Final = 4  # KV-cache usage: 0..1, averaged over ranks
 
 _FAMILIES: Final[dict[str, tuple[int, int]]] = {
     # vLLM V1 (and the V0 names that kept their meaning).
@@ -96,6 +103,11 @@ _FAMILIES: Final[dict[str, tuple[int, int]]] = {
     "vllm:request_success_total": (_FINISHED, _CUMULATIVE),
     "vllm:num_requests_running": (_RUNNING, _COUNT_GAUGE),
     "vllm:num_requests_waiting": (_WAITING, _COUNT_GAUGE),
+    "vllm:num_preemptions_total": (_PREEMPTIONS, _CUMULATIVE),
+    "vllm:kv_cache_usage_perc": (_KV_USAGE, _FRACTION),  # a 0-1 fraction despite the name
+    "vllm:gpu_cache_usage_perc": (_KV_USAGE, _FRACTION),  # its name until 0.11
+    # Settings as labels, one series per rank and no model_name: the page's KV cache.
+    "vllm:cache_config_info": (_CACHE_CONFIG, _LEGACY_GAUGE),
     "vllm:spec_decode_num_drafts_total": (_DRAFTS, _CUMULATIVE),
     "vllm:spec_decode_num_draft_tokens_total": (_DRAFT_TOKENS, _CUMULATIVE),
     "vllm:spec_decode_num_accepted_tokens_total": (_ACCEPTED, _CUMULATIVE),
@@ -126,49 +138,21 @@ _HISTOGRAMS: Final = {
 }
 
 
-def _trie(words: list[str]) -> str:
-    """A regex alternation of `words` factored by common prefixes (fewer branch tries)."""
-    if words == [""]:
-        return ""
-    optional = "" in words
-    groups: dict[str, list[str]] = {}
-    for word in words:
-        if word:
-            groups.setdefault(word[0], []).append(word[1:])
-    parts = [re.escape(char) + _trie(rest) for char, rest in sorted(groups.items())]
-    body = parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
-    return f"(?:{body})?" if optional else body
-
-
-# A label value: anything but a quote, backslash or newline, or a backslash escape.
-# Possessive quantifiers (Python 3.11+) keep the pattern linear on hostile input.
-_LABEL_VALUE = r'"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"'
-_LABEL_PAIR = r"[ \t]*+[a-zA-Z_][a-zA-Z0-9_]*+[ \t]*+=[ \t]*+" + _LABEL_VALUE
-_LABEL_SET = (
-    r"\{(?:" + _LABEL_PAIR + r"(?:[ \t]*+," + _LABEL_PAIR + r")*+(?:[ \t]*+,)?+)?+[ \t]*+\}"
-)
-
 # One relevant sample line. The body is prefixed with "\n" so every line starts
 # after a newline. When the tail (labels, value, optional timestamp) does not
 # match, group 3 is None -> ParseError, so a relevant line is never skipped
 # silently.
 _SCAN: Final = re.compile(
     r"\n[ \t]*+("
-    + _trie(sorted(_FAMILIES))
+    + trie(sorted(_FAMILIES))
     + r")(?![a-zA-Z0-9_:])"
     + r"(?:("
-    + _LABEL_SET
+    + LABEL_SET
     + r")?+"
     + r"[ \t]++([^ \t\r\n]++)"
     + r"(?:[ \t]++-?[0-9]++(?:\.[0-9]++)?+(?:[eE][+-]?[0-9]++)?+)?+"  # optional timestamp
     + r"[ \t\r]*+(?=\n|\Z))?"
 )
-_PAIR: Final = re.compile(
-    r"([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*\"([^\"\\\n]*(?:\\.[^\"\\\n]*)*)\""
-)
-_ESCAPE: Final = re.compile(r"\\[\\n\"]")
-_UNESCAPE: Final = {"\\\\": "\\", "\\n": "\n", '\\"': '"'}
-
 # Raw label-set text -> (model_name or None, position or None). Label sets repeat
 # on every page, so they are parsed once per process. Bounded: cleared when full, and
 # only sets up to 1 KiB are kept (a real one is ~100 characters), so a hostile page
@@ -178,25 +162,18 @@ _LABEL_CACHE_MAX: Final = 4096
 _LABEL_CACHE_KEY_MAX: Final = 1024
 
 
-def _unescape(value: str) -> str:
-    """Undo the exposition format's label escaping (`\\\\`, `\\"`, `\\n`); other escapes stay."""
-    if "\\" not in value:
-        return value
-    return _ESCAPE.sub(lambda m: _UNESCAPE[m.group(0)], value)
-
-
 def _parse_labels(labels: str) -> tuple[str | None, str | None] | str:
     """(model_name, position) from an already validated `{...}`, or an error message."""
     found: dict[str, str] = {}
-    for key, raw in _PAIR.findall(labels):
+    for key, raw in PAIR.findall(labels):
         if key in found:
             return f"duplicate label {key!r}"
         found[key] = raw
     model = found.get("model_name")
     position = found.get("position")
     result = (
-        _unescape(model) if model else None,
-        _unescape(position) if position is not None else None,
+        unescape(model) if model else None,
+        unescape(position) if position is not None else None,
     )
     if result[0] is not None and len(result[0]) > MAX_MODEL_NAME:
         return (
@@ -210,25 +187,6 @@ def _parse_labels(labels: str) -> tuple[str | None, str | None] | str:
     return result
 
 
-def _line_of(body: str, start: int) -> tuple[int, str]:
-    """1-based line number and text of the line whose preceding newline is at `start`."""
-    end = body.find("\n", start + 1)
-    line = body[start + 1 : end if end >= 0 else len(body)]
-    return body.count("\n", 0, start) + 1, line
-
-
-def _decode(data: bytes | bytearray | memoryview) -> str:
-    raw = bytes(data)
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line_number = raw.count(b"\n", 0, exc.start) + 1
-        begin = raw.rfind(b"\n", 0, exc.start) + 1
-        end = raw.find(b"\n", exc.start)
-        line = raw[begin : end if end >= 0 else len(raw)].decode("utf-8", "replace")
-        raise ParseError("body is not valid UTF-8", line_number, line) from None
-
-
 def parse(text: str | bytes) -> EngineSample:
     """Parse a vLLM `/metrics` page (text exposition format) into an `EngineSample`.
 
@@ -237,7 +195,7 @@ def parse(text: str | bytes) -> EngineSample:
     Raises `ParseError` for malformed relevant lines (see the module docstring).
     """
     if not isinstance(text, str):
-        text = _decode(text)
+        text = decode(text)
     body = "\n" + text
     families = _FAMILIES
     cache = _LABEL_CACHE
@@ -245,14 +203,15 @@ def parse(text: str | bytes) -> EngineSample:
     positions: dict[str, dict[int, float]] = {}
     seen: set[tuple[str, str | None]] = set()
     process_start: float | None = None
+    cache_config = CacheConfig()
 
     for match in _SCAN.finditer(body):
         name, labels, raw_value = match.groups()
         if raw_value is None:
-            raise ParseError(f"cannot parse {name} sample", *_line_of(body, match.start()))
+            raise ParseError(f"cannot parse {name} sample", *line_of(body, match.start()))
         key = (name, labels)
         if key in seen:
-            raise ParseError(f"duplicate series {name}", *_line_of(body, match.start()))
+            raise ParseError(f"duplicate series {name}", *line_of(body, match.start()))
         seen.add(key)
         try:
             value = float(raw_value)
@@ -261,43 +220,53 @@ def parse(text: str | bytes) -> EngineSample:
                 raise ValueError(raw_value)
         except ValueError:
             raise ParseError(
-                f"bad value {raw_value!r} for {name}", *_line_of(body, match.start())
+                f"bad value {raw_value!r} for {name}", *line_of(body, match.start())
             ) from None
         slot, kind = families[name]
 
         if kind < _LEGACY_GAUGE and not 0.0 <= value <= MAX_VALUE:
             raise ParseError(
                 f"{name} must be a finite non-negative number at most 2**53, got {raw_value}",
-                *_line_of(body, match.start()),
+                *line_of(body, match.start()),
             )
         if kind == _ESTIMATE and not 0.0 <= value < math.inf:
             raise ParseError(
                 f"{name} must be a finite non-negative number, got {raw_value}",
-                *_line_of(body, match.start()),
+                *line_of(body, match.start()),
             )
         if slot == _PROCESS_START:
             if not math.isfinite(value):
-                raise ParseError(f"bad value for {name}", *_line_of(body, match.start()))
+                raise ParseError(f"bad value for {name}", *line_of(body, match.start()))
             process_start = value
             continue
+        if slot == _CACHE_CONFIG:
+            problem = cache_config.add(labels or "")
+            if problem:
+                raise ParseError(f"{name}: {problem}", *line_of(body, match.start()))
+            continue
+        if kind == _FRACTION and not 0.0 <= value <= 1.0:
+            raise ParseError(
+                f"{name} must be a fraction from 0 to 1, got {raw_value}",
+                *line_of(body, match.start()),
+            )
 
         if labels is None:
-            raise ParseError(f"{name} has no model_name label", *_line_of(body, match.start()))
+            raise ParseError(f"{name} has no model_name label", *line_of(body, match.start()))
         info = cache.get(labels)
         if info is None:
             parsed = _parse_labels(labels)
             if isinstance(parsed, str):
-                raise ParseError(parsed, *_line_of(body, match.start()))
+                raise ParseError(parsed, *line_of(body, match.start()))
             info = parsed
         model = info[0]
         if model is None:
-            raise ParseError(f"{name} has no model_name label", *_line_of(body, match.start()))
+            raise ParseError(f"{name} has no model_name label", *line_of(body, match.start()))
         acc = models.get(model)
         if acc is None:
             if len(models) >= MAX_MODELS:
                 raise ParseError(
                     f"too many models (more than {MAX_MODELS} model_name values)",
-                    *_line_of(body, match.start()),
+                    *line_of(body, match.start()),
                 )
             acc = models[model] = [None] * _N_SLOTS
 
@@ -311,7 +280,7 @@ def parse(text: str | bytes) -> EngineSample:
             ):
                 raise ParseError(
                     f"{name} needs a position label 0..{MAX_POSITIONS - 1}",
-                    *_line_of(body, match.start()),
+                    *line_of(body, match.start()),
                 )
             per_pos = positions.setdefault(model, {})
             index = int(position)
@@ -319,16 +288,18 @@ def parse(text: str | bytes) -> EngineSample:
             if total > MAX_VALUE:
                 raise ParseError(
                     f"{name} of model {model!r} sums to more than 2**53",
-                    *_line_of(body, match.start()),
+                    *line_of(body, match.start()),
                 )
             continue
 
+        if kind == _FRACTION:
+            acc[_KV_USAGE_SERIES] = (acc[_KV_USAGE_SERIES] or 0.0) + 1.0
         previous = acc[slot]
         if previous is None:
             acc[slot] = value
         elif kind == _LEGACY_GAUGE:
             raise ParseError(
-                f"{name} appears twice for model {model!r}", *_line_of(body, match.start())
+                f"{name} appears twice for model {model!r}", *line_of(body, match.start())
             )
         else:
             acc[slot] = previous = previous + value
@@ -337,7 +308,7 @@ def parse(text: str | bytes) -> EngineSample:
                 bound = "2**53" if kind != _ESTIMATE else "the largest float"
                 raise ParseError(
                     f"{name} of model {model!r} sums to more than {bound}",
-                    *_line_of(body, match.start()),
+                    *line_of(body, match.start()),
                 )
 
     out: dict[str, ModelSample] = {}
@@ -347,6 +318,7 @@ def parse(text: str | bytes) -> EngineSample:
         if itl is None:  # V0 name of the same quantity
             itl = hist[(_V0_TPOT_SUM, _V0_TPOT_COUNT)]
         accepted = positions.get(model)
+        usage, usage_series = acc[_KV_USAGE], acc[_KV_USAGE_SERIES]
         out[model] = ModelSample(
             generation_tokens=acc[_GEN] or 0.0,
             prompt_tokens=acc[_PROMPT] or 0.0,
@@ -364,6 +336,11 @@ def parse(text: str | bytes) -> EngineSample:
             time_per_output_token=hist[(_TPOT_SUM, _TPOT_COUNT)],
             estimated_flops=acc[_FLOPS] or 0.0,
             estimated_read_bytes=acc[_READ_BYTES] or 0.0,
+            preemptions=acc[_PREEMPTIONS] or 0.0,
+            kv_cache_usage=usage / usage_series if usage is not None and usage_series else None,
+            kv_cache_blocks=cache_config.blocks,
+            kv_block_size=cache_config.block_size,
+            kv_cache_bytes=cache_config.memory_bytes,
             legacy_acceptance_rate=acc[_LEGACY_RATE],
             legacy_efficiency=acc[_LEGACY_EFF],
         )

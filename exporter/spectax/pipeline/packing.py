@@ -7,7 +7,7 @@ once it has seen them, so its full passes (a pause in scraping and in serving /m
 skip the windows' ~40,000 intervals.
 
 The layout of a model's counts follows the declared counters: one double per number (None
-as NaN: counter deltas are finite), two per histogram (sum, count), then running_seconds,
+as NaN: counter deltas are finite), two per histogram (sum, count), then the gauges,
 then the per-position counter's values, of any length, at the end. Packing a model's counts
 takes 3.2 us, unpacking 5.9 (1.7 and 6.1 with the former field-by-field code).
 """
@@ -22,8 +22,8 @@ from itertools import chain
 from operator import attrgetter, call
 from typing import Any
 
-from spectax.engines.base import COUNTERS, CounterKind, Histogram
-from spectax.pipeline.counts import Counts
+from spectax.engines.base import COUNTERS, Histogram
+from spectax.pipeline.counts import GAUGES, Counts, SpanKind
 from spectax.pipeline.intervals import Interval
 
 _NAN = math.nan
@@ -112,19 +112,20 @@ def _take_positions(packed: array[float], at: int) -> tuple[float, ...]:
 
 
 #: (put, take, doubles it takes; None: all that are left) of each kind.
-_LAYOUT: dict[CounterKind, tuple[Put, Take, int | None]] = {
+_LAYOUT: dict[SpanKind, tuple[Put, Take, int | None]] = {
     "plain": (_put_number, _take_number, 1),
     "speculation": (_put_optional, _take_optional, 1),
     "histogram": (_put_histogram, _take_histogram, 2),
     "per_position": (_put_positions, _take_positions, None),
+    "setting": (_put_optional, _take_optional, 1),
 }
 
 
 def _layout() -> tuple[list[str], list[Put], list[tuple[Take, int]]]:
     """The fields in layout order with their puts, and each field's (take, offset) in the
     order of Counts' fields: fixed-width fields first, the per-position counter last."""
-    fields: list[tuple[str, CounterKind]] = [(c.name, c.kind) for c in COUNTERS]
-    fields.append(("running_seconds", "plain"))
+    fields: list[tuple[str, SpanKind]] = [(c.name, c.kind) for c in COUNTERS]
+    fields.extend(GAUGES)
     tail = [(name, kind) for name, kind in fields if _LAYOUT[kind][2] is None]
     assert len(tail) <= 1, "the packed layout has room for one per-position counter"
     in_layout = [(name, kind) for name, kind in fields if _LAYOUT[kind][2] is not None] + tail
