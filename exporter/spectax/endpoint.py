@@ -21,6 +21,7 @@ from spectax.config import EndpointConfig
 from spectax.economics import (
     AssessedWindow,
     Assessment,
+    Capacity,
     PlainCalibration,
     PlainCurve,
     Profile,
@@ -67,6 +68,7 @@ class EndpointSnapshot:
     tokens_total: dict[str, tuple[float, float, float]] = field(default_factory=dict)
     step_model: StepModel = field(default_factory=StepModel)  # the counterfactual in force
     assessments: dict[str, Assessment] = field(default_factory=dict)
+    capacities: dict[str, Capacity] = field(default_factory=dict)  # the KV cache, per model
     window: Window | None = None
 
 
@@ -351,11 +353,16 @@ class EndpointMonitor:
         full = FULL_WINDOW_SHARE * self._sliding.length
         if window is None or window.seconds < full or control is None or control.seconds < full:
             control = None
-        assessments = {}
+        assessments, capacities = {}, {}
         params = self.parameters(window)
         if window is not None:
             spend = economics.spend_by_model(window, self._tariff)
             assessments = economics.assess_window(window, params, spend, control)
+            spec = self.config.speculation
+            draft_bytes = spec.draft_weight_bytes if spec else None
+            capacities = economics.window_capacities(
+                window, control, spec is not None, draft_bytes, self.config.gpu_memory_bytes
+            )
         self.snapshot = replace(
             self.snapshot,
             up=True,
@@ -365,6 +372,7 @@ class EndpointMonitor:
             last_error=None,
             window=window,
             assessments=assessments,
+            capacities=capacities,
             step_model=params.step_model,
         )
 
