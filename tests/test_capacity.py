@@ -16,7 +16,9 @@ from spectax.pipeline.counts import Counts
 from spectax.pipeline.intervals import interval_between
 from spectax.pipeline.packing import pack_counts, unpack_counts
 from spectax.pipeline.windows import SlidingWindow, interval_window
+from spectax.report.render import render
 from spectax.store import Store
+from test_report import MAY, fill_golden, golden_settings, report_of
 
 parse = get_parser("vllm")
 M = "tiny-llama"
@@ -165,3 +167,32 @@ async def test_kv_cache_is_stored_with_the_window_and_rolled_up(store) -> None:
     restored = await store.restore("e", 60.0, 288)
     (window,) = [w for w in restored.recent_windows if w.models]
     assert window.models[M].kv_cache_blocks == 8192
+
+
+async def test_the_reports_capacity_section_from_the_stored_sums(tmp_path) -> None:
+    """The golden month (tests/test_report.py): creative speculates against its control
+    creative-plain, coder's engine states its KV bytes, the others stored no KV cache."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'golden.sqlite'}"
+    await fill_golden(url)
+    report = await report_of(url, MAY, golden_settings(url))
+    rows = {r.endpoint: r for r in report.capacity}
+    assert set(rows) == {"coder", "creative", "creative-plain"}
+    per_request = math.ceil((2 + 1) * 200 / 16)  # prompt 2x + output x tokens, x/200 requests
+    creative, control = rows["creative"].capacity, rows["creative-plain"].capacity
+    assert (creative.draft_blocks, creative.draft_blocks_basis) == (8000 - 6000, "measured")
+    assert creative.draft_kv_share_ratio == pytest.approx(2000 / 8000)
+    assert creative.concurrency_capacity_requests == pytest.approx(6000 / per_request)
+    assert creative.concurrency_capacity_no_draft_requests == pytest.approx(8000 / per_request)
+    assert creative.kv_headroom_ratio == pytest.approx(0.15)
+    assert (creative.requests_waiting, control.requests_waiting) == pytest.approx((2.0, 0.5))
+    assert rows["creative"].control_capacity == control
+    assert control.draft_blocks is None and not rows["creative-plain"].speculating
+    coder = rows["coder"].capacity
+    # 400 MB of draft weights over 20 GB / 10,000 blocks: 200 blocks.
+    assert (coder.draft_blocks, coder.draft_blocks_basis) == (pytest.approx(200), "configured")
+    assert coder.draft_gpu_memory_ratio == pytest.approx(400e6 / 80e9)
+    text = render(report, "md")
+    assert "## Capacity: the KV cache speculation takes" in text
+    row = "| creative | served-model | 6,000 | 2,000 (25.0%) | measured against creative-plain |"
+    assert row in text
+    assert "Capacity, not money: nothing in this table is added to the spend" in text

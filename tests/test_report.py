@@ -651,7 +651,28 @@ def golden_windows() -> list[dict[str, Any]]:
                     basis=None,
                 )
             )
+    for row in rows:
+        if row["endpoint"] in GOLDEN_KV:
+            blocks, kv_bytes, usage, waiting, preemptions = GOLDEN_KV[row["endpoint"]]
+            row.update(
+                kv_cache_blocks=blocks,
+                kv_block_size=16,
+                kv_cache_bytes=kv_bytes,
+                kv_usage_seconds=usage * row["seconds"],
+                waiting_seconds=waiting * row["seconds"],
+                preemptions=preemptions,
+            )
     return rows
+
+
+# The KV cache (migration 0007): blocks, stated bytes, usage, waiting requests, preemptions
+# a window. creative's draft takes blocks its control keeps (measured); coder's engine states
+# its KV bytes (configured, 2 MB a block); the others stored none.
+GOLDEN_KV = {
+    "creative": (6000.0, None, 0.85, 2.0, 3),
+    "creative-plain": (8000.0, None, 0.6, 0.5, 0),
+    "coder": (10000.0, 20e9, 0.3, 0.0, 0),
+}
 
 
 async def fill_golden(url: str) -> None:

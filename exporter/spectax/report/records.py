@@ -53,6 +53,14 @@ class RollupRecord(NamedTuple):
     speedup_low_ratio: float | None
     speedup_high_ratio: float | None
     step_overhead_ratio: float | None
+    # The KV cache (migration 0007): time integrals, preemptions and the engine's settings.
+    requests_finished: int
+    preemptions: int
+    waiting_seconds: float
+    kv_usage_seconds: float | None
+    kv_cache_blocks: float | None
+    kv_block_size: float | None
+    kv_cache_bytes: float | None
 
 
 _FIELDS = itemgetter(*RollupRecord._fields)
