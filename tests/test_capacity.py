@@ -135,6 +135,10 @@ def test_the_snapshot_measures_the_draft_against_a_full_control_window() -> None
     m.observe_page(60, page("spec_draft_3_after.txt"), 0.01)
     capacity = m.snapshot.capacities[M]
     assert (capacity.draft_blocks, capacity.draft_blocks_basis) == (8192 - 5461, "measured")
+    held = capacity.concurrency_capacity_requests
+    without = capacity.concurrency_capacity_no_draft_requests
+    assert held is not None and without is not None
+    assert without / held == pytest.approx(8192 / 5461)  # as the live tier checks it
     alone = monitor()  # no control: from the configured weight bytes
     alone.observe_page(0, page("spec_draft_2_mid.txt"), 0.01)
     alone.observe_page(60, page("spec_draft_3_after.txt"), 0.01)
