@@ -16,6 +16,7 @@ from spectax.pipeline.counts import Counts
 from spectax.pipeline.intervals import interval_between
 from spectax.pipeline.packing import pack_counts, unpack_counts
 from spectax.pipeline.windows import SlidingWindow, interval_window
+from spectax.report.charts import charts
 from spectax.report.render import render
 from spectax.store import Store
 from test_report import MAY, fill_golden, golden_settings, report_of
@@ -200,3 +201,7 @@ async def test_the_reports_capacity_section_from_the_stored_sums(tmp_path) -> No
     row = "| creative | served-model | 6,000 | 2,000 (25.0%) | measured against creative-plain |"
     assert row in text
     assert "Capacity, not money: nothing in this table is added to the spend" in text
+    (chart,) = [c for c in charts(report) if c.key == "capacity"]
+    assert chart.svg is not None  # the speculating endpoints with a basis, named with it
+    assert "creative (measured)" in chart.svg and "coder (configured)" in chart.svg
+    assert "creative-plain" not in chart.svg  # no draft: nothing to give back
