@@ -160,7 +160,6 @@ QUANTITIES: tuple[str, ...] = (
     "requests_running",
     "draft_overhead",  # draft time / step time, measured by the engine
     "restart",  # process_start_time_seconds, or a counter reset
-    "kv_cache",  # blocks, usage, preemptions: what a draft costs in capacity
 )
 
 

@@ -370,5 +370,4 @@ CAPABILITIES: Final = {
     "requests_running": Capability("exact"),
     "draft_overhead": Capability("absent", "vLLM does not time the drafter apart"),
     "restart": Capability("exact", "process_start_time_seconds"),
-    "kv_cache": Capability("exact", "vllm:cache_config_info, kv_cache_usage_perc"),
 }
