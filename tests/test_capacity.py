@@ -34,7 +34,7 @@ def window_of(before: str, after: str, seconds: float = 60.0):
 def test_draft_blocks_measured_against_the_control() -> None:
     draft = window_of("spec_draft_2_mid.txt", "spec_draft_3_after.txt")
     plain = window_of("nospec_2_mid.txt", "nospec_3_after.txt")
-    capacity = window_capacities(draft, plain, speculating=True, draft_weight_bytes=None)[M]
+    capacity = window_capacities(draft, plain)[M]
     assert capacity.kv_cache_blocks == 5461
     assert capacity.draft_blocks == 8192 - 5461
     assert capacity.draft_blocks_basis == "measured"
@@ -51,7 +51,7 @@ def test_draft_blocks_measured_against_the_control() -> None:
 def test_draft_blocks_from_configured_weight_bytes_without_a_control() -> None:
     draft = window_of("spec_draft_2_mid.txt", "spec_draft_3_after.txt")
     capacity = window_capacities(
-        draft, None, speculating=True, draft_weight_bytes=GIB // 8, gpu_memory_bytes=8 * GIB
+        draft, None, draft_weight_bytes=GIB // 8, gpu_memory_bytes=8 * GIB
     )[M]
     # The engine states 1 GiB over 5461 blocks: an eighth of that is 5461 / 8 blocks.
     assert capacity.draft_blocks == pytest.approx(5461 / 8)
@@ -61,7 +61,7 @@ def test_draft_blocks_from_configured_weight_bytes_without_a_control() -> None:
 
 def test_no_draft_cost_without_speculation_or_without_a_basis() -> None:
     plain = window_of("nospec_2_mid.txt", "nospec_3_after.txt")
-    capacity = window_capacities(plain, None, speculating=False, draft_weight_bytes=GIB)[M]
+    capacity = window_capacities(plain, None, draft_weight_bytes=GIB)[M]
     assert capacity.draft_blocks is capacity.draft_blocks_basis is None
     assert capacity.concurrency_capacity_no_draft_requests is None
     assert capacity.kv_cache_blocks == 8192

@@ -167,7 +167,7 @@ def test_each_card_shows_kv_cache_headroom_and_what_the_draft_takes() -> None:
     draft = monitors["draft"].snapshot
     assert draft.window is not None
     control = monitors["plain"].snapshot.window
-    capacities = window_capacities(draft.window, control, speculating=True)
+    capacities = window_capacities(draft.window, control)
     config = draft.config.model_copy(update={"control": "plain"})
     snap = dataclasses.replace(draft, capacities=capacities, config=config)
     card = cards(render_status_page({"draft": snap}, history, 180.0))["draft"]

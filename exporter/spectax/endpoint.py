@@ -358,10 +358,8 @@ class EndpointMonitor:
         if window is not None:
             spend = economics.spend_by_model(window, self._tariff)
             assessments = economics.assess_window(window, params, spend, control)
-            spec = self.config.speculation
-            draft_bytes = spec.draft_weight_bytes if spec else None
             capacities = economics.window_capacities(
-                window, control, spec is not None, draft_bytes, self.config.gpu_memory_bytes
+                window, control, params.draft_weight_bytes, params.gpu_memory_bytes
             )
         self.snapshot = replace(
             self.snapshot,

@@ -122,12 +122,12 @@ def capacity_of(
 def window_capacities(
     window: Window,
     control: Window | None = None,
-    speculating: bool = False,
     draft_weight_bytes: int | None = None,
     gpu_memory_bytes: int | None = None,
 ) -> dict[str, Capacity]:
-    """`capacity_of` for every model of the window. The control's model is matched by name,
-    or taken as it is when both serve exactly one model (as for the measured speedup)."""
+    """`capacity_of` for every model of the window; a model speculates when the engine
+    exposes its speculation counters. The control's model is matched by name, or taken as
+    it is when both serve exactly one model (as for the measured speedup)."""
     out = {}
     for model, counts in window.models.items():
         theirs = None
@@ -138,7 +138,7 @@ def window_capacities(
         out[model] = capacity_of(
             counts,
             window.seconds,
-            speculating=speculating,
+            speculating=counts.draft_tokens is not None or counts.drafts is not None,
             draft_weight_bytes=draft_weight_bytes,
             gpu_memory_bytes=gpu_memory_bytes,
             control=theirs,
