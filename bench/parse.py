@@ -1,6 +1,8 @@
-"""Benchmark: spectax's vLLM parser vs prometheus_client's text parser.
+"""Benchmark: spectax's engine parsers vs prometheus_client's text parser.
 
-For every recorded fixture page, time `spectax.engines.vllm.parse` against
+For every fixture page of every engine (vLLM's recorded ones; SGLang, TensorRT-LLM
+and TGI's written from their source, whose prometheus_client references are the
+differential tests' own, tests/test_engine_<name>.py), time the engine's `parse` against
 `prometheus_client.parser.text_string_to_metric_families` plus the summing
 needed to get the same numbers, check that both give the same `EngineSample`,
 and print a table.
@@ -30,7 +32,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from spectax.engines.base import EngineSample, Histogram, ModelSample
 from spectax.engines.vllm import parse
 
-FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "vllm-0.32.0"
+TESTS = Path(__file__).resolve().parent.parent / "tests"
+FIXTURES = TESTS / "fixtures" / "vllm-0.32.0"
 
 _PLAIN = {
     "vllm:generation_tokens_total": "generation_tokens",
@@ -148,23 +151,58 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-time", type=float, default=0.2, help="seconds per round")
     args = ap.parse_args(argv)
 
-    pages = sorted(
-        p for p in FIXTURES.glob("*.txt") if p.name != "INDEX.txt" and "headers" not in p.name
-    )
     print(f"machine: {platform.platform()}; {cpu_model()}")
     print(f"python:  {platform.python_implementation()} {sys.version.split()[0]}")
-    print(f"timing:  best of {args.repeat} rounds of ~{args.min_time}s each, mean per call\n")
+    print(f"timing:  best of {args.repeat} rounds of ~{args.min_time}s each, mean per call")
+    mismatches = 0
+    for name, directory, ours, ref in engine_sets():
+        mismatches += bench_engine(name, directory, ours, ref, args.repeat, args.min_time)
+    if mismatches:
+        print(f"\n{mismatches} page(s) where the numbers disagree", file=sys.stderr)
+        return 1
+    print("\nall pages: same numbers from both parsers")
+    return 0
+
+
+Parser = Callable[[str], EngineSample]
+
+
+def engine_sets() -> list[tuple[str, Path, Parser, Parser]]:
+    """(engine, fixture directory, spectax's parser, the prometheus_client reference)."""
+    sys.path.insert(0, str(TESTS))  # the differential tests' references
+    from spectax.engines import sglang, tgi, trtllm
+    from test_engine_sglang import reference as sglang_reference
+    from test_engine_tgi import reference as tgi_reference
+    from test_engine_trtllm import reference as trtllm_reference
+
+    fixtures = TESTS / "fixtures"
+    return [
+        ("vllm", FIXTURES, parse, reference),
+        ("sglang", fixtures / "sglang-0.5.23", sglang.parse, sglang_reference),
+        ("trtllm", fixtures / "trtllm-050f80d", trtllm.parse, trtllm_reference),
+        ("tgi", fixtures / "tgi-3.3.6", tgi.parse, tgi_reference),
+    ]
+
+
+def bench_engine(
+    name: str, directory: Path, ours_parse: Parser, ref_parse: Parser, repeat: int, min_time: float
+) -> int:
+    """Print one engine's table; the number of pages where the two parsers disagree."""
+    pages = sorted(
+        p for p in directory.glob("*.txt") if p.name != "INDEX.txt" and "headers" not in p.name
+    )
     header = f"{'page':42} {'bytes':>7} {'spectax µs':>11} {'prom_client µs':>15} {'ratio':>7}"
+    print(f"\n{name} ({directory.name})")
     print(header)
     print("-" * len(header))
     total_ours = total_ref = 0.0
     mismatches = 0
     for path in pages:
         text = path.read_text(encoding="utf-8")
-        ok = parse(text) == reference(text)
+        ok = ours_parse(text) == ref_parse(text)
         mismatches += not ok
-        ours = best_seconds(partial(parse, text), args.repeat, args.min_time)
-        ref = best_seconds(partial(reference, text), args.repeat, args.min_time)
+        ours = best_seconds(partial(ours_parse, text), repeat, min_time)
+        ref = best_seconds(partial(ref_parse, text), repeat, min_time)
         total_ours += ours
         total_ref += ref
         flag = "" if ok else "  MISMATCH"
@@ -177,11 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{'all pages (sum of per-page times)':42} {'':7} {total_ours * 1e6:11.1f}"
         f" {total_ref * 1e6:15.1f} {total_ref / total_ours:6.0f}x"
     )
-    if mismatches:
-        print(f"\n{mismatches} page(s) where the numbers disagree", file=sys.stderr)
-        return 1
-    print("\nall pages: same numbers from both parsers")
-    return 0
+    return mismatches
 
 
 if __name__ == "__main__":

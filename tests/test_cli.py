@@ -133,7 +133,7 @@ def test_the_top_level_help_lists_every_command_with_what_it_does(
         main(["--help"])
     out = capsys.readouterr().out
     commands = [name for name in all_commands() if name and " " not in name]
-    assert len(commands) == 9
+    assert len(commands) == 10
     for command in commands:
         assert re.search(rf"^\s+{command}\s+\w", out, re.MULTILINE), f"{command}:\n{out}"
 

@@ -4,7 +4,7 @@ An n-gram speculation server, a draft-model speculation server and a no-speculat
 control serve the same tiny random-weight model (tests/live_vllm/). One scenario runs
 once per module, in phases, and records what it saw; each test then checks one claim:
 
-  A  calibration: 9 clock-aligned windows of mixed traffic (repetitive and random
+  A  calibration: 11 clock-aligned windows of mixed traffic (repetitive and random
      prompts, temperature 0 and 1, 48 and 96 tokens), alternating concurrency 1 and 8;
      each window split in three slots, one server busy at a time;
   B  a short burst on all three after a quiet spell longer than the window, read back
@@ -45,6 +45,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from live_vllm import servers as live
 from live_vllm import traffic
 from live_vllm.servers import Raw, VllmServer
+from spectax.economics.calibration import MIN_REQUESTS
 
 # The whole scenario runs in the first test's setup (~5 min; + ~2.5 min when CI installs
 # vLLM first): more than pytest-timeout's default per-test limit may allow.
@@ -54,7 +55,10 @@ if importlib.util.find_spec("pytest_timeout") is not None:
 
 SCRAPE = 1.0  # spectax scrape_interval and scrape_timeout, seconds
 WINDOW = 15.0  # spectax window: sliding window and history window length
-BLOCKS = 9  # phase A: clock-aligned windows of traffic, >= 8 for calibration
+# Phase A: clock-aligned windows of traffic. Calibration needs 8 windows in which 10 requests
+# finished (economics.calibration): 3 blocks to spare, for a loaded machine whose
+# concurrency-1 slots finish fewer (CI once fitted nothing from 9 blocks).
+BLOCKS = 11
 SLOT_TAIL = 1.5  # phase A: seconds before a slot's end when its last request may start
 SPECULATING = ["ngram", "draft"]
 # Phase B: requests per server. spectax measures a speedup only from >= 10 finished
@@ -245,6 +249,7 @@ class Observed:
     base: Quiet | None = None  # just after spectax's first scrapes, before any traffic
     after_a: Quiet | None = None
     block_points: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    block_requests: dict[str, list[int]] = field(default_factory=dict)  # finished, per block
     block_concurrency: list[int] = field(default_factory=list)
     blind_reads: list[Metrics] = field(default_factory=list)  # at the end of each c=8 block
     calibrated: Metrics | None = None
@@ -311,6 +316,7 @@ def run_scenario(obs: Observed, fleet: dict[str, VllmServer], spectax: Spectax) 
     boundary = math.ceil(now / WINDOW) * WINDOW
     time.sleep(boundary - now + 0.1)
     obs.block_points = {k: [] for k in names}
+    obs.block_requests = {k: [] for k in names}
     slot = WINDOW / len(names)
     for block in range(BLOCKS):
         concurrency = 1 if block % 2 == 0 else 8
@@ -329,7 +335,10 @@ def run_scenario(obs: Observed, fleet: dict[str, VllmServer], spectax: Spectax) 
                 )
             )
             time.sleep(max(end - 0.2 - time.time(), 0.0))
-            point = block_point(before, fleet[key].raw())
+            after = fleet[key].raw()
+            finished = (after - before).get("tpot_count", 0)
+            obs.block_requests[key].append(round(finished))
+            point = block_point(before, after)
             if point is not None:
                 obs.block_points[key].append(point)
         if concurrency == 8:  # the sliding window now holds this block's slots
@@ -337,7 +346,7 @@ def run_scenario(obs: Observed, fleet: dict[str, VllmServer], spectax: Spectax) 
     mark("phase_a_done")
     obs.after_a = quiet(fleet, spectax)
 
-    # Calibration: the 9th window closes with the first scrape after its end.
+    # Calibration: the last block's window closes with the first scrape after its end.
     try:
         obs.calibrated = spectax.wait_for(
             lambda m: all(
@@ -713,7 +722,7 @@ def theil_sen_ridge(points: list[tuple[float, float]]) -> float | None:
 
 @pytest.mark.parametrize("key", SPECULATING)
 def test_ridge_batch_is_calibrated_from_real_steps(observed: Observed, key: str) -> None:
-    """After 9 windows at concurrency 1 and 8, the counterfactual is the control's plain curve
+    """After 11 windows at concurrency 1 and 8, the counterfactual is the control's plain curve
     (ECONOMICS.md §3b: B* of the target without speculation), and its B* is positive."""
     require(observed, "calibrated")
     m = observed.calibrated
@@ -727,7 +736,13 @@ def test_ridge_batch_is_calibrated_from_real_steps(observed: Observed, key: str)
         f"own fit over the test's block reads {own}; points "
         + ", ".join(f"({x:.2f} tok/step, {y * 1e3:.2f} ms)" for x, y in points)
     )
-    assert [s.get("source") for s in sources] == ["control"], sources
+    fits = [line for line in observed.spectax_log.splitlines() if "plain curve" in line]
+    print(f"control's finished requests per block: {observed.block_requests.get('control')}")
+    assert [s.get("source") for s in sources] == ["control"], (
+        f"{sources}; the control finished {observed.block_requests.get('control')} requests "
+        f"in blocks at concurrency {observed.block_concurrency} (a window counts from "
+        f"{MIN_REQUESTS}); spectax said: {fits}"
+    )
     assert calibrated is not None and calibrated > 0
 
 

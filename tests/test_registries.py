@@ -50,3 +50,23 @@ def test_every_engine_declares_every_quantity_of_the_capability_matrix() -> None
             assert capability.support in {"exact", "derived", "absent"}, (name, quantity)
             if capability.support != "exact":
                 assert capability.why, f"{name} {quantity}: say why it is {capability.support}"
+
+
+def test_the_readme_capability_matrix_is_the_registered_one() -> None:
+    """The README's Engines table and its list of reasons are what `ENGINES` declares, so
+    the matrix a user reads cannot drift from what spectax does."""
+    from spectax.engines import QUANTITIES
+
+    text = README.read_text(encoding="utf-8")
+    assert "| engine | " + " | ".join(QUANTITIES) + " |" in text
+    for name, engine in ENGINES.items():
+        cells = " | ".join(engine.capabilities[q].support for q in QUANTITIES)
+        assert f"| `{name}` | {cells} |" in text, name
+        for quantity in QUANTITIES:
+            capability = engine.capabilities[quantity]
+            if capability.support != "exact":
+                line = f"- `{name}` {quantity}: {capability.support}, {capability.why}"
+                assert line in text, line
+    table = text.split("| engine | ", 1)[1].split("\n\n", 1)[0]
+    rows = re.findall(r"^\| `([a-z0-9_]+)` \|", table, flags=re.MULTILINE)
+    assert rows == list(ENGINES), "one row per registered engine, in their order"

@@ -45,6 +45,7 @@ from spectax.economics import (
 from spectax.economics.calibration import MIN_WINDOWS
 from spectax.engines import ENGINES
 from spectax.gpus import GpuSpec, gpu_spec
+from spectax.sources.config import PrometheusSource
 from spectax.store.db import database_url
 from spectax.units import NAME, Duration, InvalidFile, StrictModel, parse_duration
 
@@ -154,6 +155,7 @@ class Config(StrictModel):
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
     endpoints: list[EndpointConfig] = Field(default_factory=list)
     billing: list[BillingConfig] = Field(default_factory=list)  # see spectax.billing
+    sources: list[PrometheusSource] = Field(default_factory=list)  # fleet mode: spectax.sources
     _database_url: str | None = PrivateAttr(default=None)  # storage_url resolved (${ENV}, _file)
 
     @model_validator(mode="before")
@@ -211,8 +213,7 @@ class Settings:
 
 
 def load_config(path: Path | str | None, listen: str | None = None) -> Settings:
-    """Read, validate and resolve a configuration file; None gives the defaults. `listen`
-    (`--web.listen-address`) wins over the file's, at start and at every reload."""
+    """Read, validate and resolve a configuration file (None: the defaults); `listen` wins."""
     source = str(path) if path is not None else "<defaults>"
     raw: Any = {}
     if path is not None:

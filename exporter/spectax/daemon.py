@@ -37,6 +37,7 @@ from spectax.profiles import REFRESH_SECONDS, ProfileBook, baseline_profile_name
 from spectax.reload import endpoint_changes, read_new_configuration
 from spectax.schedule import ScrapeSchedule
 from spectax.scrape import ScrapeError, fetch, lift_open_files_limit, metrics_url, scrape_session
+from spectax.sources.fleet import Fleet
 from spectax.status import StatusHistory, render_status_page
 from spectax.store import Store
 from spectax.store.writer import PendingWrite, StoreWriter
@@ -79,6 +80,7 @@ class Daemon:
         self._reload_lock = asyncio.Lock()
         self._reload_tasks: set[asyncio.Task[None]] = set()
         self.monitors: dict[str, EndpointMonitor] = {}
+        self.fleet = Fleet()  # the endpoints found in Prometheus (README "Fleet mode")
         self.store: Store | None = None
         self._stop_requested = asyncio.Event()
         self.writer = StoreWriter(
@@ -109,7 +111,7 @@ class Daemon:
     # ------------------------------------------------------------ read side
 
     def snapshots(self) -> Mapping[str, EndpointSnapshot]:
-        return {name: monitor.snapshot for name, monitor in self.monitors.items()}
+        return self.fleet.snapshots() | {n: m.snapshot for n, m in self.monitors.items()}
 
     def store_status(self) -> StoreStatus:
         return StoreStatus(
@@ -172,6 +174,7 @@ class Daemon:
         # 2,000 endpoints, a pause in scraping and serving).
         gc.freeze()
         self._schedule()
+        await self.fleet.start(self)
         await self.billing.start(self._scheduler, self.store)
         self._ready = True
         log.info(
@@ -184,6 +187,7 @@ class Daemon:
         if self._scheduler.running:
             self._scheduler.pause()
         await self._scrapes.stop()
+        await self.fleet.stop()
         if in_flight := self._scrapes.in_flight:
             _, pending = await asyncio.wait(in_flight, timeout=self._grace)
             for task in pending:
@@ -293,7 +297,7 @@ class Daemon:
         try:
             text = await fetch(
                 self._session,
-                metrics_url(monitor.config.url),
+                metrics_url(monitor.config.url, monitor.config.engine),
                 self.config.scrape_timeout,
                 self.config.max_body_bytes,
                 self.settings.target_auth.get(monitor.config.name),

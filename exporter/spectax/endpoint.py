@@ -32,7 +32,7 @@ from spectax.engines import get_parser
 from spectax.engines.base import EngineSample, ParseError
 from spectax.gpus import GpuSpec
 from spectax.health import LogOnce
-from spectax.pipeline.intervals import interval_between
+from spectax.pipeline.intervals import Interval, interval_between
 from spectax.pipeline.windows import AlignedWindows, SlidingWindow, Window
 from spectax.scrape import ScrapeError
 from spectax.store import Restored
@@ -44,8 +44,6 @@ from spectax.store.writer import PendingWrite
 log = logging.getLogger("spectax.monitor")
 
 CALIBRATION_POINTS = 288  # a day of 5-minute windows
-
-
 FULL_WINDOW_SHARE = 0.8  # a sliding window this full counts as full (scrapes jitter)
 
 
@@ -176,8 +174,12 @@ class EndpointMonitor:
     def parameters(self, window: Window | None = None) -> economics.Parameters:
         """The parameters to assess `window` under (its own roofline, if it is the source)."""
         spec = self.config.speculation
+        # TensorRT-LLM measures its draft overhead: the c it implies beats a configured one.
+        models = self._last[1].models.values() if self._last else ()
+        overhead = max((m.draft_overhead for m in models if m.draft_overhead), default=None)
+        measured = economics.draft_cost_from_overhead(overhead, window)
         return economics.Parameters(
-            draft_cost_ratio=spec.cost_ratio if spec else 0.0,
+            draft_cost_ratio=measured if measured is not None else spec.cost_ratio if spec else 0.0,
             step_model=self.step_model(window),
             draft_weight_bytes=spec.draft_weight_bytes if spec else None,
             gpu_memory_bytes=self.config.gpu_memory_bytes,
@@ -211,7 +213,7 @@ class EndpointMonitor:
                 self.config.name,
             )
         previous = self._last
-        closed = self._observe(now, sample)
+        closed = self._observe(now, sample, None)
         self._publish(now, sample, duration)
         if previous is None:  # the baseline: a crash before the first window closes resumes here
             return pending_write(self.config.name, [], (now, sample))
@@ -220,6 +222,15 @@ class EndpointMonitor:
         # The interval that closed them lies in the new open window: the stored history
         # reaches up to the previous sample, so that is where a restart must resume.
         return pending_write(self.config.name, map(self._assessed, closed), previous)
+
+    def observe_interval(self, interval: Interval, sample: EngineSample) -> PendingWrite | None:
+        """Feed a whole window (fleet mode); one the store already has is skipped."""
+        if self._last is not None and interval.end <= self._last[0]:
+            return None
+        closed = self._observe(interval.end, sample, interval)
+        self.calibrate(due := self._aligned.due(interval.end))
+        self._publish(interval.end, sample, 0.0)
+        return pending_write(self.config.name, map(self._assessed, closed + due), self._last)
 
     def observe_failure(self, error: ScrapeError, duration: float) -> None:
         self._health.failed("scrape failed (%s): %s", error.reason, error)
@@ -285,12 +296,12 @@ class EndpointMonitor:
         self._clean_models = frozenset(names)
         return False
 
-    def _observe(self, now: float, sample: EngineSample) -> list[Window]:
-        """Add the interval since the last sample; returns the history windows it closed."""
+    def _observe(self, now: float, sample: EngineSample, fed: Interval | None) -> list[Window]:
+        """Add the interval since the last sample, or `given`; returns the windows it closed."""
         last, self._last = self._last, (now, sample)
-        if last is None:
+        if last is None and fed is None:
             return []
-        interval = interval_between(last[1], sample, last[0], now)
+        interval = fed or interval_between(last[1], sample, last[0], now)  # type: ignore[index]
         cold_start = None
         if interval.restarted:
             cold_start = economics.cold_start_seconds(

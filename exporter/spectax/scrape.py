@@ -19,6 +19,8 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 from yarl import URL
 
+from spectax.engines import ENGINES
+
 if TYPE_CHECKING:
     from spectax.credentials import TargetAuth
 
@@ -47,12 +49,14 @@ class ScrapeError(Exception):
 
 
 @functools.lru_cache(maxsize=65536)
-def metrics_url(url: str) -> URL:
-    """The URL as configured, with `/metrics` added when it names only a server; parsed
-    once per configured URL rather than once per scrape."""
+def metrics_url(url: str, engine: str = "vllm") -> URL:
+    """The URL as configured, with the engine's page path added when it names only a server
+    (`/metrics`; TensorRT-LLM's `/prometheus/metrics`); parsed once per configured URL
+    rather than once per scrape."""
     parts = urlsplit(url)
     if parts.path in ("", "/"):
-        parts = parts._replace(path="/metrics")
+        path = ENGINES[engine].metrics_path if engine in ENGINES else "/metrics"
+        parts = parts._replace(path=path)
     return URL(urlunsplit(parts))
 
 

@@ -30,7 +30,7 @@ from spectax.cli.assess_notes import (
     notes_for,
 )
 from spectax.cli.files import read_text
-from spectax.engines import get_parser
+from spectax.engines import ENGINES, detect, get_parser, not_exposed
 from spectax.engines.base import EngineSample, ParseError
 from spectax.pipeline.intervals import interval_between
 from spectax.pipeline.windows import sum_intervals
@@ -70,10 +70,12 @@ def assess_pages(
     after_text: str,
     options: AssessOptions,
     control: tuple[str, str] | None = None,
-    engine: str = "vllm",
+    engine: str | None = None,
 ) -> list[Assessed]:
     """Assess per model; `control` is a (before, after) pair from the same model served
-    without speculation, over the same span, for the measured speedup."""
+    without speculation, over the same span, for the measured speedup. `engine` None:
+    the one whose metric prefix the AFTER page carries (vLLM when none does)."""
+    engine = engine or detect(after_text) or "vllm"
     parse = get_parser(engine)
     before, after = parse(before_text), parse(after_text)
     if not after.has_engine_metrics:
@@ -89,7 +91,14 @@ def assess_pages(
         control_window = sum_intervals([interval_between(control_before, control_after, 0, 1)])
         if not control_window.models:
             raise AssessError("the control pages have no engine metrics in common")
-    c = _draft_cost_ratio(options, _speculates(after))
+    # c prices drafted tokens: moot where none are counted; measured where the engine times
+    # its drafter (TensorRT-LLM), unless given.
+    overheads = [m.draft_overhead for m in after.models.values() if m.draft_overhead]
+    measured_c = economics.draft_cost_from_overhead(max(overheads, default=None), window)
+    priceable = _speculates(after) and "draft_tokens" not in not_exposed(engine)
+    c = _draft_cost_ratio(options, priceable and measured_c is None)
+    if measured_c is not None and options.draft_cost_ratio is None:
+        c = measured_c
     # Two pages give no plain curve and no stored profile: the counterfactual is the one
     # configured here (source "configured", basis "default"), whatever B* and h are given.
     step = economics.StepModel(
@@ -115,6 +124,7 @@ def assess_pages(
             options.no_seconds_reason,
             concurrency,
             finished_requests(window, control_window, model),
+            (engine, ENGINES[engine].capabilities),
         )
         results.append(Assessed(a, notes))
     return results
@@ -227,6 +237,11 @@ def add_parser(commands: Any) -> None:
         help="the same two pages from a control serving the model without speculation",
     )
     assess.add_argument(
+        "--engine",
+        choices=list(ENGINES),
+        help="the engine that rendered the pages (default: told from their metric prefix)",
+    )
+    assess.add_argument(
         "--format", choices=["text", "json"], default="text", help="output (default text)"
     )
     assess.set_defaults(func=assess_command)
@@ -260,7 +275,7 @@ def assess_command(args: argparse.Namespace) -> int:
         if args.control:
             control_before, control_after, _ = read_pages(args.control[0], args.control[1], seconds)
             control = (control_before, control_after)
-        assessments = assess_pages(before, after, options, control)
+        assessments = assess_pages(before, after, options, control, args.engine)
     except (AssessError, PriceTableError, ScrapeError) as exc:
         print(f"spectax assess: {exc}", file=sys.stderr)
         return 1

@@ -9,11 +9,12 @@ explains, so the text output can mark each "-" with its note's number.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from spectax import economics
+from spectax.engines import Capability
 from spectax.pipeline.windows import Window
 
 JSON_KEYS = (
@@ -68,6 +69,24 @@ WHY_NOT_DRAFTING = {
     "no_speculation": "the pages show no speculative decoding",
     "no_traffic": "no output tokens were generated between the pages",
 }
+# The figures a quantity an engine does not expose leaves "-" (README "Engines").
+ABSENT_KEYS = {
+    "draft_tokens": (
+        "draft_tokens",
+        "acceptance_ratio",
+        "breakeven_acceptance_ratio",
+        "speedup_ratio",
+        "speedup_low_ratio",
+        "speedup_high_ratio",
+        "verdict_basis",
+        "step_overhead_ratio",
+        "crossover_concurrency_requests",
+        "recommended_speculative_tokens",
+        "draft_compute_share_ratio",
+        "rejected_share_ratio",
+    ),
+    "per_position": ("position_acceptance_ratio", "recommended_speculative_tokens"),
+}
 VERDICT_KEYS = ("speedup_low_ratio", "speedup_high_ratio", "verdict_basis", "model_source")
 # Speculation on, nothing proposed: no acceptance, yet a speedup, a verdict and savings (§3b).
 NO_DRAFTS = (
@@ -111,10 +130,26 @@ def notes_for(
     no_seconds_reason: str,
     concurrency: float,
     finished: tuple[float, float | None] | None,
+    engine: tuple[str, Mapping[str, Capability]] = ("vllm", {}),
 ) -> tuple[Note, ...]:
-    """One note per reason a figure is "-" or was adjusted, naming the keys it explains."""
+    """One note per reason a figure is "-" or was adjusted, naming the keys it explains;
+    `engine` is the engine's name and its capabilities (what it does not expose, what
+    spectax derives rather than reads)."""
     data = json_object(a)
     notes: list[Note] = []
+    name, capabilities = engine
+    if a.verdict not in WHY_NOT_DRAFTING:
+        for quantity, keys in ABSENT_KEYS.items():
+            explained = {k for n in notes for k in n.keys}
+            missing = tuple(k for k in keys if data[k] in (None, []) and k not in explained)
+            capability = capabilities.get(quantity)
+            if capability is not None and capability.support == "absent" and missing:
+                notes.append(Note(missing, f"not exposed by {name}: {capability.why}"))
+        length = capabilities.get("acceptance_length")
+        if length is not None and length.support == "derived" and a.acceptance_length_tokens:
+            notes.append(
+                Note(("acceptance_length_tokens",), f"derived, not counted by {name}: {length.why}")
+            )
 
     def why(keys: Sequence[str], text: str) -> None:
         """A note for those of `keys` that are "-" and not explained yet."""
@@ -187,6 +222,8 @@ def _basis_note(a: economics.Assessment) -> str | None:
     """Why the verdict is uncertain or rests on defaults, and how to get a better basis."""
     low, high = a.speedup_low_ratio, a.speedup_high_ratio
     band = f"{low:.3f} to {high:.3f}" if low is not None and high is not None else ""
+    if a.verdict == "uncertain" and not band:
+        return f"uncertain: no drafted-token count, so no modelled speedup; {BETTER_BASIS}"
     if a.verdict == "uncertain":
         return (
             f"uncertain: the speedup's band ({band}) straddles 1, so these pages cannot tell"

@@ -22,7 +22,7 @@ from spectax import logs
 from spectax.config import ConfigError, EndpointConfig, Settings, load_config
 from spectax.engines import get_parser
 from spectax.engines.base import ParseError
-from spectax.scrape import ScrapeError, fetch, metrics_url, scrape_session
+from spectax.scrape import ScrapeError, fetch, metrics_url, redact, scrape_session
 from spectax.webconfig import WebConfigError, load_web_config
 
 # Valid but useless to `spectax run`, which refuses it: scraping nothing, it would serve no
@@ -99,7 +99,10 @@ def _web_config_key(path: Path) -> str | None:
 def _summarise(path: Path, settings: Settings) -> None:
     config = settings.config
     print(f"{path}: OK, {len(config.endpoints)} endpoint(s)")
-    if not config.endpoints:
+    for source in config.sources:  # fleet mode: its endpoints are found at run time
+        labels = ", ".join(source.endpoint_labels)
+        print(f"  source {redact(source.url)}: an endpoint per {labels} of {{{source.selector}}}")
+    if not config.endpoints and not config.sources:
         print(f"warning: {path}: {NO_ENDPOINTS}")
     for endpoint in config.endpoints:
         _print_endpoint(endpoint, settings)
@@ -158,7 +161,7 @@ async def _probe_one(
     try:
         text = await fetch(
             session,
-            metrics_url(endpoint.url),
+            metrics_url(endpoint.url, endpoint.engine),
             timeout=config.scrape_timeout,
             max_bytes=config.max_body_bytes,
             auth=settings.target_auth.get(endpoint.name),

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from spectax import __version__, logs
-from spectax.cli import assess, billing, check_config, db, export, model, report, run
+from spectax.cli import assess, backfill, billing, check_config, db, export, model, report, run
 from spectax.config import ConfigError
 from spectax.store import StoreError
 from spectax.store.schema import SchemaMismatch
@@ -60,6 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     export.add_parser(commands)
     report.add_report_parser(commands)
     billing.add_parser(commands)
+    backfill.add_parser(commands)
     check_config.add_parser(commands)
     assess.add_parser(commands)
     model.add_parser(commands)

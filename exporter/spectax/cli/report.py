@@ -82,7 +82,7 @@ def described_endpoints(settings: Settings) -> Sequence[EndpointConfig]:
     Without configured endpoints the history can only be the simulated servers'
     (`spectax demo`; `spectax run` refuses to start without endpoints), so it describes those.
     """
-    if settings.config.endpoints:
+    if settings.config.endpoints or settings.config.sources:  # fleet mode: found in the store
         return settings.config.endpoints
     from spectax.simulate.fleet import demo_endpoint_configs
 

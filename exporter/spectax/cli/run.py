@@ -69,7 +69,7 @@ def _listen_address(value: str) -> str:
 
 def run_command(args: argparse.Namespace) -> int:
     settings = load_config(args.config, args.listen_address)
-    if not settings.config.endpoints:
+    if not settings.config.endpoints and not settings.config.sources:
         where = args.config or "the defaults (no --config FILE given)"
         print(f"spectax run: {where}: {NO_ENDPOINTS}", file=sys.stderr)
         return 2

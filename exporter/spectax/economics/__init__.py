@@ -29,6 +29,7 @@ from spectax.economics.assessment import (
 from spectax.economics.calibration import (
     PlainCalibration,
     StepPoint,
+    draft_cost_from_overhead,
     plain_point,
 )
 from spectax.economics.capacity import Capacity, CapacityBasis, capacity_of, window_capacities
@@ -128,6 +129,7 @@ __all__ = [
     "cost_per_million_without_speculation",
     "crossover_concurrency",
     "draft_compute_share",
+    "draft_cost_from_overhead",
     "draft_cost_ratio_for",
     "estimate_speedup",
     "fit_plain_curve",

@@ -159,10 +159,12 @@ def verdict_for(
     uncertain when it straddles 1. A window that proposed no drafts is priced
     like any other (§3b: its steps still paid the proposer's overhead).
     """
-    if traffic.draft_tokens is None:
+    if traffic.draft_tokens is None and traffic.drafts is None:
         return "no_speculation"
-    if traffic.output_tokens <= 0 or (measured is None and band is None):
+    if traffic.output_tokens <= 0:
         return "no_traffic"
+    if measured is None and band is None:  # SGLang, TGI: no drafted count to price
+        return "uncertain"
     if measured is not None:
         return "pays" if measured > 1.0 else "tax"
     assert band is not None
@@ -185,15 +187,16 @@ def assess_model(
     """
     g, c, step = traffic.output_tokens, params.draft_cost_ratio, params.step_model
     b_star = step.ridge_batch
-    speculating = traffic.draft_tokens is not None
+    # An engine without a drafted count (SGLang, TGI) speculates, but cannot be priced.
+    speculating = traffic.draft_tokens is not None or traffic.drafts is not None
     dt = traffic.draft_tokens or 0.0
     a = traffic.accepted_tokens or 0.0
     dr = traffic.drafts or 0.0
-    priced = speculating and g > 0
+    priced = traffic.draft_tokens is not None and g > 0
     drafting = priced and dt > 0
 
     alpha = acceptance_ratio(a, dt) if drafting else None
-    tau = acceptance_length(a, dr) if drafting else None
+    tau = acceptance_length(a, dr) if speculating and g > 0 and dr > 0 else None
     positions = position_acceptance(traffic.accepted_per_position, dr) if drafting else ()
     estimate = None
     if priced:
@@ -210,8 +213,9 @@ def assess_model(
     speedup = estimate.speedup if estimate else None
     h = estimate.step_overhead_ratio if estimate else None
     h_or_0 = h if h is not None else step.step_overhead_ratio
-    # A measured speedup speaks for speculation only in a window that had output.
-    if not priced:
+    # A measured speedup speaks for speculation only in a window that had output (with or
+    # without a drafted count: SGLang and TGI get a measured verdict from a control).
+    if not (speculating and g > 0):
         measured_speedup = None
     in_force = measured_speedup if measured_speedup is not None else speedup
     band = None
@@ -222,7 +226,7 @@ def assess_model(
     basis: Basis | None = "measured" if measured_speedup is not None else None
     if basis is None and estimate is not None:
         basis = estimate.basis
-    if measured_speedup is not None:  # h as measured: break-even and crossover agree with it
+    if measured_speedup is not None and priced:  # h as measured: break-even, crossover agree
         h = implied_step_overhead(g, a, dt, traffic.concurrency, b_star, c, measured_speedup)
     if h is not None and not PLAUSIBLE_STEP_OVERHEAD[0] <= h <= PLAUSIBLE_STEP_OVERHEAD[1]:
         h = None  # the other parameters (c, B*) are off, not the step: do not pretend

@@ -131,3 +131,20 @@ class PlainCalibration:
         self._refused = self.fit is None and len(history) >= self._min_windows
         self.fits += 1
         return True
+
+
+def draft_cost_from_overhead(overhead: float | None, window: Window | None) -> float | None:
+    """c measured by the engine (TensorRT-LLM's draft overhead d = draft time / step time).
+
+    A step of K drafts costs K*c target forwards of drafting plus one of verifying, so
+    d = K*c / (K*c + 1) and c = d / ((1 - d) * K), K the window's draft tokens per draft.
+    None when the engine does not measure d or the window drafted nothing: the
+    configured c stays in force.
+    """
+    if overhead is None or window is None or not 0.0 < overhead < 1.0:
+        return None
+    draft_tokens = sum(c.draft_tokens or 0.0 for c in window.models.values())
+    drafts = sum(c.drafts or 0.0 for c in window.models.values())
+    if draft_tokens <= 0 or drafts <= 0:
+        return None
+    return overhead / ((1.0 - overhead) * (draft_tokens / drafts))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from spectax.engines import vllm
+from spectax.engines import sglang, tgi, trtllm, vllm
 from spectax.engines.base import (
     QUANTITIES,
     Capability,
@@ -31,12 +31,17 @@ __all__ = [
     "Histogram",
     "ModelSample",
     "ParseError",
+    "detect",
     "get_parser",
+    "not_exposed",
 ]
 
 #: Engine name -> the engine: its page's parser, prefix and capabilities.
 ENGINES: dict[str, Engine] = {
     "vllm": Engine("vllm", vllm.parse, "vllm:", vllm.CAPABILITIES),
+    "sglang": Engine("sglang", sglang.parse, "sglang:", sglang.CAPABILITIES),
+    "trtllm": Engine("trtllm", trtllm.parse, "trtllm_", trtllm.CAPABILITIES, "/prometheus/metrics"),
+    "tgi": Engine("tgi", tgi.parse, "tgi_", tgi.CAPABILITIES),
 }
 
 
@@ -47,3 +52,19 @@ def get_parser(name: str) -> Callable[[str], EngineSample]:
     except KeyError:
         known = ", ".join(sorted(ENGINES))
         raise KeyError(f"unknown engine {name!r}; known engines: {known}") from None
+
+
+def detect(text: str) -> str | None:
+    """The registered engine whose metric prefix starts a line of `text` (None: none does;
+    a page without engine families, vLLM `--disable-log-stats` say)."""
+    body = "\n" + text
+    for name, engine in ENGINES.items():
+        if f"\n{engine.prefix}" in body or f"\n# TYPE {engine.prefix}" in body:
+            return name
+    return None
+
+
+def not_exposed(engine: str) -> dict[str, str]:
+    """Quantity -> why, for each quantity `engine` does not expose ("not exposed by ...")."""
+    capabilities = ENGINES[engine].capabilities if engine in ENGINES else {}
+    return {q: c.why for q, c in capabilities.items() if c.support == "absent"}

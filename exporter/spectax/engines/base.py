@@ -120,11 +120,19 @@ class ModelSample(Counters):
     # vLLM V0 only: gauges computed by the engine (its counters over-counted).
     legacy_acceptance_rate: float | None = None
     legacy_efficiency: float | None = None
+    #: Draft time over step time as the engine measured it (TensorRT-LLM's
+    #: `trtllm_spec_decode_draft_overhead`); None where the engine does not time the drafter.
+    draft_overhead: float | None = None
 
     @property
     def speculating(self) -> bool:
-        """True when the engine exposes speculative-decoding counters."""
-        return self.draft_tokens is not None or self.legacy_acceptance_rate is not None
+        """True when the engine exposes speculative-decoding counters (SGLang and TGI count
+        verify steps but not drafted tokens: `drafts` alone says they speculate)."""
+        return (
+            self.draft_tokens is not None
+            or self.drafts is not None
+            or self.legacy_acceptance_rate is not None
+        )
 
 
 @dataclass(frozen=True, slots=True)

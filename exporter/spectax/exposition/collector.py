@@ -22,6 +22,7 @@ from spectax import __version__
 from spectax.billing.coordinator import BillingSnapshot
 from spectax.economics import Assessment, Capacity
 from spectax.endpoint import EndpointSnapshot
+from spectax.engines import not_exposed
 from spectax.exposition.families import FAMILIES, AddSample, Family
 from spectax.exposition.text import TextEncoder
 from spectax.scrape import REASONS
@@ -167,10 +168,12 @@ def _endpoint_state(add: AddSample, name: str, snap: EndpointSnapshot) -> None:
     add("spectax_cold_start_duration_seconds", (name,), snap.last_cold_start_seconds)
     if snap.usd_per_hour is not None and config.billing_mode == "serverless":
         add("spectax_cold_start_cost_usd_total", (name,), float(snap.cold_start_usd_total))
+    absent = not_exposed(config.engine)
     for model, (output, drafted, accepted) in sorted(snap.tokens_total.items()):
         add("spectax_output_tokens_total", (name, model), output)
         if speculation is not None:
-            add("spectax_draft_tokens_total", (name, model), drafted)
+            if "draft_tokens" not in absent:  # SGLang, TGI: nothing, not a 0 that looks real
+                add("spectax_draft_tokens_total", (name, model), drafted)
             add("spectax_accepted_tokens_total", (name, model), accepted)
 
 

@@ -16,6 +16,7 @@ from html import escape
 from spectax import __version__, logs
 from spectax.economics import Assessment, Capacity
 from spectax.endpoint import EndpointSnapshot
+from spectax.engines import not_exposed
 from spectax.status.chart import chart
 from spectax.status.history import StatusHistory, main_assessment
 
@@ -193,13 +194,16 @@ def _model(snapshot: EndpointSnapshot, a: Assessment) -> str:
     without = _usd(a.cost_per_million_output_tokens_no_speculation_usd, unpriced)
     acceptance, breakeven = _ratio(a.acceptance_ratio), _ratio(a.breakeven_acceptance_ratio)
     figures = [("$ per million output tokens", actual)]
-    if a.draft_tokens is not None:  # the figures of speculation, where there is some
+    acceptance = f"{acceptance} vs break-even {breakeven}"
+    modelled = _times(a.speedup_ratio)
+    if "draft_tokens" in not_exposed(config.engine):  # SGLang, TGI: no drafted count
+        acceptance = modelled = f"not exposed by {escape(config.engine)}"
+        length = a.acceptance_length_tokens
+        acceptance += "" if length is None else f" (length {length:.2f} tokens, derived)"
+    if a.draft_tokens is not None or a.drafts is not None:  # the figures of speculation
         figures = [
-            ("acceptance", f"{acceptance} vs break-even {breakeven}"),
-            (
-                "speedup",
-                f"modelled {_times(a.speedup_ratio)} · measured {_times(a.speedup_measured_ratio)}",
-            ),
+            ("acceptance", acceptance),
+            ("speedup", f"modelled {modelled} · measured {_times(a.speedup_measured_ratio)}"),
             ("counterfactual", _counterfactual(config.profile, a)),
             ("$ per million output tokens", f"{actual} actual · {without} without speculation"),
             (f"savings per hour ({kind})", _usd(savings, unpriced, signed=True, unit="/h")),

@@ -130,6 +130,12 @@ class WindowHistory(Database):
             row = await session.get(Cursor, endpoint)
         return (row.observed_at, decode_sample(row.sample)) if row else None
 
+    async def cursor_times(self) -> dict[str, float]:
+        """Where each endpoint's history reaches: fleet mode resumes its windows from there."""
+        async with self._sessions() as session:
+            rows = await session.execute(select(Cursor.endpoint, Cursor.observed_at))
+        return {endpoint: float(at) for endpoint, at in rows}
+
     async def window_rows(
         self,
         endpoint: str | None = None,

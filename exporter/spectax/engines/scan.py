@@ -1,0 +1,182 @@
+"""The line scanner the SGLang, TensorRT-LLM and TGI parsers share (vLLM's approach, once).
+
+A page has hundreds of lines and a parser needs a dozen families, so each engine
+compiles one regular expression over its family names (`scanner`), anchored on a
+newline so the scan runs in C, and reads only the lines it matches (`samples`).
+A matched line whose tail (labels, value, timestamp) does not parse is a
+`ParseError` naming the line, never a line skipped silently. Values of the lines
+read are checked here once: cumulative ones (counters, histogram `_sum` and
+`_count`) and request counts must be finite, >= 0 and at most `MAX_VALUE`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from typing import Final
+
+from spectax.engines.base import ParseError
+
+#: Largest cumulative value accepted, as in `spectax.engines.vllm` (2**53: a float still
+#: holds every integer below it, and the store's BIGINT columns keep headroom).
+MAX_VALUE: Final = float(2**53)
+#: Distinct models accepted on one page (memory and cardinality).
+MAX_MODELS: Final = 64
+#: Longest model name accepted (the store's `model` column is String(256)).
+MAX_MODEL_NAME: Final = 256
+#: Largest draft position accepted.
+MAX_POSITIONS: Final = 256
+
+_LABEL_VALUE = r'"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"'
+_LABEL_PAIR = r"[ \t]*+[a-zA-Z_][a-zA-Z0-9_]*+[ \t]*+=[ \t]*+" + _LABEL_VALUE
+_LABEL_SET = (
+    r"\{(?:" + _LABEL_PAIR + r"(?:[ \t]*+," + _LABEL_PAIR + r")*+(?:[ \t]*+,)?+)?+[ \t]*+\}"
+)
+_PAIR: Final = re.compile(
+    r"([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*\"([^\"\\\n]*(?:\\.[^\"\\\n]*)*)\""
+)
+_ESCAPE: Final = re.compile(r"\\[\\n\"]")
+_UNESCAPE: Final = {"\\\\": "\\", "\\n": "\n", '\\"': '"'}
+_LABEL_CACHE: dict[str, dict[str, str]] = {}
+_LABEL_CACHE_MAX: Final = 4096
+_LABEL_CACHE_KEY_MAX: Final = 1024
+
+
+def _trie(words: list[str]) -> str:
+    """A regex alternation of `words` factored by common prefixes (fewer branch tries)."""
+    if words == [""]:
+        return ""
+    optional = "" in words
+    groups: dict[str, list[str]] = {}
+    for word in words:
+        if word:
+            groups.setdefault(word[0], []).append(word[1:])
+    parts = [re.escape(char) + _trie(rest) for char, rest in sorted(groups.items())]
+    body = parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
+    return f"(?:{body})?" if optional else body
+
+
+def scanner(names: Iterable[str]) -> re.Pattern[str]:
+    """One pattern matching a sample line of any of `names`; group 3 is None when the
+    line's tail is malformed (so the caller raises rather than skips it)."""
+    return re.compile(
+        r"\n[ \t]*+("
+        + _trie(sorted(names))
+        + r")(?![a-zA-Z0-9_:])(?:("
+        + _LABEL_SET
+        + r")?+[ \t]++([^ \t\r\n]++)"
+        + r"(?:[ \t]++-?[0-9]++(?:\.[0-9]++)?+(?:[eE][+-]?[0-9]++)?+)?+"
+        + r"[ \t\r]*+(?=\n|\Z))?"
+    )
+
+
+def _unescape(value: str) -> str:
+    if "\\" not in value:
+        return value
+    return _ESCAPE.sub(lambda m: _UNESCAPE[m.group(0)], value)
+
+
+def _labels(raw: str) -> dict[str, str] | str:
+    """The label set `{...}` as a dict (cached: label sets repeat on every page), or why not."""
+    found: dict[str, str] = {}
+    for key, value in _PAIR.findall(raw):
+        if key in found:
+            return f"duplicate label {key!r}"
+        found[key] = _unescape(value)
+    if len(found.get("model_name", "")) > MAX_MODEL_NAME:
+        return f"model_name is longer than {MAX_MODEL_NAME} characters"
+    if len(raw) <= _LABEL_CACHE_KEY_MAX:
+        if len(_LABEL_CACHE) >= _LABEL_CACHE_MAX:
+            _LABEL_CACHE.clear()
+        _LABEL_CACHE[raw] = found
+    return found
+
+
+def line_of(body: str, start: int) -> tuple[int, str]:
+    """1-based line number and text of the line whose preceding newline is at `start`."""
+    end = body.find("\n", start + 1)
+    return body.count("\n", 0, start) + 1, body[start + 1 : end if end >= 0 else len(body)]
+
+
+def decode(text: str | bytes) -> str:
+    """The page as text; bytes must be UTF-8 (the error names the line that is not)."""
+    if isinstance(text, str):
+        return text
+    raw = bytes(text)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        begin = raw.rfind(b"\n", 0, exc.start) + 1
+        end = raw.find(b"\n", exc.start)
+        line = raw[begin : end if end >= 0 else len(raw)].decode("utf-8", "replace")
+        raise ParseError(
+            "body is not valid UTF-8", raw.count(b"\n", 0, exc.start) + 1, line
+        ) from None
+
+
+_EMPTY: Final[dict[str, str]] = {}
+
+
+def samples(
+    text: str | bytes, pattern: re.Pattern[str], bounded: frozenset[str]
+) -> Iterator[tuple[str, dict[str, str], float, int, str]]:
+    """(name, labels, value, match start, body) of every line `pattern` matches.
+
+    A name in `bounded` (cumulative values, request counts) must be finite, >= 0 and at
+    most `MAX_VALUE`; any other (a ratio gauge) only a number. A duplicate series, a bad
+    value or label set raises `ParseError` naming the line; `error(body, start, msg)`
+    lets the caller do the same for its own rules.
+    """
+    body = "\n" + decode(text)
+    seen: set[tuple[str, str | None]] = set()
+    cache = _LABEL_CACHE
+    for match in pattern.finditer(body):
+        name, raw_labels, raw_value = match.groups()
+        start = match.start()
+        if raw_value is None:
+            raise ParseError(f"cannot parse {name} sample", *line_of(body, start))
+        key = (name, raw_labels)
+        if key in seen:
+            raise ParseError(f"duplicate series {name}", *line_of(body, start))
+        seen.add(key)
+        try:
+            value = float(raw_value)
+            if "_" in raw_value or not raw_value.isascii():
+                raise ValueError(raw_value)
+        except ValueError:
+            raise ParseError(f"bad value {raw_value!r} for {name}", *line_of(body, start)) from None
+        if name in bounded and not 0.0 <= value <= MAX_VALUE:
+            raise ParseError(
+                f"{name} must be a finite non-negative number at most 2**53, got {raw_value}",
+                *line_of(body, start),
+            )
+        if raw_labels is None:
+            labels = _EMPTY
+        else:
+            cached = cache.get(raw_labels)
+            if cached is None:
+                parsed = _labels(raw_labels)
+                if isinstance(parsed, str):
+                    raise ParseError(parsed, *line_of(body, start))
+                cached = parsed
+            labels = cached
+        yield name, labels, value, start, body
+
+
+def error(body: str, start: int, message: str) -> ParseError:
+    """A `ParseError` for the line at `start` of `body` (as `samples` yields them)."""
+    return ParseError(message, *line_of(body, start))
+
+
+def position(body: str, start: int, name: str, raw: str | None) -> int:
+    """A draft-position label as an index 0..MAX_POSITIONS-1, or a ParseError."""
+    if raw is None or not raw.isascii() or not raw.isdigit() or int(raw) >= MAX_POSITIONS:
+        raise error(body, start, f"{name} needs a position label 0..{MAX_POSITIONS - 1}")
+    return int(raw)
+
+
+def check_sum(body: str, start: int, name: str, model: str, total: float) -> float:
+    """`total`, a sum over series, or a ParseError when it passes `MAX_VALUE`."""
+    if total > MAX_VALUE:
+        raise error(body, start, f"{name} of model {model!r} sums to more than 2**53")
+    return total

@@ -1,0 +1,191 @@
+"""Fleet mode: the endpoints found in a Prometheus, each window read once it has closed.
+
+One task per source. At each window boundary (plus the source's `delay`, for Prometheus
+to have scraped up to it) the reader sends one query per series for the whole fleet and
+hands each discovered endpoint its window; the endpoint's monitor (spectax.endpoint)
+prices, assesses and closes it like any scraped window, and the daemon's store writer
+writes it. When the source fails or answers in part, the window waits: it is read again
+until it is whole, never written short, and the windows behind it follow in one query.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from decimal import Decimal
+from typing import TYPE_CHECKING
+
+import aiohttp
+
+from spectax.config import EndpointConfig, Settings, _resolve_price
+from spectax.endpoint import EndpointMonitor, EndpointSnapshot
+from spectax.engines.base import EngineSample, ModelSample
+from spectax.gpus import gpu_spec
+from spectax.health import LogOnce
+from spectax.pipeline.intervals import Interval
+from spectax.pipeline.windows import aligned_start
+from spectax.scrape import ScrapeError, redact
+from spectax.sources.config import PrometheusSource
+from spectax.sources.prometheus import PrometheusReader, SourceError
+from spectax.store.writer import PendingWrite
+
+if TYPE_CHECKING:
+    from spectax.daemon import Daemon
+
+log = logging.getLogger("spectax.fleet")
+RETRY_SECONDS = 15.0  # a failed read is tried again this soon (or at the next window)
+CATCH_UP_WINDOWS = 24  # windows read in one query after an outage
+# After spectax was down, at most this much of the gap is read at start (the rest: backfill).
+CATCH_UP_SECONDS = 86400.0
+
+
+def cursor_sample(interval: Interval) -> EngineSample:
+    """What a fleet endpoint's cursor holds: its models (the deltas come from Prometheus)."""
+    return EngineSample("vllm", {model: ModelSample() for model in interval.models})
+
+
+def endpoint_price(settings: Settings, config: EndpointConfig) -> Decimal | None:
+    """The price of a discovered endpoint, as for a configured one (a bad one: unpriced)."""
+    price, problem = _resolve_price(config, settings.prices)
+    if problem:
+        log.warning("endpoint %s: price: %s; it stays unpriced", config.name, problem)
+    return price
+
+
+MonitorFactory = Callable[[EndpointConfig], Awaitable[EndpointMonitor]]
+Emit = Callable[[EndpointMonitor, PendingWrite | None], None]
+
+
+class FleetSource:
+    """One source's endpoints and the task that reads their windows."""
+
+    def __init__(
+        self,
+        source: PrometheusSource,
+        window: float,
+        session: aiohttp.ClientSession,
+        new_monitor: MonitorFactory,
+        emit: Emit,
+        reserved: frozenset[str] = frozenset(),
+        resume: float | None = None,
+    ):
+        """`resume`: where the stored history of the fleet ends (a window's end); the
+        windows from there on are read first, up to CATCH_UP_SECONDS back."""
+        self.source = source
+        self.window = window
+        self.reader = PrometheusReader(source, session)
+        self.monitors: dict[str, EndpointMonitor] = {}
+        self._new_monitor = new_monitor
+        self._emit = emit
+        self._reserved = reserved  # the configured endpoints' names: never taken over
+        self._health = LogOnce(log, "source", redact(source.url))
+        self.next_end = aligned_start(time.time() - source.delay, window) + window
+        if resume is not None:
+            oldest = self.next_end - CATCH_UP_SECONDS
+            self.next_end = max(oldest, min(self.next_end, aligned_start(resume, window) + window))
+
+    async def run(self) -> None:
+        while True:
+            due = self.next_end + self.source.delay
+            if (wait := due - time.time()) > 0:
+                await asyncio.sleep(wait)
+            if not await self.read_due(time.time()):
+                await asyncio.sleep(min(RETRY_SECONDS, self.window))
+
+    async def read_due(self, now: float) -> bool:
+        """Read every window whose end (plus `delay`) has passed; False when the source failed
+        (the windows wait, and the endpoints show the error)."""
+        last = aligned_start(now - self.source.delay, self.window)
+        count = min(CATCH_UP_WINDOWS, int((last - self.next_end) // self.window) + 1)
+        if count <= 0:
+            return True
+        bounds = [self.next_end - self.window + i * self.window for i in range(count + 1)]
+        started = time.monotonic()
+        try:
+            windows = await self.reader.windows(bounds)
+        except SourceError as exc:
+            self._health.failed("cannot read windows up to %s: %s", bounds[-1], exc)
+            for monitor in self.monitors.values():
+                monitor.observe_failure(ScrapeError("connection", str(exc)), 0.0)
+                self._emit(monitor, None)
+            return False
+        self._health.recovered("reading windows again")
+        for end in bounds[1:]:
+            for name, interval in sorted(windows[end].items()):
+                found = await self._monitor(name)
+                if found is not None:
+                    self._emit(found, found.observe_interval(interval, cursor_sample(interval)))
+        for name in self.monitors.keys() - windows[bounds[-1]].keys():  # every replica gone
+            gone = self.monitors[name]
+            stale = "no sample in the last window: every replica gone, or no longer scraped"
+            gone.observe_failure(ScrapeError("connection", f"{name}: {stale}"), 0.0)
+            self._emit(gone, None)
+        self.next_end = bounds[-1] + self.window
+        log.debug(
+            "%d window(s) of %d endpoint(s) read in %.2f s",
+            count,
+            len(self.monitors),
+            time.monotonic() - started,
+        )
+        return True
+
+    async def _monitor(self, name: str) -> EndpointMonitor | None:
+        monitor = self.monitors.get(name)
+        if monitor is None and name not in self._reserved:
+            monitor = self.monitors[name] = await self._new_monitor(
+                self.source.endpoint_config(name)
+            )
+            log.info("endpoint %s: found in %s", name, redact(self.source.url))
+        return monitor
+
+
+class Fleet:
+    """The daemon's fleet sources: started after the store is restored, stopped first."""
+
+    def __init__(self) -> None:
+        self.sources: list[FleetSource] = []
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self, daemon: Daemon) -> None:
+        """One task per configured source; their endpoints resume where the store left them
+        (the latest cursor of an endpoint not configured to be scraped: a fleet one)."""
+        assert daemon._session is not None and daemon.store is not None
+        reserved = frozenset(e.name for e in daemon.config.endpoints)
+        reached = [t for n, t in (await daemon.store.cursor_times()).items() if n not in reserved]
+
+        async def new_monitor(config: EndpointConfig) -> EndpointMonitor:
+            settings = daemon.settings  # the one in force (a reload replaces it)
+            if (price := endpoint_price(settings, config)) is not None:
+                settings.usd_per_hour[config.name] = price
+            if (gpu := gpu_spec((config.price and config.price.gpu) or config.gpu)) is not None:
+                settings.gpus[config.name] = gpu
+            return await daemon._new_monitor(config)
+
+        def emit(monitor: EndpointMonitor, write: PendingWrite | None) -> None:
+            daemon.writer.enqueue(write)
+            daemon.collector.prerender(monitor.config.name, monitor.snapshot)
+            daemon.status.record(monitor.config.name, monitor.snapshot)
+
+        for source in daemon.config.sources:
+            fleet = FleetSource(
+                source,
+                daemon.config.window,
+                daemon._session,
+                new_monitor,
+                emit,
+                reserved,
+                max(reached, default=None),
+            )
+            self.sources.append(fleet)
+            self._tasks.append(asyncio.create_task(fleet.run(), name=f"fleet {source.url}"))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+
+    def snapshots(self) -> dict[str, EndpointSnapshot]:
+        return {n: m.snapshot for s in self.sources for n, m in s.monitors.items()}

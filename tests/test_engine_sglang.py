@@ -1,0 +1,198 @@
+"""The SGLang parser (spectax.engines.sglang) on pages written from SGLang 0.5.23's
+collector source (tests/fixtures/sglang-0.5.23/INDEX.txt): exact values, agreement with
+prometheus_client's parser, a fuzz, and `spectax assess` on its pages."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from engine_pages import assess, fuzz_test, pages
+from spectax.engines import ENGINES, EngineSample, Histogram, ModelSample, ParseError, detect
+from spectax.engines.sglang import parse
+
+PAGES = pages("sglang-0.5.23")
+
+
+def reference(text: str) -> EngineSample:
+    """What parse() must give, from prometheus_client's parser: counters summed over every
+    label, scheduler gauges from the lowest shard rank of each dp_rank, summed over dp."""
+    counters = {
+        "sglang:generation_tokens_total": "gen",
+        "sglang:prompt_tokens_total": "prompt",
+        "sglang:num_requests_total": "finished",
+        "sglang:spec_verify_calls_total": "verify",
+        "sglang:request_time_per_output_token_seconds_sum": "tpot_sum",
+        "sglang:request_time_per_output_token_seconds_count": "tpot_count",
+    }
+    gauges = {"sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:spec_num_draft_tokens"}
+    sums: dict[str, dict[str, float]] = {}
+    shards: dict[tuple[str, str, str], tuple[tuple[int, int, int], float]] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name in counters:
+                assert family.type in ("counter", "histogram")
+                v = sums.setdefault(s.labels["model_name"], {})
+                v[counters[s.name]] = v.get(counters[s.name], 0.0) + s.value
+            elif s.name in gauges and not s.labels.get("priority"):
+                assert family.type == "gauge"
+                sums.setdefault(s.labels["model_name"], {})
+                rank = tuple(
+                    int(s.labels.get(k, "0")) for k in ("pp_rank", "moe_ep_rank", "tp_rank")
+                )
+                key = (s.labels["model_name"], s.labels.get("dp_rank", ""), s.name)
+                if key not in shards or rank < shards[key][0]:
+                    shards[key] = (rank, s.value)  # type: ignore[assignment]
+    models = {}
+    for model, v in sums.items():
+
+        def gauge(name: str, model: str = model) -> float:
+            return sum(val for (m, _, n), (_, val) in shards.items() if m == model and n == name)
+
+        spec = gauge("sglang:spec_num_draft_tokens") > 0
+        drafts = v.get("verify", 0.0 if spec else None)
+        gen, finished = v.get("gen", 0.0), v.get("finished", 0.0)
+        models[model] = ModelSample(
+            generation_tokens=gen,
+            prompt_tokens=v.get("prompt", 0.0),
+            requests_finished=finished,
+            drafts=drafts,
+            accepted_tokens=None if drafts is None else gen - finished - drafts,
+            time_per_output_token=(
+                Histogram(v["tpot_sum"], v["tpot_count"]) if "tpot_sum" in v else None
+            ),
+            requests_running=gauge("sglang:num_running_reqs"),
+            requests_waiting=gauge("sglang:num_queue_reqs"),
+        )
+    return EngineSample(engine="sglang", models=models)
+
+
+@pytest.mark.parametrize("name", sorted(PAGES))
+def test_each_page_parses_as_prometheus_client_reads_it(name: str) -> None:
+    assert parse(PAGES[name]) == reference(PAGES[name])
+
+
+EXPECTED = {  # (generated, finished, drafts, accepted, running)
+    "spec_0_start.txt": (0, 0, 0, 0, 0),
+    "spec_1_after.txt": (1920, 40, 760, 1120, 2),
+    "spec_restart_0_start.txt": (0, 0, 0, 0, 0),
+    "spec_restart_1_after.txt": (240, 5, 95, 140, 0),
+    "nospec_1_after.txt": (1920, 40, None, None, 0),
+    "spec_dp2_tp4_after.txt": (1920, 40, 760, 1120, 5),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_exact_values_of_each_page(name: str) -> None:
+    (sample,) = parse(PAGES[name]).models.values()
+    assert (
+        sample.generation_tokens,
+        sample.requests_finished,
+        sample.drafts,
+        sample.accepted_tokens,
+        sample.requests_running,
+    ) == EXPECTED[name]
+    assert sample.draft_tokens is None, "SGLang counts no drafted tokens: None, never 0"
+    assert sample.accepted_per_position == ()
+
+
+def test_tensor_parallel_ranks_count_once_and_data_parallel_ranks_add() -> None:
+    """tp 4 x dp 2, every scheduler reporting: dp 0's two tp ranks say 3 running (the same
+    requests), dp 1's say 2: 5 in all, not 10."""
+    page = PAGES["spec_dp2_tp4_after.txt"]
+    assert page.count("sglang:num_running_reqs{") == 4
+    assert parse(page).models["tiny-llama"].requests_running == 5
+
+
+def test_a_per_priority_breakdown_is_not_added_to_its_total() -> None:
+    page = PAGES["spec_1_after.txt"].replace(
+        'sglang:num_running_reqs{engine_type="unified"',
+        'sglang:num_running_reqs{engine_type="unified",priority="1"',
+    )
+    assert parse(page).models["tiny-llama"].requests_running == 0
+
+
+def test_a_bad_line_is_named() -> None:
+    lines = PAGES["spec_1_after.txt"].splitlines()
+    index = next(
+        i for i, line in enumerate(lines) if line.startswith("sglang:spec_verify_calls_total{")
+    )
+    lines[index] = lines[index].rsplit(" ", 1)[0] + " -3"
+    with pytest.raises(ParseError) as caught:
+        parse("\n".join(lines))
+    assert caught.value.line_number == index + 1
+    assert "spec_verify_calls_total" in str(caught.value)
+
+
+def test_a_page_without_sglang_families_has_no_models() -> None:
+    assert parse("# HELP python_info x\npython_info 1\n").models == {}
+
+
+test_fuzz_of_the_traffic_page = fuzz_test(parse, PAGES["spec_dp2_tp4_after.txt"])
+
+
+def test_assess_tells_sglang_from_the_page_and_derives_only_what_it_can() -> None:
+    assert detect(PAGES["spec_1_after.txt"]) == "sglang"
+    result = assess(PAGES["spec_0_start.txt"], PAGES["spec_1_after.txt"])
+    a = result.assessment
+    assert a.acceptance_length_tokens == pytest.approx((1920 - 40) / 760)
+    assert a.acceptance_ratio is None and a.draft_tokens is None
+    assert a.verdict == "uncertain"
+    notes = [n.text for n in result.notes]
+    assert any(t.startswith("not exposed by sglang: no drafted-token counter") for t in notes)
+    assert any(t.startswith("not exposed by sglang: no per-position") for t in notes)
+    assert "derived, not counted by sglang: Δ(generation_tokens - num_requests)" in " ".join(notes)
+
+
+def test_assess_across_a_restart_counts_from_zero() -> None:
+    a = assess(PAGES["spec_1_after.txt"], PAGES["spec_restart_1_after.txt"]).assessment
+    assert a.restarted
+    assert (a.output_tokens, a.drafts) == (240, 95)
+
+
+def test_assess_without_speculation_says_so() -> None:
+    a = assess(PAGES["spec_0_start.txt"], PAGES["nospec_1_after.txt"], engine="sglang").assessment
+    assert a.verdict == "no_speculation"
+
+
+def test_the_registry_holds_sglang() -> None:
+    assert ENGINES["sglang"].parse is parse and ENGINES["sglang"].prefix == "sglang:"
+
+
+def test_the_assess_command_detects_sglang_and_engine_forces_a_parser(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from engine_pages import FIXTURES
+    from spectax.cli.main import main
+
+    root = FIXTURES / "sglang-0.5.23"
+    pair = [str(root / "spec_0_start.txt"), str(root / "spec_1_after.txt"), "--seconds", "60"]
+    assert main(["assess", *pair]) == 0
+    shown = capsys.readouterr().out
+    assert "acceptance_length_tokens                           2.47368" in shown
+    assert "not exposed by sglang: no drafted-token counter" in shown
+    assert main(["assess", *pair, "--engine", "vllm"]) == 1  # read as vLLM: no families
+    assert "no engine metrics" in capsys.readouterr().err
+
+
+def test_a_control_gives_sglang_a_measured_verdict() -> None:
+    """Without a drafted count there is no modelled speedup, but a control's time per output
+    token against ours still measures one: 0.02 s a token plain, 0.0125 s here."""
+    from spectax.cli.assess import AssessOptions, assess_pages
+
+    plain = (
+        PAGES["nospec_1_after.txt"]
+        .replace("0.18750000000000003", "0.3")
+        .replace("0.3125000000000001", "0.5")
+    )
+    options = AssessOptions(seconds=60.0, usd_per_hour=2.0)
+    (result,) = assess_pages(
+        PAGES["spec_0_start.txt"],
+        PAGES["spec_1_after.txt"],
+        options,
+        control=(PAGES["spec_0_start.txt"], plain),
+    )
+    a = result.assessment
+    assert a.speedup_measured_ratio == pytest.approx(0.02 / 0.0125)
+    assert (a.verdict, a.verdict_basis) == ("pays", "measured")
+    assert a.step_overhead_ratio is None  # h needs the drafted tokens
