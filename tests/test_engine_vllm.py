@@ -790,3 +790,13 @@ def test_page_without_cache_families_has_no_kv_cache() -> None:
 def test_bad_kv_cache_lines_are_errors(text: str, message: str) -> None:
     with pytest.raises(ParseError, match=message):
         parse(_OK + text)
+
+
+def test_kv_cache_settings_read_once_stay_right_and_a_bad_set_is_never_kept() -> None:
+    """The settings of a label set are kept between scrapes (they never change); a bad one
+    is refused on every page, not remembered as good."""
+    draft = (FIXTURES / "spec_draft_3_after.txt").read_text(encoding="utf-8")
+    assert parse(draft) == parse(draft)
+    for _ in range(2):
+        with pytest.raises(ParseError, match="num_gpu_blocks must be a whole number"):
+            parse(_OK + _info("0", "7e3"))
