@@ -1,4 +1,4 @@
-"""The line scanner the SGLang, TensorRT-LLM and TGI parsers share (vLLM's approach, once).
+"""The line scanner every engine parser shares (vLLM, SGLang, TensorRT-LLM, TGI).
 
 A page has hundreds of lines and a parser needs a dozen families, so each engine
 compiles one regular expression over its family names (`scanner`), anchored on a
@@ -32,9 +32,8 @@ _LABEL_PAIR = r"[ \t]*+[a-zA-Z_][a-zA-Z0-9_]*+[ \t]*+=[ \t]*+" + _LABEL_VALUE
 _LABEL_SET = (
     r"\{(?:" + _LABEL_PAIR + r"(?:[ \t]*+," + _LABEL_PAIR + r")*+(?:[ \t]*+,)?+)?+[ \t]*+\}"
 )
-_PAIR: Final = re.compile(
-    r"([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*\"([^\"\\\n]*(?:\\.[^\"\\\n]*)*)\""
-)
+#: One `name="value"` of an already validated label set: (name, raw escaped value).
+PAIR: Final = re.compile(r"([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*\"([^\"\\\n]*(?:\\.[^\"\\\n]*)*)\"")
 _ESCAPE: Final = re.compile(r"\\[\\n\"]")
 _UNESCAPE: Final = {"\\\\": "\\", "\\n": "\n", '\\"': '"'}
 _LABEL_CACHE: dict[str, dict[str, str]] = {}
@@ -70,7 +69,8 @@ def scanner(names: Iterable[str]) -> re.Pattern[str]:
     )
 
 
-def _unescape(value: str) -> str:
+def unescape(value: str) -> str:
+    """Undo the exposition format's label escaping (`\\\\`, `\\"`, `\\n`); others stay."""
     if "\\" not in value:
         return value
     return _ESCAPE.sub(lambda m: _UNESCAPE[m.group(0)], value)
@@ -79,10 +79,10 @@ def _unescape(value: str) -> str:
 def _labels(raw: str) -> dict[str, str] | str:
     """The label set `{...}` as a dict (cached: label sets repeat on every page), or why not."""
     found: dict[str, str] = {}
-    for key, value in _PAIR.findall(raw):
+    for key, value in PAIR.findall(raw):
         if key in found:
             return f"duplicate label {key!r}"
-        found[key] = _unescape(value)
+        found[key] = unescape(value)
     if len(found.get("model_name", "")) > MAX_MODEL_NAME:
         return f"model_name is longer than {MAX_MODEL_NAME} characters"
     if len(raw) <= _LABEL_CACHE_KEY_MAX:

@@ -23,7 +23,6 @@ through as reported (vLLM V0 could report NaN there before the first draft).
 from __future__ import annotations
 
 import math
-import re
 import sys
 from typing import Final
 
@@ -34,7 +33,7 @@ from spectax.engines.base import (
     ModelSample,
     ParseError,
 )
-from spectax.engines.text import LABEL_SET, PAIR, decode, line_of, trie, unescape
+from spectax.engines.scan import PAIR, decode, line_of, scanner, unescape
 from spectax.engines.vllm_cache import CacheConfig
 
 __all__ = ["MAX_MODELS", "MAX_MODEL_NAME", "MAX_POSITIONS", "MAX_VALUE", "parse"]
@@ -142,17 +141,7 @@ _HISTOGRAMS: Final = {
 # after a newline. When the tail (labels, value, optional timestamp) does not
 # match, group 3 is None -> ParseError, so a relevant line is never skipped
 # silently.
-_SCAN: Final = re.compile(
-    r"\n[ \t]*+("
-    + trie(sorted(_FAMILIES))
-    + r")(?![a-zA-Z0-9_:])"
-    + r"(?:("
-    + LABEL_SET
-    + r")?+"
-    + r"[ \t]++([^ \t\r\n]++)"
-    + r"(?:[ \t]++-?[0-9]++(?:\.[0-9]++)?+(?:[eE][+-]?[0-9]++)?+)?+"  # optional timestamp
-    + r"[ \t\r]*+(?=\n|\Z))?"
-)
+_SCAN: Final = scanner(_FAMILIES)
 # Raw label-set text -> (model_name or None, position or None). Label sets repeat
 # on every page, so they are parsed once per process. Bounded: cleared when full, and
 # only sets up to 1 KiB are kept (a real one is ~100 characters), so a hostile page

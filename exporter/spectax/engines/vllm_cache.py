@@ -7,7 +7,7 @@ model's weights and KV cache take from the target's (issue 20: capacity).
 
 from __future__ import annotations
 
-from spectax.engines.text import PAIR
+from spectax.engines.scan import PAIR
 
 
 class CacheConfig:
