@@ -1,7 +1,7 @@
 """Benchmark: spectax's engine parsers vs prometheus_client's text parser.
 
-For every fixture page of every engine (vLLM's recorded ones; SGLang, TensorRT-LLM
-and TGI's written from their source, whose prometheus_client references are the
+For every fixture page of every engine (vLLM's and llama.cpp's recorded ones; SGLang,
+TensorRT-LLM and TGI's written from their source, whose prometheus_client references are the
 differential tests' own, tests/test_engine_<name>.py), time the engine's `parse` against
 `prometheus_client.parser.text_string_to_metric_families` plus the summing
 needed to get the same numbers, check that both give the same `EngineSample`,
@@ -54,17 +54,29 @@ _PLAIN = {
     "vllm:time_per_output_token_seconds_count": "v0_itl_count",
     "vllm:request_time_per_output_token_seconds_sum": "tpot_sum",
     "vllm:request_time_per_output_token_seconds_count": "tpot_count",
+    "vllm:time_to_first_token_seconds_sum": "ttft_sum",
+    "vllm:time_to_first_token_seconds_count": "ttft_count",
+    "vllm:e2e_request_latency_seconds_sum": "e2e_sum",
+    "vllm:e2e_request_latency_seconds_count": "e2e_count",
     "vllm:estimated_flops_per_gpu_total": "estimated_flops",
     "vllm:estimated_read_bytes_per_gpu_total": "estimated_read_bytes",
     "vllm:num_preemptions_total": "preemptions",
 }
 _PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+#: The latency histograms whose buckets spectax reads, by the key of their _sum/_count.
+_BUCKETS = {
+    "vllm:inter_token_latency_seconds_bucket": "itl",
+    "vllm:request_time_per_output_token_seconds_bucket": "tpot",
+    "vllm:time_to_first_token_seconds_bucket": "ttft",
+    "vllm:e2e_request_latency_seconds_bucket": "e2e",
+}
 
 
 def reference(text: str) -> EngineSample:
     """The same result computed with prometheus_client's parser (what spectax replaces)."""
     fields: dict[str, dict[str, float]] = {}
     per_pos: dict[str, dict[int, float]] = {}
+    buckets: dict[tuple[str, str], dict[float, float]] = {}
     start: float | None = None
     cache: dict[str, float] = {}  # the KV cache's settings, summed over ranks
     for family in text_string_to_metric_families(text):
@@ -84,6 +96,10 @@ def reference(text: str) -> EngineSample:
                 v = fields.setdefault(s.labels["model_name"], {})
                 key = _PLAIN[s.name]
                 v[key] = v.get(key, 0.0) + float(s.value)
+            elif s.name in _BUCKETS:
+                per_le = buckets.setdefault((s.labels["model_name"], _BUCKETS[s.name]), {})
+                le = float(s.labels["le"])
+                per_le[le] = per_le.get(le, 0.0) + float(s.value)
             elif s.name == _PER_POS:
                 model = s.labels["model_name"]
                 fields.setdefault(model, {})
@@ -94,7 +110,8 @@ def reference(text: str) -> EngineSample:
     def hist(v: dict[str, float], name: str) -> Histogram | None:
         if f"{name}_sum" not in v:
             return None
-        return Histogram(sum=v[f"{name}_sum"], count=v[f"{name}_count"])
+        per_le = buckets.get((model, name), {})
+        return Histogram(v[f"{name}_sum"], v[f"{name}_count"], tuple(sorted(per_le.items())))
 
     models = {}
     for model, v in fields.items():
@@ -112,6 +129,8 @@ def reference(text: str) -> EngineSample:
             iteration_tokens=hist(v, "iteration"),
             inter_token_latency=hist(v, "itl") or hist(v, "v0_itl"),
             time_per_output_token=hist(v, "tpot"),
+            time_to_first_token=hist(v, "ttft"),
+            e2e_request_latency=hist(v, "e2e"),
             estimated_flops=v.get("estimated_flops", 0.0),
             estimated_read_bytes=v.get("estimated_read_bytes", 0.0),
             preemptions=v.get("preemptions", 0.0),
@@ -170,7 +189,8 @@ Parser = Callable[[str], EngineSample]
 def engine_sets() -> list[tuple[str, Path, Parser, Parser]]:
     """(engine, fixture directory, spectax's parser, the prometheus_client reference)."""
     sys.path.insert(0, str(TESTS))  # the differential tests' references
-    from spectax.engines import sglang, tgi, trtllm
+    from spectax.engines import llamacpp, sglang, tgi, trtllm
+    from test_engine_llamacpp import reference as llamacpp_reference
     from test_engine_sglang import reference as sglang_reference
     from test_engine_tgi import reference as tgi_reference
     from test_engine_trtllm import reference as trtllm_reference
@@ -181,6 +201,7 @@ def engine_sets() -> list[tuple[str, Path, Parser, Parser]]:
         ("sglang", fixtures / "sglang-0.5.23", sglang.parse, sglang_reference),
         ("trtllm", fixtures / "trtllm-050f80d", trtllm.parse, trtllm_reference),
         ("tgi", fixtures / "tgi-3.3.6", tgi.parse, tgi_reference),
+        ("llamacpp", fixtures / "llamacpp-11434.0.0", llamacpp.parse, llamacpp_reference),
     ]
 
 

@@ -141,6 +141,25 @@ billing_age = timeseries(
     width=16,
 )
 
+store_leader = stat(
+    "Store writer",
+    "Which spectax instance writes windows, rollups and billing lines: the leader of an HA"
+    " pair on PostgreSQL; a lone instance always leads (SpectaxNoLeader fires when none"
+    " does for 5 minutes).",
+    [(f"max by (instance) (spectax_leader{{{SEL_JOB}}})", "{{instance}}")],
+    threshold_steps=(("blue", None), ("green", 1)),
+    mappings=[
+        {
+            "type": "value",
+            "options": {
+                "0": {"text": "follows", "color": "blue", "index": 0},
+                "1": {"text": "leads", "color": "green", "index": 1},
+            },
+        }
+    ],
+    width=8,
+)
+
 store_pending = timeseries(
     "Windows waiting for the store",
     "Closed windows held in memory while the database is unreachable; written in order"
@@ -200,6 +219,7 @@ dashboard = spectax_dashboard(
         billing_up,
         billing_age,
         row("Store"),
+        store_leader,
         store_pending,
         store_errors,
         build,
@@ -213,5 +233,6 @@ dashboard = spectax_dashboard(
         ridge.panel.title: "SpeculationIsATax",
         billing_up.panel.title: "BillingDataStale",
         billing_age.panel.title: "BillingDataStale",
+        store_leader.panel.title: "SpectaxNoLeader",
     },
 )

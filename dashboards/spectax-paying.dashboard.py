@@ -9,6 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import latency_panels
 from spectax_grafana import (
     DASHED,
     SEL_ENDPOINT,
@@ -470,6 +471,7 @@ dashboard = spectax_dashboard(
         row("Speedup and load"),
         speedup,
         concurrency,
+        *latency_panels.CELLS,
         row("How the verdict was reached"),
         model_source,
         step_overhead,
@@ -495,5 +497,6 @@ dashboard = spectax_dashboard(
         savings.panel.title: "SpeculationIsATax",
         overhead.panel.title: "SpeculationIsATax",
         recommended_k.panel.title: "SpeculationIsATax",
+        **latency_panels.RUNBOOK,
     },
 )

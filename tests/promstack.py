@@ -320,3 +320,58 @@ def rules() -> list[dict[str, Any]]:
         for group in yaml.safe_load(path.read_text(encoding="utf-8"))["groups"]
         for rule in group["rules"]
     ]
+
+
+#: vLLM's latency histograms, by spectax's `metric` label.
+LATENCY_FAMILIES = {
+    "tpot": "vllm:request_time_per_output_token_seconds",
+    "itl": "vllm:inter_token_latency_seconds",
+    "ttft": "vllm:time_to_first_token_seconds",
+    "e2e": "vllm:e2e_request_latency_seconds",
+}
+QUANTILE_STEP = 60  # seconds between the two scrapes of a pair
+
+
+async def histogram_quantiles(
+    workdir: Path, pairs: list[tuple[str, str]], qs: tuple[float, ...] = (0.5, 0.95, 0.99)
+) -> dict[tuple[int, str, float], float]:
+    """A real Prometheus's histogram_quantile over each (earlier page, later page) pair of
+    vLLM /metrics text, loaded as two scrapes QUANTILE_STEP apart (promtool tsdb
+    create-blocks-from openmetrics, a `pair` label each), over the growth of every latency
+    family's buckets summed by `le`: (pair index, metric, q) -> value (NaN: none)."""
+    t0 = int(time.time()) - 3 * 3600  # inside the default retention, before the head block
+    lines = []
+    for i, (before, after) in enumerate(pairs):
+        for text, at in ((before, t0), (after, t0 + QUANTILE_STEP)):
+            for line in text.splitlines():
+                if any(line.startswith(f"{f}_bucket{{") for f in LATENCY_FAMILIES.values()):
+                    series, value = line.rsplit(" ", 1)
+                    series = series.replace("{", f'{{pair="{i}",', 1)
+                    lines.append(f"{series} {value} {at}")
+    source = workdir / "scrapes.om"
+    source.write_text("\n".join([*lines, "# EOF", ""]), encoding="utf-8")
+    data = workdir / "prometheus" / "data"
+    done = run_tool("promtool", "tsdb", "create-blocks-from", "openmetrics", str(source), str(data))
+    assert done.returncode == 0, done.stderr
+    prometheus = Prometheus(workdir / "prometheus", {"global": {"scrape_interval": "1m"}})
+    await prometheus.start()
+    found = {}
+    try:
+        await prometheus.wait_ready()
+        for i in range(len(pairs)):
+            for metric, family in LATENCY_FAMILIES.items():
+                series = f'{family}_bucket{{pair="{i}"}}'
+                for q in qs:
+                    expr = (
+                        f"histogram_quantile({q}, sum by (le)"
+                        f" ({series} - {series} offset {QUANTILE_STEP}s))"
+                    )
+                    status, body = await prometheus.get_json(
+                        "/api/v1/query", query=expr, time=str(t0 + QUANTILE_STEP)
+                    )
+                    assert status == 200 and body["status"] == "success", (expr, body)
+                    (result,) = body["data"]["result"]
+                    found[(i, metric, q)] = float(result["value"][1])
+    finally:
+        await prometheus.stop()
+    return found

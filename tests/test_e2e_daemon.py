@@ -147,6 +147,9 @@ async def test_restart_keeps_the_spend_counter(tmp_path, realtime_fleet) -> None
     # A simulated, already invoiced bill of the control (issue 4), for the billing families.
     bill = write_focus_export(tmp_path / "focus", "chat-control", Decimal("2.5"))
     endpoints = demo_endpoints(dict(fleet.urls), DEMO_PROFILES)
+    for endpoint in endpoints:  # an objective, for spectax_latency_slo_seconds
+        if endpoint["name"] == "chat-creative":
+            endpoint["latency_slo"] = {"metric": "tpot", "quantile": 0.99, "seconds": 0.1}
     config = write_config(tmp_path, port, endpoints, window="6s", billing=[bill])
     first = Spectax(config, port)
     await first.start()

@@ -72,6 +72,15 @@ _HIST = {  # histogram family -> ModelSample field
     "vllm:inter_token_latency_seconds": "inter_token_latency",
     "vllm:request_time_per_output_token_seconds": "time_per_output_token",
     "vllm:time_per_output_token_seconds": "v0_time_per_output_token",
+    "vllm:time_to_first_token_seconds": "time_to_first_token",
+    "vllm:e2e_request_latency_seconds": "e2e_request_latency",
+}
+#: The histograms whose buckets spectax reads (quantiles); the others' buckets are skipped.
+_BUCKETED = {
+    "inter_token_latency",
+    "time_per_output_token",
+    "time_to_first_token",
+    "e2e_request_latency",
 }
 _PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 
@@ -80,6 +89,7 @@ def reference(text: str) -> EngineSample:
     """What parse() must return, computed with prometheus_client's text parser."""
     fields: dict[str, dict[str, Any]] = {}
     per_pos: dict[str, dict[int, float]] = {}
+    buckets: dict[tuple[str, str], dict[float, float]] = {}
     start: float | None = None
     cache: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
@@ -109,6 +119,12 @@ def reference(text: str) -> EngineSample:
                 continue
             else:
                 base, _, suffix = s.name.rpartition("_")
+                if base in _HIST and suffix == "bucket" and _HIST[base] in _BUCKETED:
+                    assert model is not None, s
+                    per_le = buckets.setdefault((model, _HIST[base]), {})
+                    le = float(s.labels["le"])
+                    per_le[le] = per_le.get(le, 0.0) + float(s.value)
+                    continue
                 if base not in _HIST or suffix not in ("sum", "count"):
                     continue
                 assert family.type == "histogram", (s.name, family.type)
@@ -121,10 +137,11 @@ def reference(text: str) -> EngineSample:
     models = {}
     for model, v in fields.items():
 
-        def hist(name: str, v: dict[str, Any] = v) -> Histogram | None:
+        def hist(name: str, v: dict[str, Any] = v, model: str = model) -> Histogram | None:
             if f"{name}_sum" not in v:
                 return None
-            return Histogram(sum=v[f"{name}_sum"], count=v[f"{name}_count"])
+            per_le = sorted(buckets.get((model, name), {}).items())
+            return Histogram(v[f"{name}_sum"], v[f"{name}_count"], tuple(per_le))
 
         pos = per_pos.get(model, {})
         models[model] = ModelSample(
@@ -140,6 +157,8 @@ def reference(text: str) -> EngineSample:
             iteration_tokens=hist("iteration_tokens"),
             inter_token_latency=hist("inter_token_latency") or hist("v0_time_per_output_token"),
             time_per_output_token=hist("time_per_output_token"),
+            time_to_first_token=hist("time_to_first_token"),
+            e2e_request_latency=hist("e2e_request_latency"),
             estimated_flops=v.get("estimated_flops", 0.0),
             estimated_read_bytes=v.get("estimated_read_bytes", 0.0),
             preemptions=v.get("preemptions", 0.0),
@@ -262,8 +281,14 @@ def test_ngram_after_traffic() -> None:
     assert m.generation_tokens == 2186.0
     assert m.prompt_tokens == 1309.0
     assert m.iteration_tokens == Histogram(sum=3495.0, count=515.0)
-    assert m.inter_token_latency == Histogram(sum=5.966667546000167, count=1600.0)
-    assert m.time_per_output_token == Histogram(sum=0.11146932532724205, count=41.0)
+    itl, tpot = m.inter_token_latency, m.time_per_output_token
+    assert itl is not None and tpot is not None
+    assert (itl.sum, itl.count) == (5.966667546000167, 1600.0)
+    assert (tpot.sum, tpot.count) == (0.11146932532724205, 41.0)
+    # The buckets are cumulative, ascending, and the +Inf one holds every observation.
+    assert itl.buckets[0] == (0.01, 1592.0) and itl.buckets[-1] == (float("inf"), 1600.0)
+    assert tpot.buckets[-1] == (float("inf"), 41.0)
+    assert [le for le, _ in tpot.buckets] == sorted(le for le, _ in tpot.buckets)
     assert m.legacy_acceptance_rate is None and m.legacy_efficiency is None
     assert s.process_start_time_seconds == 1.79599593687e09
 
@@ -367,6 +392,50 @@ def test_new_itl_name_wins_over_v0_name() -> None:
         'vllm:inter_token_latency_seconds_count{model_name="m"} 4\n'
     )
     assert parse(text).models["m"].inter_token_latency == Histogram(sum=3.0, count=4.0)
+
+
+def test_buckets_are_summed_over_ranks_per_bound() -> None:
+    """Two data-parallel ranks: each bucket is the sum of the ranks' (sum by (le))."""
+    m = parse(page("spec_ngram_dp2_3_after.txt")).models["tiny-llama"]
+    ttft = m.time_to_first_token
+    assert ttft is not None and ttft.buckets[-1] == (float("inf"), ttft.count)
+    assert ttft.count == 24.0  # 20 requests on one rank, 4 on the other
+    assert m.e2e_request_latency is not None
+    assert m.e2e_request_latency.buckets[-1][1] == m.e2e_request_latency.count
+
+
+_BUCKET_PAGE = (
+    'vllm:time_to_first_token_seconds_bucket{le="0.1",model_name="m"} 1\n'
+    'vllm:time_to_first_token_seconds_bucket{le="+Inf",model_name="m"} 2\n'
+    'vllm:time_to_first_token_seconds_sum{model_name="m"} 0.5\n'
+    'vllm:time_to_first_token_seconds_count{model_name="m"} 2\n'
+)
+
+
+def test_a_histogram_without_its_inf_bucket_is_refused() -> None:
+    text = _BUCKET_PAGE.replace('le="+Inf"', 'le="1.0"')
+    with pytest.raises(ParseError, match=r'no le="\+Inf" bucket'):
+        parse(text)
+
+
+@pytest.mark.parametrize("bound", ["fast", "NaN", "1_0"])
+def test_a_bad_bucket_bound_names_its_line(bound: str) -> None:
+    with pytest.raises(ParseError, match="line 1: bad bucket bound"):
+        parse(_BUCKET_PAGE.replace('le="0.1"', f'le="{bound}"'))
+
+
+def test_a_histogram_with_too_many_buckets_is_refused() -> None:
+    many = "".join(
+        f'vllm:time_to_first_token_seconds_bucket{{le="{1 + i / 1000}",model_name="m"}} 1\n'
+        for i in range(1, 300)
+    )
+    with pytest.raises(ParseError, match="more than 256 buckets"):
+        parse(many + _BUCKET_PAGE)
+
+
+def test_a_bucket_without_le_names_its_line() -> None:
+    with pytest.raises(ParseError, match=r"line 1: .* has no le label"):
+        parse(_BUCKET_PAGE.replace('le="0.1",', ""))
 
 
 # ---------------------------------------------------------------------------

@@ -45,7 +45,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from live_vllm import servers as live
 from live_vllm import traffic
 from live_vllm.servers import Raw, VllmServer
+from promstack import LATENCY_FAMILIES, histogram_quantiles
 from spectax.economics.calibration import MIN_REQUESTS
+from spectax.pipeline.quantiles import QUANTILES
 
 # The whole scenario runs in the first test's setup (~5 min; + ~2.5 min when CI installs
 # vLLM first): more than pytest-timeout's default per-test limit may allow.
@@ -420,7 +422,7 @@ def observed(
                 run_scenario(obs, fleet, spectax)
             finally:
                 obs.spectax_exit = spectax.stop()
-                obs.spectax_log = spectax.tail(20000)
+                obs.spectax_log = spectax.tail(200_000)
         obs.timings["total"] = round(time.monotonic() - started, 1)
     except Exception:
         spectax.stop()
@@ -535,6 +537,54 @@ def test_measured_speedup_is_the_control_tpot_ratio(observed: Observed, key: str
     print(f"{key}: measured {measured}, expected {expected:.4f}, modelled {modelled}")
     assert measured is not None, "no measured speedup exported"
     assert measured == pytest.approx(expected, rel=1e-9)
+
+
+async def test_latency_quantiles_equal_prometheus_histogram_quantile(
+    observed: Observed, tmp_path: Path
+) -> None:
+    """spectax_latency_seconds over the burst = a real Prometheus's histogram_quantile over
+    the same two scrapes of each server (the quiet pages before and after phase B: the
+    sliding windows hold exactly the burst, see test_measured_speedup_is_the_control_tpot_
+    ratio); and the measured with / without ratio is the two servers' Prometheus p99s."""
+    require(observed, "before_b", "after_b")
+    before, after = observed.before_b, observed.after_b
+    assert before is not None and after is not None
+    keys = list(ENDPOINT)
+    pairs = [(before.pages[key], after.pages[key]) for key in keys]
+    theirs = await histogram_quantiles(tmp_path, pairs)
+    compared = 0
+    for i, key in enumerate(keys):
+        for metric in LATENCY_FAMILIES:
+            for label, q in QUANTILES:
+                expected = theirs[(i, metric, q)]
+                got = after.spectax.value(
+                    "spectax_latency_seconds",
+                    endpoint=ENDPOINT[key],
+                    model=MODEL,
+                    metric=metric,
+                    percentile=label,
+                )
+                where = (key, metric, label, got, expected)
+                if math.isnan(expected):
+                    assert got is None, where
+                    continue
+                assert got == pytest.approx(expected, rel=1e-9), where
+                compared += 1
+        if key == "control":
+            continue
+        control = keys.index("control")
+        ratio = after.spectax.value(
+            "spectax_latency_speculation_ratio",
+            endpoint=ENDPOINT[key],
+            model=MODEL,
+            metric="tpot",
+            percentile="p99",
+            basis="measured",
+        )
+        expected_ratio = theirs[(i, "tpot", 0.99)] / theirs[(control, "tpot", 0.99)]
+        print(f"{key}: p99 TPOT with / without speculation {ratio} (Prometheus {expected_ratio})")
+        assert ratio == pytest.approx(expected_ratio, rel=1e-9)
+    assert compared >= len(keys) * 3 * len(QUANTILES)  # TPOT, ITL, e2e at least, each server
 
 
 def test_ngram_on_mixed_traffic_without_a_control_is_not_called_pays(observed: Observed) -> None:
@@ -723,7 +773,13 @@ def theil_sen_ridge(points: list[tuple[float, float]]) -> float | None:
 @pytest.mark.parametrize("key", SPECULATING)
 def test_ridge_batch_is_calibrated_from_real_steps(observed: Observed, key: str) -> None:
     """After 11 windows at concurrency 1 and 8, the counterfactual is the control's plain curve
-    (ECONOMICS.md §3b: B* of the target without speculation), and its B* is positive."""
+    (ECONOMICS.md §3b: B* of the target without speculation), and its B* is positive.
+
+    Unless the control's own windows say its steps have no fixed cost: on this 2-core CPU
+    the tiny model is compute-bound from the first request (B* of 1-2), and on a loaded
+    machine the intercept of the line through its points can come out <= 0 (seen in CI and
+    under load here, with 10 of 11 windows counting). spectax must then refuse the curve,
+    say why in its log, and keep to the configured B*; anything else fails."""
     require(observed, "calibrated")
     m = observed.calibrated
     assert m is not None
@@ -738,6 +794,11 @@ def test_ridge_batch_is_calibrated_from_real_steps(observed: Observed, key: str)
     )
     fits = [line for line in observed.spectax_log.splitlines() if "plain curve" in line]
     print(f"control's finished requests per block: {observed.block_requests.get('control')}")
+    said = [line for line in fits if f"endpoint {ENDPOINT['control']}: plain curve" in line]
+    print(f"spectax on the control's curve: {said}")
+    if said and "plain curve not sound: a = " in said[-1]:
+        assert [s.get("source") for s in sources] == ["configured"], sources
+        return
     assert [s.get("source") for s in sources] == ["control"], (
         f"{sources}; the control finished {observed.block_requests.get('control')} requests "
         f"in blocks at concurrency {observed.block_concurrency} (a window counts from "

@@ -58,13 +58,21 @@ in_module_loop = pytest.mark.asyncio(loop_scope="module")  # the stack lives for
 # came with issue 4; the stack bills the control from a simulated FOCUS export.)
 PENDING_METRICS: frozenset[str] = frozenset()
 # The alerts whose `for:` the test shortens, and to what.
-E2E_FOR = {"SpeculationIsATax": "2s", "SpecDecodeAcceptanceBelowThreshold": "2s"}
+E2E_FOR = {
+    "SpeculationIsATax": "2s",
+    "SpecDecodeAcceptanceBelowThreshold": "2s",
+    "SpeculationHurtsTailLatency": "2s",
+}
 PAGE_RECEIVER = "pager"  # the example Alertmanager config's receiver for severity=page
 TAX, PAYS, CONTROL = "chat-creative", "code-assistant", "chat-control"
 # The demo servers, except that the control's engine reloads in 2 s instead of 30 s when
 # the panel test restarts it (a cold start for the cold-start panels to show).
 PROFILES = {**DEMO_PROFILES, CONTROL: replace(DEMO_PROFILES[CONTROL], cold_start_s=2.0)}
 TIMEOUT = 45.0
+# Every endpoint's objective: p99 TPOT at most 10 ms, which every simulated server breaks
+# (20-300 ms); only chat-creative's speculation makes it worse (measured against its
+# control), so only chat-creative's breach is speculation's doing.
+LATENCY_SLO = {"metric": "tpot", "quantile": 0.99, "seconds": 0.01}
 
 
 def e2e_rule_files(workdir: Path) -> list[Path]:
@@ -139,6 +147,8 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
     port = free_port()
     bill = write_focus_export(workdir / "spectax" / "focus", CONTROL, Decimal("2.5"))
     endpoints = demo_endpoints(dict(fleet.urls), PROFILES)
+    for endpoint in endpoints:
+        endpoint["latency_slo"] = LATENCY_SLO
     config = write_config(workdir / "spectax", port, endpoints, window="6s", billing=[bill])
     spectax = Spectax(config, port)
     alertmanager: Alertmanager | None = None
@@ -265,6 +275,51 @@ async def test_speculation_is_a_tax_pages_through_alertmanager(stack: Stack, cap
         for a in d.alerts
     }
     assert paged == {"SpeculationIsATax"}
+
+
+@in_module_loop
+async def test_speculation_hurts_tail_latency_fires_for_the_tax_endpoint_only(stack: Stack) -> None:
+    async def tail_alert() -> list[dict[str, Any]] | None:
+        alerts = await stack.prometheus.alerts()
+        return alerts if TAX in firing(alerts, "SpeculationHurtsTailLatency") else None
+
+    alerts = await wait_until(tail_alert, TIMEOUT, f"the tail alert on {TAX}", [stack.prometheus])
+    assert set(firing(alerts, "SpeculationHurtsTailLatency")) == {TAX}
+    alert = firing(alerts, "SpeculationHurtsTailLatency")[TAX]
+    assert (alert["labels"]["metric"], alert["labels"]["percentile"]) == ("tpot", "p99")
+    assert "basis measured" in alert["annotations"]["description"]
+
+    # The others break the same SLO too, so the alert is about speculation, not the SLO:
+    # the coder's speculation makes its tail faster (modelled), the control does not speculate.
+    p99 = await stack.prometheus.series('spectax_latency_seconds{metric="tpot",percentile="p99"}')
+    assert {s["metric"]["endpoint"] for s in p99 if float(s["value"][1]) > 0.01} == {
+        TAX,
+        PAYS,
+        CONTROL,
+    }
+    ratios = await stack.prometheus.series(
+        'spectax_latency_speculation_ratio{metric="tpot",percentile="p99"}'
+    )
+    by_endpoint = {s["metric"]["endpoint"]: s for s in ratios}
+    assert set(by_endpoint) == {TAX, PAYS}
+    assert by_endpoint[TAX]["metric"]["basis"] == "measured"
+    assert float(by_endpoint[TAX]["value"][1]) > 1.05
+    assert by_endpoint[PAYS]["metric"]["basis"] == "modeled"
+    assert float(by_endpoint[PAYS]["value"][1]) < 1
+
+    # Through Alertmanager to the on-call channel (a warning), and for no other endpoint.
+    def is_tail_warning(delivery: Any, alert: dict[str, Any]) -> bool:
+        return alert["labels"].get("alertname") == "SpeculationHurtsTailLatency"
+
+    delivery, delivered = await stack.receiver.wait_for(is_tail_warning, TIMEOUT)
+    assert delivery.receiver == "oncall-chat"
+    assert delivered["labels"]["endpoint"] == TAX
+    assert {
+        a["labels"]["endpoint"]
+        for d in stack.receiver.deliveries
+        for a in d.alerts
+        if a["labels"].get("alertname") == "SpeculationHurtsTailLatency"
+    } == {TAX}
 
 
 @in_module_loop

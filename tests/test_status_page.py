@@ -27,6 +27,9 @@ from e2e import Samples, Spectax, free_port, value, wait_until, write_config
 from spectax.config import validate
 from spectax.economics import window_capacities
 from spectax.endpoint import EndpointMonitor
+from spectax.engines.vllm import parse
+from spectax.pipeline.counts import delta
+from spectax.pipeline.quantiles import bucket_quantile
 from spectax.scrape import ScrapeError
 from spectax.simulate import DEMO_PROFILES, start_simulated_servers
 from spectax.simulate.fleet import demo_endpoints
@@ -56,6 +59,7 @@ def fixture_page() -> tuple[str, dict[str, EndpointMonitor], StatusHistory]:
                     "url": "http://h:1",
                     "price": {"usd_per_hour": 4},
                     "speculation": NGRAM,
+                    "latency_slo": {"metric": "tpot", "quantile": 0.99, "seconds": 0.002},
                 },
                 {
                     "name": "draft",
@@ -177,6 +181,28 @@ def test_each_card_shows_kv_cache_headroom_and_what_the_draft_takes() -> None:
     assert per_request is not None
     held, without = 5461 / per_request, 8192 / per_request
     assert f"KV cache holds</dt><dd>{held:,.0f} requests · {without:,.0f} without the draft" in card
+
+
+def test_the_page_shows_p99_tpot_beside_the_verdict_with_its_slo_and_basis() -> None:
+    html, monitors, _ = fixture_page()
+    shown = cards(html)
+    # The p99 of the two recorded pages' bucket growth (the quantile Prometheus computes:
+    # tests/test_quantiles.py), in the card's first figure, against the SLO of 2 ms.
+    first, second = (parse(page(name)).models["tiny-llama"] for name in PAGES["ngram"])
+    grown = delta(first, second, 0.0).time_per_output_token
+    assert grown is not None
+    p99 = bucket_quantile(0.99, grown.buckets)
+    assert p99 is not None and p99 > 0.002
+    card = shown["ngram"]
+    assert f"p99 TPOT</dt><dd>{p99 * 1000:.1f} ms (SLO 2.0 ms: broken)" in card
+    # No control: the latency verdict is modelled from the mean speedup, and says so.
+    speedup = monitors["ngram"].snapshot.assessments["tiny-llama"].speedup_ratio
+    assert speedup is not None
+    effect = "worse" if speedup < 1 else "better"
+    factor = 1 / speedup if speedup < 1 else speedup
+    assert f"speculation makes p99 TPOT {factor:.1f}x {effect} here (modelled: 1 / the" in card
+    # Without speculation there is a p99 and no latency verdict.
+    assert "p99 TPOT</dt><dd>" in shown["plain"] and "speculation makes" not in shown["plain"]
 
 
 @pytest.mark.parametrize(

@@ -1,9 +1,8 @@
 """The configuration file: YAML in, validated settings out, every problem reported at once.
 
-Strict like blackbox_exporter: an unknown key is an error (a typo must not
-silently fall back to a default). Errors carry their path
-(`endpoints[1].speculation.method: ...`) and are collected, not raised one
-by one, so `spectax check-config` lists everything wrong in one run.
+Strict like blackbox_exporter: an unknown key is an error (a typo must not silently fall
+back to a default). Errors carry their path (`endpoints[1].speculation.method: ...`) and
+are collected, not raised one by one, so `spectax check-config` lists everything wrong.
 """
 
 from __future__ import annotations
@@ -45,6 +44,7 @@ from spectax.economics import (
 from spectax.economics.calibration import MIN_WINDOWS
 from spectax.engines import ENGINES
 from spectax.gpus import GpuSpec, gpu_spec
+from spectax.slo import LatencySLO
 from spectax.sources.config import PrometheusSource
 from spectax.store.db import database_url
 from spectax.units import NAME, Duration, InvalidFile, StrictModel, parse_duration
@@ -106,6 +106,7 @@ class EndpointConfig(StrictModel):
     profile: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
     calibration_min_windows: int = Field(default=MIN_WINDOWS, ge=2)
     acceptance_threshold: float = Field(default=0.5, ge=0, le=1)
+    latency_slo: LatencySLO | None = None  # the operator's, for SpeculationHurtsTailLatency
     control: str | None = None
     cold_start_seconds: Duration | None = None
     weight_load_bytes_per_second: float = Field(default=DEFAULT_WEIGHT_LOAD_BYTES_PER_SECOND, gt=0)
@@ -314,8 +315,7 @@ class _Validated:
 
 
 def _validate_fields(raw: dict[str, Any], problems: list[str]) -> tuple[Config | None, _Validated]:
-    """The field errors, and a Config of the parts that validated for the cross-field checks:
-    a file with 14 problems listed had 6 more, found once those were fixed (issue 16)."""
+    """The field errors, and a Config of what validated for the cross-field checks (issue 16)."""
     lists: dict[str, list[Any]] = {key: _list(raw.get(key)) for key in _LISTS}
     try:
         whole = Config.model_validate(raw)

@@ -23,7 +23,6 @@ import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -41,6 +40,7 @@ from spectax.sources.fleet import Fleet
 from spectax.status import StatusHistory, render_status_page
 from spectax.store import Store
 from spectax.store.writer import PendingWrite, StoreWriter
+from spectax.takeover import not_below
 from spectax.web import WebGuard, make_app
 from spectax.webconfig import WebConfigError, load_web_config
 from spectax.webserver import WebServer, start_server
@@ -119,6 +119,7 @@ class Daemon:
             write_errors=self.writer.write_errors,
             up=self.writer.up,
             quarantined_rows=dict(self.writer.queue.quarantine.rows),
+            leader=self.writer.leading,
         )
 
     @property
@@ -168,14 +169,14 @@ class Daemon:
         await self.profiles.refresh(self.store, (), datetime.now(UTC))
         await self._restore()
         self._session = scrape_session()
-        self.writer.start()
+        self.writer.start(take_over=self._take_over)
         # What start-up built (configuration, monitors, restored history) lives as long as
         # the process: keep it out of the garbage collector's full passes (~100 ms each at
         # 2,000 endpoints, a pause in scraping and serving).
         gc.freeze()
         self._schedule()
         await self.fleet.start(self)
-        await self.billing.start(self._scheduler, self.store)
+        await self.billing.start(self._scheduler, self.store, lambda: self.writer.leading)
         self._ready = True
         log.info(
             "spectax listening on %s, watching %d endpoint(s)", self.listen_url, len(self.monitors)
@@ -265,19 +266,16 @@ class Daemon:
         self.settings, self.config = settings, settings.config
         if changes.changed:
             await self.writer.settle(self._grace)  # changed ones resume from the store
-        monitors: dict[str, EndpointMonitor] = {}
-        for endpoint in settings.config.endpoints:
-            name = endpoint.name
-            monitors[name] = (
-                old[name] if name in changes.kept else await self._new_monitor(endpoint)
-            )
-        self.monitors = monitors
+        self.monitors = {
+            e.name: old[e.name] if e.name in changes.kept else await self._new_monitor(e)
+            for e in settings.config.endpoints
+        }
         self._scrapes.replace(self.monitors, self.config.scrape_interval)
         await self.billing.apply(settings.billing)
         log.info(
             "configuration reloaded: %d endpoint(s) kept, %d started, %d stopped",
             len(changes.kept),
-            len(monitors) - len(changes.kept),
+            len(self.monitors) - len(changes.kept),
             len(changes.stopped),
         )
 
@@ -333,7 +331,8 @@ class Daemon:
     async def refresh_profiles(self) -> None:
         """Save what teaching endpoints learned; read every stored profile back."""
         assert self.store is not None
-        await self.profiles.refresh(self.store, self.monitors.values(), datetime.now(UTC))
+        learned = self.monitors.values() if self.writer.leading else ()  # only the leader saves
+        await self.profiles.refresh(self.store, learned, datetime.now(UTC))
 
     async def maintain_store(self) -> None:
         """Roll windows into hours and days, then apply retention."""
@@ -345,15 +344,22 @@ class Daemon:
 
     # ------------------------------------------------------------ store
 
+    async def _take_over(self) -> None:
+        """A follower become leader resumes as if restarted; fleet sources re-read from the
+        store's cursors the windows the old leader never wrote."""
+        await self._restore()
+        await self.fleet.stop()
+        await self.fleet.start(self)
+
     async def _restore(self) -> None:
         assert self.store is not None
         pending: dict[str, list[PendingWrite]] = {}
         for write in self.writer.queue.pending():  # one pass over the spool for all
             pending.setdefault(write.endpoint, []).append(write)
-        for endpoint in self.config.endpoints:
-            self.monitors[endpoint.name] = await self._new_monitor(
-                endpoint, pending.get(endpoint.name, [])
-            )
+        self.monitors = {  # at once: a takeover's new monitors scrape only once it writes
+            endpoint.name: await self._new_monitor(endpoint, pending.get(endpoint.name, []))
+            for endpoint in self.config.endpoints
+        }
 
     async def _new_monitor(
         self, endpoint: EndpointConfig, pending: list[PendingWrite] | None = None
@@ -366,12 +372,13 @@ class Daemon:
         restored = await self.store.restore(
             endpoint.name, self.config.window, CALIBRATION_POINTS, pending
         )
+        restored = not_below(restored, self.monitors.get(endpoint.name))  # spectax.takeover
         monitor = EndpointMonitor(
             endpoint,
             self.settings.usd_per_hour.get(endpoint.name),
             self.config.window,
             restored,
-            **self._peers(endpoint.control),
+            **EndpointMonitor.control_lookups(lambda: self.monitors, endpoint.control),
             profile=self.profiles.lookup(endpoint.profile),
             baseline=self.profiles.lookup(baseline_profile_name(endpoint.name)),
             gpu=self.settings.gpus.get(endpoint.name),
@@ -385,16 +392,6 @@ class Daemon:
                 f" ({len(pending)} write(s) of it still queued, counted in)" if pending else "",
             )
         return monitor
-
-    def _peers(self, control: str | None) -> dict[str, Any]:
-        """The control endpoint's sliding window and plain curve, looked up when needed."""
-        if control is None:
-            return {}
-        get = self.monitors.get
-        return {
-            "control_window": lambda: (m := get(control)) and m.snapshot.window,
-            "control_curve": lambda: (m := get(control)) and m.calibration.fit,
-        }
 
     def _enqueue(self, write: PendingWrite | None) -> None:
         self.writer.enqueue(write)

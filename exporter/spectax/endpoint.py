@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
+from typing import Any
 
 from spectax import economics, logs
 from spectax.config import EndpointConfig
@@ -26,14 +27,14 @@ from spectax.economics import (
     PlainCurve,
     Profile,
     StepModel,
-    Tariff,
 )
 from spectax.engines import get_parser
 from spectax.engines.base import EngineSample, ParseError
-from spectax.gpus import GpuSpec
+from spectax.gpus import GpuSpec, RooflinePrior
 from spectax.health import LogOnce
 from spectax.pipeline.intervals import Interval, interval_between
 from spectax.pipeline.windows import AlignedWindows, SlidingWindow, Window
+from spectax.tariffs import tariff_of
 from spectax.scrape import ScrapeError
 from spectax.store import Restored
 from spectax.store.rows import pending_write
@@ -91,9 +92,8 @@ class EndpointMonitor:
         restored = restored or Restored()
         self.config = config
         self.usd_per_hour = usd_per_hour
-        self.gpu = gpu  # its peak FLOP/s and bandwidth, for the roofline prior of B*
-        self._roofline_batch: float | None = None  # the last window's, kept while idle
-        self._said_no_gpu = False
+        named_gpu = (config.price and config.price.gpu) or config.gpu
+        self.roofline = RooflinePrior(config.name, gpu, named_gpu)
         self._parse = get_parser(config.engine)
         self._tariff = tariff_of(config, usd_per_hour)
         self._health = LogOnce(log, "endpoint", config.name)
@@ -146,30 +146,26 @@ class EndpointMonitor:
                 profile.name,
                 profile.mean_abs_error_ratio if profile.plain is None else None,
             )
-        if (roofline := self._roofline(window or self._sliding.total())) is not None:
+        if (roofline := self.roofline.ridge_batch(window or self._sliding.total())) is not None:
             return StepModel(roofline, h, "roofline")
         return StepModel(config.ridge_batch, h, "configured")
-
-    def _roofline(self, window: Window | None) -> float | None:
-        """B* from the window's FLOP and byte estimates and the GPU's peaks; a window without
-        estimates (idle) keeps the last. Estimates for a GPU not in the table: said once."""
-        estimates = economics.roofline_estimates(window) if window is not None else None
-        if estimates is not None and (gpu := self.gpu) is not None:
-            peaks = (gpu.peak_flops_per_second, gpu.memory_bytes_per_second)
-            self._roofline_batch = economics.roofline_ridge_batch(*estimates, *peaks)
-        elif estimates is not None and not self._said_no_gpu:
-            self._said_no_gpu = True
-            named = (self.config.price and self.config.price.gpu) or self.config.gpu
-            log.info(
-                "endpoint %s: vLLM estimates FLOPs and bytes, but %s: B* stays the configured one",
-                self.config.name,
-                f"GPU {named!r} is not in spectax's GPU table" if named else "it names no `gpu:`",
-            )
-        return self._roofline_batch
 
     def control_curve(self) -> PlainCurve | None:
         """The control's plain curve, when this endpoint has a control and it is fitted."""
         return self._control_curve() if self._control_curve is not None else None
+
+    @staticmethod
+    def control_lookups(
+        monitors: Callable[[], Mapping[str, EndpointMonitor]], control: str | None
+    ) -> dict[str, Any]:
+        """The control endpoint's sliding window and plain curve, looked up when needed, in
+        the monitors of the moment (a takeover or a reload replaces the whole dict)."""
+        if control is None:
+            return {}
+        return {
+            "control_window": lambda: (m := monitors().get(control)) and m.snapshot.window,
+            "control_curve": lambda: (m := monitors().get(control)) and m.calibration.fit,
+        }
 
     def parameters(self, window: Window | None = None) -> economics.Parameters:
         """The parameters to assess `window` under (its own roofline, if it is the source)."""
@@ -265,18 +261,19 @@ class EndpointMonitor:
         """Feed closed windows (at start-up: the store's recent ones) to the plain curve's
         fit: windows without speculation, this endpoint's counterfactual once it speculates
         (and its control's, for the endpoints it is the control of)."""
-        had = self.calibration.fit is not None
+        had = self.calibration.fit is not None, self.calibration.refusal
         if not self.calibration.add(windows):
             return
-        fit = self.calibration.fit
-        if (fit is not None) != had:
+        fit, refusal = self.calibration.fit, self.calibration.refusal
+        if fit is not None and not had[0]:
             log.info(
-                "endpoint %s: plain curve %s",
+                "endpoint %s: plain curve fitted (B* = %.1f, %d windows)",
                 self.config.name,
-                f"fitted (B* = {fit.ridge_batch or float('inf'):.1f}, {fit.points} windows)"
-                if fit
-                else "no longer sound",
+                fit.ridge_batch or float("inf"),
+                fit.points,
             )
+        elif refusal is not None and (had[0] or had[1] is None):  # said once, not each window
+            log.info("endpoint %s: plain curve not sound: %s", self.config.name, refusal)
 
     # ------------------------------------------------------------ internals
 
@@ -384,21 +381,6 @@ class EndpointMonitor:
             capacities=capacities,
             step_model=params.step_model,
         )
-
-
-def tariff_of(config: EndpointConfig, usd_per_hour: Decimal | None) -> Tariff:
-    """How the endpoint is billed, from its configuration and the price in force."""
-    spec = config.speculation
-    draft_load = None
-    if spec is not None and spec.draft_weight_bytes:
-        draft_load = spec.draft_weight_bytes / config.weight_load_bytes_per_second
-    return Tariff(
-        usd_per_hour=usd_per_hour,
-        gpus=config.gpus,
-        billing_mode=config.billing_mode,
-        cold_start_seconds=config.cold_start_seconds,
-        draft_load_seconds=draft_load,
-    )
 
 
 def endpoint_states(monitors: Mapping[str, EndpointMonitor]) -> list[tuple[str, bool, str]]:

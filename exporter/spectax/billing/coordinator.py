@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -86,12 +86,17 @@ class BillingService:
         self._last_attempt: dict[str, datetime] = {}
         self._in_flight: set[asyncio.Task[None]] = set()
         self._refresh_lock = asyncio.Lock()
+        self._leading: Callable[[], bool] = lambda: True
 
     # ------------------------------------------------------------ lifecycle
 
-    async def start(self, scheduler: Any, store: Store) -> None:
-        """Restore each source's last read, publish what the store holds, add the jobs."""
-        self.store, self._scheduler = store, scheduler
+    async def start(
+        self, scheduler: Any, store: Store, leading: Callable[[], bool] = lambda: True
+    ) -> None:
+        """Restore each source's last read, publish what the store holds, add the jobs.
+        While `leading` says False (the follower of an HA pair), a job does not read the
+        source: it shows what the leader stored."""
+        self.store, self._scheduler, self._leading = store, scheduler, leading
         await self._restore_polls()
         await self.refresh()
         self._add_jobs()
@@ -163,8 +168,10 @@ class BillingService:
             self._in_flight.add(task)
         try:
             spec = next((s for s in self.specs if s.name == name), None)
-            if spec is not None:
+            if spec is not None and self._leading():
                 await self.poll(spec)
+            elif spec is not None:
+                await self.refresh()
         finally:
             if task is not None:
                 self._in_flight.discard(task)

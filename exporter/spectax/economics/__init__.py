@@ -1,19 +1,20 @@
 """The economics of speculative decoding (ECONOMICS.md): pure, no I/O, no clock.
 
 - formulas: each quantity of ECONOMICS.md §2-§4 as a function;
-- assessment: the formulas composed per model and window, the measured speedup, verdicts;
+- assessment: the formulas composed per model and window, verdicts;
+- measured: the measured speedup against a control;
 - pricing: what GPU time costs (interval spend, cold starts, the split between models);
 - counterfactual: the plain-decode curve a speculative endpoint cannot see, its sources,
   and the speedup with its band and basis (§3b);
 - capacity: the KV cache a draft model takes, in requests the endpoint could hold;
 - calibration: the plain curve fitted from an endpoint's own windows without speculation;
-- sweep: B*, h and c fitted to a benchmark sweep (`spectax model fit`).
+- sweep: B*, h and c fitted to a benchmark sweep (`spectax model fit`);
+- latency: the quantiles with against without speculation, and the latency verdict.
 
 Callers write `from spectax import economics` and `economics.assess_window(...)`.
 """
 
 from spectax.economics.assessment import (
-    MIN_MEASURED_REQUESTS,
     AssessedWindow,
     Assessment,
     Money,
@@ -22,7 +23,6 @@ from spectax.economics.assessment import (
     Verdict,
     assess_model,
     assess_window,
-    measured_speedup,
     traffic_of,
     verdict_for,
 )
@@ -76,6 +76,8 @@ from spectax.economics.formulas import (
     spend_estimate_usd,
     vram_opportunity_usd,
 )
+from spectax.economics.latency import Latency, LatencyBasis, assess_latency, latency_verdict
+from spectax.economics.measured import MIN_MEASURED_REQUESTS, measured_speedup
 from spectax.economics.pricing import (
     BillingMode,
     ModelSpend,
@@ -102,6 +104,8 @@ __all__ = [
     "Capacity",
     "CapacityBasis",
     "FittedRow",
+    "Latency",
+    "LatencyBasis",
     "ModelSpend",
     "Money",
     "Parameters",
@@ -120,6 +124,7 @@ __all__ = [
     "Verdict",
     "acceptance_length",
     "acceptance_ratio",
+    "assess_latency",
     "assess_model",
     "assess_window",
     "breakeven_acceptance",
@@ -138,6 +143,7 @@ __all__ = [
     "gpu_time_without_speculation",
     "iid_acceptance_length",
     "implied_step_overhead",
+    "latency_verdict",
     "measured_speedup",
     "modelled_speedup",
     "plain_point",

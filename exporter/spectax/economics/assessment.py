@@ -9,7 +9,7 @@ concluded about it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from spectax.economics.counterfactual import (
@@ -36,6 +36,8 @@ from spectax.economics.formulas import (
     speedup_per_step,
     vram_opportunity_usd,
 )
+from spectax.economics.latency import Latency, assess_latency
+from spectax.economics.measured import MIN_MEASURED_REQUESTS, measured_speedup
 from spectax.economics.pricing import ModelSpend
 from spectax.pipeline.counts import Counts
 from spectax.pipeline.windows import Window
@@ -45,9 +47,6 @@ Verdict = Literal["pays", "tax", "uncertain", "no_speculation", "no_traffic"]
 #: An implied step overhead outside this range says the other parameters (c, B*) are
 #: wrong, not that a speculative step is cheaper than half a plain one or 20x dearer.
 PLAUSIBLE_STEP_OVERHEAD = (-0.5, 20.0)
-#: Finished requests each side needs for a measured speedup: a ratio of two or three
-#: requests' timings says more about those requests than about speculation.
-MIN_MEASURED_REQUESTS = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +133,7 @@ class Assessment:
     rejected_usd: float | None
     vram_usd: float | None
     verdict: Verdict
+    latency: Latency | None = None  # quantiles, and speculation's effect on them
 
     @property
     def speedup_in_force(self) -> float | None:
@@ -332,31 +332,6 @@ def traffic_of(
     )
 
 
-def measured_speedup(
-    window: Window, control: Window | None, model: str, min_requests: int = MIN_MEASURED_REQUESTS
-) -> float | None:
-    """Measured speedup: the control's time per output token / this endpoint's, same span.
-
-    The control serves the same model without speculation. Its model is
-    matched by name, or taken as it is when both serve exactly one model.
-    Each side needs `min_requests` finished requests.
-    """
-    if control is None:
-        return None
-    counterpart = model
-    if model not in control.models and len(control.models) == 1 and len(window.models) == 1:
-        counterpart = next(iter(control.models))
-    ours, theirs = window.models.get(model), control.models.get(counterpart)
-    for side in (ours, theirs):
-        timing = side.time_per_output_token if side is not None else None
-        if timing is None or timing.count < min_requests or timing.sum <= 0:
-            return None
-    ours_tpot = window.time_per_output_token(model)
-    theirs_tpot = control.time_per_output_token(counterpart)
-    assert ours_tpot is not None and theirs_tpot is not None
-    return theirs_tpot / ours_tpot
-
-
 def assess_window(
     window: Window,
     params: Parameters,
@@ -374,13 +349,16 @@ def assess_window(
             float(share.busy_usd) if share else None,
             float(share.draft_load_usd) if share else 0.0,
         )
-        result[model] = assess_model(
+        found = assess_model(
             model,
             traffic_of(counts, window.concurrency(model), window.restarts > 0),
             params,
             money,
             measured_speedup(window, control, model),
         )
+        speculating = found.draft_tokens is not None or found.drafts is not None
+        latency = assess_latency(model, counts, speculating, found.speedup_ratio, control)
+        result[model] = replace(found, latency=latency)
     return result
 
 

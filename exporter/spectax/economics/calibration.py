@@ -26,7 +26,7 @@ from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from spectax.economics.counterfactual import PlainCurve, fit_plain_curve, plain_tokens_per_step
+from spectax.economics.counterfactual import PlainCurve, fit_or_refusal, plain_tokens_per_step
 from spectax.pipeline.windows import Window
 
 MIN_WINDOWS = 8
@@ -102,6 +102,7 @@ class PlainCalibration:
         self._points_since_fit = self._phase
         self._refused = False  # the last fit was computed and found unsound
         self.fit: PlainCurve | None = None
+        self.refusal: str | None = None  # why the last fit, from enough windows, was refused
         self.fits = 0  # fits computed, sound or not: what the schedule costs
 
     def __len__(self) -> int:
@@ -127,8 +128,10 @@ class PlainCalibration:
             # once: counted from there, all of them would refit at the same window).
             self._points_since_fit = self._phase
         history = self._steps.pairs()
-        self.fit = fit_plain_curve(history, self._min_windows, MIN_SPREAD)
+        fit = fit_or_refusal(history, self._min_windows, MIN_SPREAD)
+        self.fit = fit if isinstance(fit, PlainCurve) else None
         self._refused = self.fit is None and len(history) >= self._min_windows
+        self.refusal = fit if isinstance(fit, str) and self._refused else None
         self.fits += 1
         return True
 

@@ -271,18 +271,28 @@ def plain_tokens_per_step(concurrency: float, output_tokens: float, prompt_token
 def fit_plain_curve(
     points: Sequence[tuple[float, float]], min_points: int, min_spread: float
 ) -> PlainCurve | None:
-    """A plain curve through (tokens per step, seconds per output token) points.
+    """A plain curve through (tokens per step, seconds per output token) points, or None
+    (`fit_or_refusal` says why)."""
+    fit = fit_or_refusal(points, min_points, min_spread)
+    return fit if isinstance(fit, PlainCurve) else None
+
+
+def fit_or_refusal(
+    points: Sequence[tuple[float, float]], min_points: int, min_spread: float
+) -> PlainCurve | str:
+    """A plain curve through (tokens per step, seconds per output token) points, or why not.
 
     Theil-Sen (median pairwise slope) when the points spread in tokens per
     step; otherwise (one load level) a flat curve, used only near that load.
-    A fit with a negative intercept or slope is refused: it is noise.
+    A fit with a negative intercept or slope is refused: it is noise (or a
+    machine so loaded that a step's fixed cost drowns in it).
     """
     if len(points) < min_points:
-        return None
+        return f"{len(points)} windows, {min_points} needed"
     xs = [x for x, _ in points]
     low, high = min(xs), max(xs)
     if low <= 0:
-        return None
+        return "a window without tokens per step"
     a = b = 0.0
     if high >= min_spread * low:
         slopes = [
@@ -294,11 +304,15 @@ def fit_plain_curve(
         b = statistics.median(slopes)
         a = statistics.median(y - b * x for x, y in points)
         if a <= 0 or b < 0:
-            return None
+            return (
+                f"a = {a * 1e3:.3f} ms, b = {b * 1e3:.4f} ms/token from {len(points)} windows "
+                f"({low:.1f}-{high:.1f} tokens per step): a step's fixed cost and its cost "
+                "per token must both be positive"
+            )
     else:
         a = statistics.median(y for _, y in points)
         if a <= 0:
-            return None
+            return "time per output token of 0"
     relative = sorted(y / (a + b * x) - 1.0 for x, y in points)
     q_low, q_high = BAND_QUANTILES
     residuals = (_quantile(relative, q_low), _quantile(relative, q_high))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from spectax.engines import sglang, tgi, trtllm, vllm
+from spectax.engines import llamacpp, sglang, tgi, trtllm, vllm
 from spectax.engines.base import (
     QUANTITIES,
     Capability,
@@ -42,6 +42,7 @@ ENGINES: dict[str, Engine] = {
     "sglang": Engine("sglang", sglang.parse, "sglang:", sglang.CAPABILITIES),
     "trtllm": Engine("trtllm", trtllm.parse, "trtllm_", trtllm.CAPABILITIES, "/prometheus/metrics"),
     "tgi": Engine("tgi", tgi.parse, "tgi_", tgi.CAPABILITIES),
+    "llamacpp": Engine("llamacpp", llamacpp.parse, "llamacpp:", llamacpp.CAPABILITIES),
 }
 
 

@@ -23,7 +23,7 @@ from typing import Any, Literal
 #: How a counter is subtracted, summed, packed and stored:
 #: plain - a number, 0 when the page lacks it;
 #: speculation - a number, None when the engine does not speculate (different from 0: idle);
-#: histogram - a `Histogram` (sum and count), None when the page lacks it;
+#: histogram - a `Histogram` (sum, count, cumulative buckets), None when the page lacks it;
 #: per_position - a tuple of numbers, one per draft position (at most one such counter).
 CounterKind = Literal["plain", "speculation", "histogram", "per_position"]
 
@@ -46,12 +46,23 @@ class ParseError(ValueError):
         super().__init__(f"{where}{message}{shown}")
 
 
+#: A histogram's cumulative buckets: (upper bound `le`, observations <= it), ascending, the
+#: last bound +Inf. Empty when unknown (an engine that gives none, or a delta whose two ends
+#: disagree on the bounds): quantiles need them, means do not.
+Buckets = tuple[tuple[float, float], ...]
+
+
 @dataclass(frozen=True, slots=True)
 class Histogram:
-    """Sum and count of a Prometheus histogram (buckets are not needed)."""
+    """Sum, count and cumulative buckets of a Prometheus histogram.
+
+    The buckets are what latency quantiles are computed from (spectax.pipeline.quantiles);
+    the mean needs only sum and count, so a parser that reads no buckets leaves them empty.
+    """
 
     sum: float
     count: float
+    buckets: Buckets = ()
 
 
 def counter(kind: CounterKind, column: str | None = None) -> Any:
@@ -79,6 +90,8 @@ class Counters:
     iteration_tokens: Histogram | None = counter("histogram")
     inter_token_latency: Histogram | None = counter("histogram")
     time_per_output_token: Histogram | None = counter("histogram")
+    time_to_first_token: Histogram | None = counter("histogram")
+    e2e_request_latency: Histogram | None = counter("histogram")
     estimated_flops: float = counter("plain")  # per GPU; vLLM only with --enable-mfu-metrics
     estimated_read_bytes: float = counter("plain")  # per GPU, likewise
     preemptions: float = counter("plain")  # requests evicted from a full KV cache

@@ -1,4 +1,6 @@
-"""The line scanner every engine parser shares (vLLM, SGLang, TensorRT-LLM, TGI).
+"""The line scanner every engine parser shares: the exposition format's label-set grammar,
+the alternation of family names, label unescaping, the line a match sits on (for errors),
+and histograms with their buckets.
 
 A page has hundreds of lines and a parser needs a dozen families, so each engine
 compiles one regular expression over its family names (`scanner`), anchored on a
@@ -11,11 +13,12 @@ read are checked here once: cumulative ones (counters, histogram `_sum` and
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Iterator
 from typing import Final
 
-from spectax.engines.base import ParseError
+from spectax.engines.base import Histogram, ParseError
 
 #: Largest cumulative value accepted, as in `spectax.engines.vllm` (2**53: a float still
 #: holds every integer below it, and the store's BIGINT columns keep headroom).
@@ -26,13 +29,16 @@ MAX_MODELS: Final = 64
 MAX_MODEL_NAME: Final = 256
 #: Largest draft position accepted.
 MAX_POSITIONS: Final = 256
+#: Distinct bucket bounds accepted per histogram (vLLM's have 11-30): the buckets are kept in
+#: every interval of the sliding window and in every stored row, so a page cannot make
+#: them a megabyte each.
+MAX_BUCKETS: Final = 256
 
+# A label value: anything but a quote, backslash or newline, or a backslash escape.
+# Possessive quantifiers (Python 3.11+) keep the pattern linear on hostile input.
 _LABEL_VALUE = r'"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"'
 _LABEL_PAIR = r"[ \t]*+[a-zA-Z_][a-zA-Z0-9_]*+[ \t]*+=[ \t]*+" + _LABEL_VALUE
-_LABEL_SET = (
-    r"\{(?:" + _LABEL_PAIR + r"(?:[ \t]*+," + _LABEL_PAIR + r")*+(?:[ \t]*+,)?+)?+[ \t]*+\}"
-)
-#: One `name="value"` of an already validated label set: (name, raw escaped value).
+LABEL_SET = r"\{(?:" + _LABEL_PAIR + r"(?:[ \t]*+," + _LABEL_PAIR + r")*+(?:[ \t]*+,)?+)?+[ \t]*+\}"
 PAIR: Final = re.compile(r"([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*\"([^\"\\\n]*(?:\\.[^\"\\\n]*)*)\"")
 _ESCAPE: Final = re.compile(r"\\[\\n\"]")
 _UNESCAPE: Final = {"\\\\": "\\", "\\n": "\n", '\\"': '"'}
@@ -41,7 +47,7 @@ _LABEL_CACHE_MAX: Final = 4096
 _LABEL_CACHE_KEY_MAX: Final = 1024
 
 
-def _trie(words: list[str]) -> str:
+def trie(words: list[str]) -> str:
     """A regex alternation of `words` factored by common prefixes (fewer branch tries)."""
     if words == [""]:
         return ""
@@ -50,7 +56,7 @@ def _trie(words: list[str]) -> str:
     for word in words:
         if word:
             groups.setdefault(word[0], []).append(word[1:])
-    parts = [re.escape(char) + _trie(rest) for char, rest in sorted(groups.items())]
+    parts = [re.escape(char) + trie(rest) for char, rest in sorted(groups.items())]
     body = parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
     return f"(?:{body})?" if optional else body
 
@@ -60,9 +66,9 @@ def scanner(names: Iterable[str]) -> re.Pattern[str]:
     line's tail is malformed (so the caller raises rather than skips it)."""
     return re.compile(
         r"\n[ \t]*+("
-        + _trie(sorted(names))
+        + trie(sorted(names))
         + r")(?![a-zA-Z0-9_:])(?:("
-        + _LABEL_SET
+        + LABEL_SET
         + r")?+[ \t]++([^ \t\r\n]++)"
         + r"(?:[ \t]++-?[0-9]++(?:\.[0-9]++)?+(?:[eE][+-]?[0-9]++)?+)?+"
         + r"[ \t\r]*+(?=\n|\Z))?"
@@ -70,7 +76,7 @@ def scanner(names: Iterable[str]) -> re.Pattern[str]:
 
 
 def unescape(value: str) -> str:
-    """Undo the exposition format's label escaping (`\\\\`, `\\"`, `\\n`); others stay."""
+    """Undo the exposition format's label escaping (`\\\\`, `\\"`, `\\n`); other escapes stay."""
     if "\\" not in value:
         return value
     return _ESCAPE.sub(lambda m: _UNESCAPE[m.group(0)], value)
@@ -98,7 +104,7 @@ def line_of(body: str, start: int) -> tuple[int, str]:
     return body.count("\n", 0, start) + 1, body[start + 1 : end if end >= 0 else len(body)]
 
 
-def decode(text: str | bytes) -> str:
+def decode(text: str | bytes | bytearray | memoryview) -> str:
     """The page as text; bytes must be UTF-8 (the error names the line that is not)."""
     if isinstance(text, str):
         return text
@@ -180,3 +186,36 @@ def check_sum(body: str, start: int, name: str, model: str, total: float) -> flo
     if total > MAX_VALUE:
         raise error(body, start, f"{name} of model {model!r} sums to more than 2**53")
     return total
+
+
+def where(scan: re.Pattern[str], body: str, index: int) -> tuple[int, str]:
+    """Line number and text of the index-th match of `scan` in `body`, for a ParseError: a
+    parser that scans with findall (no match object per line) finds its bad line again."""
+    for i, match in enumerate(scan.finditer(body)):
+        if i == index:
+            return line_of(body, match.start())
+    raise AssertionError(index)  # pragma: no cover - the index came from the same scan
+
+
+def histogram(total: float | None, count: float | None, name: str, model: str) -> Histogram | None:
+    """The histogram of a family's summed `_sum` and `_count`; None when the page has neither."""
+    if total is None and count is None:
+        return None
+    if total is None or count is None:
+        missing = "_sum" if total is None else "_count"
+        raise ParseError(f"{name} of model {model!r} has no {missing} series")
+    return Histogram(sum=total, count=count)
+
+
+def with_buckets(
+    histogram: Histogram | None, per_le: dict[float, float], name: str, model: str
+) -> Histogram:
+    """The histogram with its cumulative buckets, ascending; a histogram needs its +Inf
+    bucket (the exposition format's rule, and histogram_quantile's: NaN without it)."""
+    if histogram is None:
+        raise ParseError(f"{name} of model {model!r} has buckets but no _sum and _count")
+    if math.inf not in per_le:
+        raise ParseError(f'{name} of model {model!r} has no le="+Inf" bucket')
+    if len(per_le) > MAX_BUCKETS:
+        raise ParseError(f"{name} of model {model!r} has more than {MAX_BUCKETS} buckets")
+    return Histogram(histogram.sum, histogram.count, tuple(sorted(per_le.items())))

@@ -3,37 +3,44 @@
 Only a handful of the ~650 lines on a vLLM page matter, so instead of parsing
 the whole exposition we scan for the lines we need with one compiled regular
 expression (anchored on a newline, the scan runs in C), and parse only those
-lines. Everything else (comments, `*_bucket`, `*_created`, `python_*`, other
-`vllm:` families) is skipped without being validated.
+lines. Everything else (comments, the buckets of histograms other than the four
+latency ones, `*_created`, `python_*`, other `vllm:` families) is skipped unvalidated.
 
 Covers vLLM V1 (0.11 - 0.33) and the V0 legacy names (before 0.11); see
 /work/shared/ENGINES.md. Series are summed per `model_name` over every other
 label (`engine` = data-parallel rank, `finished_reason`, ...).
 
 Strictness on the lines that are read: a bad value, an unterminated label set
-or quote, a missing/empty or over-long `model_name`, a bad `position`, a
-duplicate series, and a cumulative value (counter, histogram `_sum`/`_count`)
-or request-count gauge that is negative, NaN, infinite or above `MAX_VALUE`
-(the FLOP and byte estimates: negative, NaN or infinite) raise `ParseError`
-naming the 1-based line. What passes fits the store's columns, so one target's
-page can never stop the history of the others. The V0 legacy gauges are passed
-through as reported (vLLM V0 could report NaN there before the first draft).
+or quote, a missing/empty or over-long `model_name`, a bad `position` or `le`, a
+histogram with buckets but no +Inf one, a duplicate series, and a cumulative value
+(counter, histogram `_sum`/`_count`/`_bucket`) or request-count gauge that is
+negative, NaN, infinite or above `MAX_VALUE` (the FLOP and byte estimates: negative,
+NaN or infinite) raise `ParseError` naming the 1-based line. What passes fits the
+store's columns, so one target's page can never stop the history of the others. The V0
+legacy gauges are passed through as reported (vLLM V0 could report NaN there before the
+first draft).
 """
 
 from __future__ import annotations
 
 import math
+import re
 import sys
 from typing import Final
 
 from spectax.engines.base import (
     Capability,
     EngineSample,
-    Histogram,
     ModelSample,
     ParseError,
 )
-from spectax.engines.scan import PAIR, decode, line_of, scanner, unescape
+from spectax.engines.scan import LABEL_SET as _LABEL_SET
+from spectax.engines.scan import PAIR as _PAIR
+from spectax.engines.scan import decode as _decode
+from spectax.engines.scan import histogram, with_buckets
+from spectax.engines.scan import trie as _trie
+from spectax.engines.scan import unescape as _unescape
+from spectax.engines.scan import where as _where
 from spectax.engines.vllm_cache import CacheConfig
 
 __all__ = ["MAX_MODELS", "MAX_MODEL_NAME", "MAX_POSITIONS", "MAX_VALUE", "parse"]
@@ -79,11 +86,15 @@ _LARGEST_FLOAT: Final = sys.float_info.max
     _LEGACY_EFF,
     _FLOPS,
     _READ_BYTES,
+    _TTFT_SUM,
+    _TTFT_COUNT,
+    _E2E_SUM,
+    _E2E_COUNT,
     _PREEMPTIONS,
     _KV_USAGE,  # summed over ranks; divided by _KV_USAGE_SERIES: the ranks' mean
     _KV_USAGE_SERIES,
     _N_SLOTS,
-) = range(24)
+) = range(28)
 _PER_POS: Final = -1
 _PROCESS_START: Final = -2
 _CACHE_CONFIG: Final = -3
@@ -117,6 +128,10 @@ _FAMILIES: Final[dict[str, tuple[int, int]]] = {
     "vllm:inter_token_latency_seconds_count": (_ITL_COUNT, _CUMULATIVE),
     "vllm:request_time_per_output_token_seconds_sum": (_TPOT_SUM, _CUMULATIVE),
     "vllm:request_time_per_output_token_seconds_count": (_TPOT_COUNT, _CUMULATIVE),
+    "vllm:time_to_first_token_seconds_sum": (_TTFT_SUM, _CUMULATIVE),
+    "vllm:time_to_first_token_seconds_count": (_TTFT_COUNT, _CUMULATIVE),
+    "vllm:e2e_request_latency_seconds_sum": (_E2E_SUM, _CUMULATIVE),
+    "vllm:e2e_request_latency_seconds_count": (_E2E_COUNT, _CUMULATIVE),
     # Non-zero only with --enable-mfu-metrics (vLLM 0.32+; v1/metrics/perf.py).
     "vllm:estimated_flops_per_gpu_total": (_FLOPS, _ESTIMATE),
     "vllm:estimated_read_bytes_per_gpu_total": (_READ_BYTES, _ESTIMATE),
@@ -134,35 +149,63 @@ _HISTOGRAMS: Final = {
     (_ITL_SUM, _ITL_COUNT): "vllm:inter_token_latency_seconds",
     (_TPOT_SUM, _TPOT_COUNT): "vllm:request_time_per_output_token_seconds",
     (_V0_TPOT_SUM, _V0_TPOT_COUNT): "vllm:time_per_output_token_seconds",
+    (_TTFT_SUM, _TTFT_COUNT): "vllm:time_to_first_token_seconds",
+    (_E2E_SUM, _E2E_COUNT): "vllm:e2e_request_latency_seconds",
 }
+# The latency histograms whose `_bucket` series are read (quantiles), each with its slot
+# below _BUCKET: a bucket line's slot is _BUCKET - its index here.
+_BUCKETED: Final = tuple((at, at + 1) for at in (_ITL_SUM, _TPOT_SUM, _TTFT_SUM, _E2E_SUM))
+_BUCKET: Final = -10
+_FAMILIES.update(
+    {f"{_HISTOGRAMS[h]}_bucket": (_BUCKET - i, _CUMULATIVE) for i, h in enumerate(_BUCKETED)}
+)
 
 
 # One relevant sample line. The body is prefixed with "\n" so every line starts
 # after a newline. When the tail (labels, value, optional timestamp) does not
-# match, group 3 is None -> ParseError, so a relevant line is never skipped
+# match, group 3 is empty -> ParseError, so a relevant line is never skipped
 # silently.
-_SCAN: Final = scanner(_FAMILIES)
-# Raw label-set text -> (model_name or None, position or None). Label sets repeat
-# on every page, so they are parsed once per process. Bounded: cleared when full, and
-# only sets up to 1 KiB are kept (a real one is ~100 characters), so a hostile page
-# cannot make the cache hold 4,096 copies of a megabyte-long label set.
-_LABEL_CACHE: dict[str, tuple[str | None, str | None]] = {}
+_SCAN: Final = re.compile(
+    r"\n[ \t]*+("
+    + _trie(sorted(_FAMILIES))
+    + r")(?![a-zA-Z0-9_:])"
+    + r"(?:("
+    + _LABEL_SET
+    + r")?+"
+    + r"[ \t]++([^ \t\r\n]++)"
+    + r"(?:[ \t]++-?[0-9]++(?:\.[0-9]++)?+(?:[eE][+-]?[0-9]++)?+)?+"  # optional timestamp
+    + r"[ \t\r]*+(?=\n|\Z))?"
+)
+# Raw label-set text -> (model_name or None, position or None, le as a float or None).
+# Label sets repeat on every page, so they are parsed once per process. Bounded: cleared
+# when full, and only sets up to 1 KiB are kept (a real one is ~100 characters), so a
+# hostile page cannot make the cache hold 4,096 copies of a megabyte-long label set.
+_LABEL_CACHE: dict[str, tuple[str | None, str | None, float | None]] = {}
 _LABEL_CACHE_MAX: Final = 4096
 _LABEL_CACHE_KEY_MAX: Final = 1024
 
 
-def _parse_labels(labels: str) -> tuple[str | None, str | None] | str:
-    """(model_name, position) from an already validated `{...}`, or an error message."""
+def _parse_labels(labels: str) -> tuple[str | None, str | None, float | None] | str:
+    """(model_name, position, le) from an already validated `{...}`, or an error message."""
     found: dict[str, str] = {}
-    for key, raw in PAIR.findall(labels):
+    for key, raw in _PAIR.findall(labels):
         if key in found:
             return f"duplicate label {key!r}"
         found[key] = raw
     model = found.get("model_name")
     position = found.get("position")
+    le: float | None = None
+    if "le" in found:
+        try:
+            le = float(found["le"])
+        except ValueError:
+            return f"bad bucket bound le={found['le']!r}"
+        if math.isnan(le) or "_" in found["le"] or not found["le"].isascii():
+            return f"bad bucket bound le={found['le']!r}"
     result = (
-        unescape(model) if model else None,
-        unescape(position) if position is not None else None,
+        _unescape(model) if model else None,
+        _unescape(position) if position is not None else None,
+        le,
     )
     if result[0] is not None and len(result[0]) > MAX_MODEL_NAME:
         return (
@@ -184,23 +227,26 @@ def parse(text: str | bytes) -> EngineSample:
     Raises `ParseError` for malformed relevant lines (see the module docstring).
     """
     if not isinstance(text, str):
-        text = decode(text)
+        text = _decode(text)
     body = "\n" + text
     families = _FAMILIES
     cache = _LABEL_CACHE
     models: dict[str, list[float | None]] = {}
     positions: dict[str, dict[int, float]] = {}
+    # (model, index in _BUCKETED) -> le -> count summed over the other labels (ranks).
+    buckets: dict[tuple[str, int], dict[float, float]] = {}
     seen: set[tuple[str, str | None]] = set()
     process_start: float | None = None
     cache_config = CacheConfig()
 
-    for match in _SCAN.finditer(body):
-        name, labels, raw_value = match.groups()
-        if raw_value is None:
-            raise ParseError(f"cannot parse {name} sample", *line_of(body, match.start()))
+    # findall, not finditer: no match object per line. An error locates its line again
+    # (`where`, the index-th match), which only a bad page pays for.
+    for index, (name, labels, raw_value) in enumerate(_SCAN.findall(body)):
+        if not raw_value:  # findall gives "" for a group that did not match
+            raise ParseError(f"cannot parse {name} sample", *_where(_SCAN, body, index))
         key = (name, labels)
         if key in seen:
-            raise ParseError(f"duplicate series {name}", *line_of(body, match.start()))
+            raise ParseError(f"duplicate series {name}", *_where(_SCAN, body, index))
         seen.add(key)
         try:
             value = float(raw_value)
@@ -209,53 +255,72 @@ def parse(text: str | bytes) -> EngineSample:
                 raise ValueError(raw_value)
         except ValueError:
             raise ParseError(
-                f"bad value {raw_value!r} for {name}", *line_of(body, match.start())
+                f"bad value {raw_value!r} for {name}", *_where(_SCAN, body, index)
             ) from None
         slot, kind = families[name]
 
         if kind < _LEGACY_GAUGE and not 0.0 <= value <= MAX_VALUE:
             raise ParseError(
                 f"{name} must be a finite non-negative number at most 2**53, got {raw_value}",
-                *line_of(body, match.start()),
+                *_where(_SCAN, body, index),
             )
         if kind == _ESTIMATE and not 0.0 <= value < math.inf:
             raise ParseError(
                 f"{name} must be a finite non-negative number, got {raw_value}",
-                *line_of(body, match.start()),
+                *_where(_SCAN, body, index),
             )
+        if slot <= _BUCKET:  # the most frequent lines: the shortest path
+            info = cache.get(labels)
+            if info is None:
+                parsed = _parse_labels(labels) if labels else f"{name} has no model_name label"
+                if isinstance(parsed, str):
+                    raise ParseError(parsed, *_where(_SCAN, body, index))
+                info = parsed
+            model, _, le = info
+            if model is None or le is None:
+                missing = "model_name" if model is None else "le"
+                raise ParseError(f"{name} has no {missing} label", *_where(_SCAN, body, index))
+            per_le = buckets.setdefault((model, _BUCKET - slot), {})
+            per_le[le] = total = per_le.get(le, 0.0) + value
+            if total > MAX_VALUE:
+                raise ParseError(
+                    f"{name} of model {model!r} sums to more than 2**53",
+                    *_where(_SCAN, body, index),
+                )
+            continue
         if slot == _PROCESS_START:
             if not math.isfinite(value):
-                raise ParseError(f"bad value for {name}", *line_of(body, match.start()))
+                raise ParseError(f"bad value for {name}", *_where(_SCAN, body, index))
             process_start = value
             continue
         if slot == _CACHE_CONFIG:
             problem = cache_config.add(labels or "")
             if problem:
-                raise ParseError(f"{name}: {problem}", *line_of(body, match.start()))
+                raise ParseError(f"{name}: {problem}", *_where(_SCAN, body, index))
             continue
         if kind == _FRACTION and not 0.0 <= value <= 1.0:
             raise ParseError(
                 f"{name} must be a fraction from 0 to 1, got {raw_value}",
-                *line_of(body, match.start()),
+                *_where(_SCAN, body, index),
             )
 
-        if labels is None:
-            raise ParseError(f"{name} has no model_name label", *line_of(body, match.start()))
+        if not labels:
+            raise ParseError(f"{name} has no model_name label", *_where(_SCAN, body, index))
         info = cache.get(labels)
         if info is None:
             parsed = _parse_labels(labels)
             if isinstance(parsed, str):
-                raise ParseError(parsed, *line_of(body, match.start()))
+                raise ParseError(parsed, *_where(_SCAN, body, index))
             info = parsed
         model = info[0]
         if model is None:
-            raise ParseError(f"{name} has no model_name label", *line_of(body, match.start()))
+            raise ParseError(f"{name} has no model_name label", *_where(_SCAN, body, index))
         acc = models.get(model)
         if acc is None:
             if len(models) >= MAX_MODELS:
                 raise ParseError(
                     f"too many models (more than {MAX_MODELS} model_name values)",
-                    *line_of(body, match.start()),
+                    *_where(_SCAN, body, index),
                 )
             acc = models[model] = [None] * _N_SLOTS
 
@@ -269,15 +334,15 @@ def parse(text: str | bytes) -> EngineSample:
             ):
                 raise ParseError(
                     f"{name} needs a position label 0..{MAX_POSITIONS - 1}",
-                    *line_of(body, match.start()),
+                    *_where(_SCAN, body, index),
                 )
             per_pos = positions.setdefault(model, {})
-            index = int(position)
-            per_pos[index] = total = per_pos.get(index, 0.0) + value
+            at = int(position)
+            per_pos[at] = total = per_pos.get(at, 0.0) + value
             if total > MAX_VALUE:
                 raise ParseError(
                     f"{name} of model {model!r} sums to more than 2**53",
-                    *line_of(body, match.start()),
+                    *_where(_SCAN, body, index),
                 )
             continue
 
@@ -288,7 +353,7 @@ def parse(text: str | bytes) -> EngineSample:
             acc[slot] = value
         elif kind == _LEGACY_GAUGE:
             raise ParseError(
-                f"{name} appears twice for model {model!r}", *line_of(body, match.start())
+                f"{name} appears twice for model {model!r}", *_where(_SCAN, body, index)
             )
         else:
             acc[slot] = previous = previous + value
@@ -297,12 +362,19 @@ def parse(text: str | bytes) -> EngineSample:
                 bound = "2**53" if kind != _ESTIMATE else "the largest float"
                 raise ParseError(
                     f"{name} of model {model!r} sums to more than {bound}",
-                    *line_of(body, match.start()),
+                    *_where(_SCAN, body, index),
                 )
 
+    for model, _ in buckets:
+        if model not in models:
+            raise ParseError(f"model {model!r} has histogram buckets but no _sum and _count")
     out: dict[str, ModelSample] = {}
     for model, acc in models.items():
-        hist = {h: _histogram(acc, h, model) for h in _HISTOGRAMS}
+        hist = {h: histogram(acc[h[0]], acc[h[1]], name, model) for h, name in _HISTOGRAMS.items()}
+        for i, h in enumerate(_BUCKETED):
+            found = buckets.get((model, i))
+            if found is not None:
+                hist[h] = with_buckets(hist[h], found, _HISTOGRAMS[h], model)
         itl = hist[(_ITL_SUM, _ITL_COUNT)]
         if itl is None:  # V0 name of the same quantity
             itl = hist[(_V0_TPOT_SUM, _V0_TPOT_COUNT)]
@@ -323,6 +395,8 @@ def parse(text: str | bytes) -> EngineSample:
             iteration_tokens=hist[(_ITER_SUM, _ITER_COUNT)],
             inter_token_latency=itl,
             time_per_output_token=hist[(_TPOT_SUM, _TPOT_COUNT)],
+            time_to_first_token=hist[(_TTFT_SUM, _TTFT_COUNT)],
+            e2e_request_latency=hist[(_E2E_SUM, _E2E_COUNT)],
             estimated_flops=acc[_FLOPS] or 0.0,
             estimated_read_bytes=acc[_READ_BYTES] or 0.0,
             preemptions=acc[_PREEMPTIONS] or 0.0,
@@ -334,16 +408,6 @@ def parse(text: str | bytes) -> EngineSample:
             legacy_efficiency=acc[_LEGACY_EFF],
         )
     return EngineSample(engine=ENGINE, models=out, process_start_time_seconds=process_start)
-
-
-def _histogram(acc: list[float | None], slots: tuple[int, int], model: str) -> Histogram | None:
-    total, count = acc[slots[0]], acc[slots[1]]
-    if total is None and count is None:
-        return None
-    if total is None or count is None:
-        missing = "_sum" if total is None else "_count"
-        raise ParseError(f"{_HISTOGRAMS[slots]} of model {model!r} has no {missing} series")
-    return Histogram(sum=total, count=count)
 
 
 #: vLLM exposes every quantity spectax reads (V1; V0's counters over-counted: its gauges).

@@ -34,6 +34,7 @@ class StoreStatus:
     write_errors: int
     up: bool = True
     quarantined_rows: Mapping[str, int] = field(default_factory=dict)  # endpoint -> rows
+    leader: bool = True  # this process writes to the store (spectax.store.leader)
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,7 @@ class SnapshotCollector(Collector):
         add("spectax_store_pending_windows", (), float(store.pending_windows))
         add("spectax_store_write_errors_total", (), float(store.write_errors))
         add("spectax_store_up", (), float(store.up))
+        add("spectax_leader", (), float(store.leader))
         # every endpoint from 0, so that the first quarantined row is an increase (rate())
         for name in sorted({*self._snapshots(), *store.quarantined_rows}):
             count = store.quarantined_rows.get(name, 0)
@@ -157,6 +159,8 @@ def _endpoint_state(add: AddSample, name: str, snap: EndpointSnapshot) -> None:
     for reason in REASONS:
         add("spectax_scrape_failures_total", (name, reason), float(snap.failures.get(reason, 0)))
     add("spectax_acceptance_threshold_ratio", (name,), config.acceptance_threshold)
+    if (slo := config.latency_slo) is not None:
+        add("spectax_latency_slo_seconds", (name, slo.metric, slo.percentile), slo.seconds)
     if speculation is not None:
         step = snap.step_model
         add("spectax_ridge_batch_requests", (name, step.source), step.ridge_batch)
@@ -198,6 +202,13 @@ def _model_assessment(
             1,
         )
     add("spectax_step_overhead_ratio", endpoint_model, assessment.step_overhead_ratio)
+    if (latency := assessment.latency) is not None:
+        for metric, found in sorted(latency.quantiles.items()):
+            for label, seconds in found.by_label().items():
+                add("spectax_latency_seconds", (*endpoint_model, metric, label), seconds)
+        for (metric, label), ratio in sorted(latency.ratios.items()):
+            labels = (*endpoint_model, metric, label, latency.basis or "")
+            add("spectax_latency_speculation_ratio", labels, ratio)
     add(
         "spectax_crossover_concurrency_requests",
         endpoint_model,

@@ -115,6 +115,33 @@ FAMILIES: dict[str, Family] = {
             "bound",
         ),
         gauge(
+            "spectax_latency_seconds",
+            "Latency quantile over the window from the engine's histogram buckets, as"
+            " histogram_quantile computes it; metric: tpot, itl, ttft or e2e.",
+            ENDPOINT,
+            MODEL,
+            "metric",
+            "percentile",
+        ),
+        gauge(
+            "spectax_latency_speculation_ratio",
+            "The latency quantile with speculation / without it (above 1: speculation makes it"
+            " slower). basis: measured against the control, or modeled (TPOT only: 1 / the"
+            " step model's mean speedup, not a measured tail).",
+            ENDPOINT,
+            MODEL,
+            "metric",
+            "percentile",
+            "basis",
+        ),
+        gauge(
+            "spectax_latency_slo_seconds",
+            "The operator's latency objective for the endpoint (config latency_slo).",
+            ENDPOINT,
+            "metric",
+            "percentile",
+        ),
+        gauge(
             "spectax_verdict_info",
             "The verdict over the window (pays, tax, or uncertain when the band straddles 1)"
             " and its basis: measured, calibrated, profile or default.",
@@ -293,6 +320,11 @@ FAMILIES: dict[str, Family] = {
         ),
         counter("spectax_store_write_errors_total", "Failed attempts to write to the store."),
         gauge("spectax_store_up", "1 when the last attempt to reach the store succeeded."),
+        gauge(
+            "spectax_leader",
+            "1 when this process writes windows, rollups and billing to the store; 0 while"
+            " it follows the other process of an HA pair (it still scrapes and serves).",
+        ),
         counter(
             "spectax_store_quarantined_rows_total",
             "Window rows the store refused for their values (out of range, too long), kept in"

@@ -7,9 +7,9 @@ once it has seen them, so its full passes (a pause in scraping and in serving /m
 skip the windows' ~40,000 intervals.
 
 The layout of a model's counts follows the declared counters: one double per number (None
-as NaN: counter deltas are finite), two per histogram (sum, count), then the gauges,
-then the per-position counter's values, of any length, at the end. Packing a model's counts
-takes 3.2 us, unpacking 5.9 (1.7 and 6.1 with the former field-by-field code).
+as NaN: counter deltas are finite), per histogram its sum, count, number of buckets and
+each bucket's (bound, count), then the gauges, then the per-position counter's values,
+of any length, at the end. Read in that order, field after field.
 """
 
 from __future__ import annotations
@@ -69,13 +69,18 @@ def pack_counts(counts: Counts) -> bytes:
 def unpack_counts(data: bytes) -> Counts:
     packed = array("d")
     packed.frombytes(data)
-    return Counts(*[take(packed, at) for take, at in _TAKES])
+    values: list[Any] = [None] * len(_TAKES)
+    at = 0
+    for take, index in _TAKES:
+        values[index], at = take(packed, at)
+    return Counts(*values)
 
 
 # ---------------------------------------------------------------- per kind: put and take
 
 Put = Callable[[Any], Sequence[float]]
-Take = Callable[["array[float]", int], Any]
+#: Reads one field at an offset: (its value, the offset of the next field).
+Take = Callable[["array[float]", int], tuple[Any, int]]
 
 
 def _put_number(value: float) -> tuple[float]:
@@ -86,55 +91,64 @@ def _put_optional(value: float | None) -> tuple[float]:
     return (_NAN if value is None else value,)
 
 
-def _put_histogram(value: Histogram | None) -> tuple[float, float]:
-    return (_NAN, _NAN) if value is None else (value.sum, value.count)
+def _put_histogram(value: Histogram | None) -> Sequence[float]:
+    """Sum, count, the number of buckets, then each bucket's bound and count."""
+    if value is None:
+        return (_NAN, _NAN, 0.0)
+    if not value.buckets:
+        return (value.sum, value.count, 0.0)
+    return (value.sum, value.count, float(len(value.buckets)), *chain(*value.buckets))
 
 
 def _put_positions(value: tuple[float, ...]) -> tuple[float, ...]:
     return value
 
 
-def _take_number(packed: array[float], at: int) -> float:
-    return packed[at]
+def _take_number(packed: array[float], at: int) -> tuple[float, int]:
+    return packed[at], at + 1
 
 
-def _take_optional(packed: array[float], at: int) -> float | None:
+def _take_optional(packed: array[float], at: int) -> tuple[float | None, int]:
     value = packed[at]
-    return None if math.isnan(value) else value
+    return (None if math.isnan(value) else value), at + 1
 
 
-def _take_histogram(packed: array[float], at: int) -> Histogram | None:
-    return None if math.isnan(packed[at]) else Histogram(packed[at], packed[at + 1])
+def _take_histogram(packed: array[float], at: int) -> tuple[Histogram | None, int]:
+    n = int(packed[at + 2])
+    end = at + 3 + 2 * n
+    if math.isnan(packed[at]):
+        return None, end
+    flat = packed[at + 3 : end]
+    return Histogram(
+        packed[at], packed[at + 1], tuple(zip(flat[::2], flat[1::2], strict=True))
+    ), end
 
 
-def _take_positions(packed: array[float], at: int) -> tuple[float, ...]:
-    return tuple(packed[at:])
+def _take_positions(packed: array[float], at: int) -> tuple[tuple[float, ...], int]:
+    return tuple(packed[at:]), len(packed)
 
 
-#: (put, take, doubles it takes; None: all that are left) of each kind.
-_LAYOUT: dict[SpanKind, tuple[Put, Take, int | None]] = {
-    "plain": (_put_number, _take_number, 1),
-    "speculation": (_put_optional, _take_optional, 1),
-    "histogram": (_put_histogram, _take_histogram, 2),
-    "per_position": (_put_positions, _take_positions, None),
-    "setting": (_put_optional, _take_optional, 1),
+#: (put, take, last: takes all that is left) of each kind.
+_LAYOUT: dict[SpanKind, tuple[Put, Take, bool]] = {
+    "plain": (_put_number, _take_number, False),
+    "speculation": (_put_optional, _take_optional, False),
+    "histogram": (_put_histogram, _take_histogram, False),
+    "per_position": (_put_positions, _take_positions, True),
+    "setting": (_put_optional, _take_optional, False),
 }
 
 
 def _layout() -> tuple[list[str], list[Put], list[tuple[Take, int]]]:
-    """The fields in layout order with their puts, and each field's (take, offset) in the
-    order of Counts' fields: fixed-width fields first, the per-position counter last."""
+    """The fields in layout order with their puts and their (take, index among Counts'
+    fields): the per-position counter, which takes all that is left, last."""
     fields: list[tuple[str, SpanKind]] = [(c.name, c.kind) for c in COUNTERS]
     fields.extend(GAUGES)
-    tail = [(name, kind) for name, kind in fields if _LAYOUT[kind][2] is None]
+    tail = [(name, kind) for name, kind in fields if _LAYOUT[kind][2]]
     assert len(tail) <= 1, "the packed layout has room for one per-position counter"
-    in_layout = [(name, kind) for name, kind in fields if _LAYOUT[kind][2] is not None] + tail
-    offsets, at = {}, 0
-    for name, kind in in_layout:
-        offsets[name] = at
-        at += _LAYOUT[kind][2] or 0
+    in_layout = [(name, kind) for name, kind in fields if not _LAYOUT[kind][2]] + tail
+    index = {name: i for i, (name, _) in enumerate(fields)}
     puts = [_LAYOUT[kind][0] for _, kind in in_layout]
-    takes = [(_LAYOUT[kind][1], offsets[name]) for name, kind in fields]
+    takes = [(_LAYOUT[kind][1], index[name]) for name, kind in in_layout]
     return [name for name, _ in in_layout], puts, takes
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from decimal import Decimal
@@ -11,6 +11,7 @@ from decimal import Decimal
 from spectax.report.capacity import CapacityRow, capacity_rows
 from spectax.report.endpoint_day import day_figures, estimated
 from spectax.report.figures import EndpointInfo, Figures, HourPoint, total
+from spectax.report.latency import LatencyFigures, month_latency
 from spectax.report.period import Month
 from spectax.report.progress import Progress
 from spectax.report.read import Reader, store_reader
@@ -33,6 +34,7 @@ class EndpointReport:
     recommendations: list[Recommendation] = field(default_factory=list)
     first: datetime | None = None  # first hour with history in the month
     last: datetime | None = None  # end of the last hour with history in the month
+    latency: LatencyFigures | None = None  # quantiles, with against without speculation
 
 
 @dataclass(slots=True)
@@ -149,6 +151,13 @@ async def build_report(
         report.first = min(starts, default=None)
         report.last = max(ends, default=None)
         report.recommendations = recommend(info, this, hours)
+        report.latency = month_latency(
+            _rows_of(name, days, daily_by, hourly_by),
+            _rows_of(info.control, days, daily_by, hourly_by) if info.control else None,
+            info.control,
+            hours,
+            this.speculating,
+        )
         reports.append(report)
     reports.sort(key=lambda e: (-e.month.spend, e.info.name))
     previous_figures = [e.previous for e in reports if e.previous is not None]
@@ -195,6 +204,16 @@ def _sum_days(
         if collect_hours:
             points += hours
     return month, per_day, points
+
+
+def _rows_of(
+    name: str,
+    days: Iterable[date],
+    daily_by: dict[DayKey, list[RollupRecord]],
+    hourly_by: dict[DayKey, list[RollupRecord]],
+) -> list[RollupRecord]:
+    """An endpoint's rows of these days: the daily ones, or a day's hours not rolled yet."""
+    return [r for d in days for r in daily_by.get((name, d)) or hourly_by.get((name, d), [])]
 
 
 def _chunks(start: datetime, end: datetime) -> list[tuple[datetime, datetime]]:

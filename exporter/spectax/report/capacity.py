@@ -27,7 +27,7 @@ from spectax.report.records import RollupRecord
 @dataclass(slots=True)
 class _Sums:
     seconds: float = 0.0
-    usage_seconds: float = 0.0  # of the rows that carry usage (none before migration 0007)
+    usage_seconds: float = 0.0  # of the rows that carry usage (none before migration 0008)
     kv_usage_seconds: float = 0.0
     waiting_seconds: float = 0.0
     preemptions: int = 0
@@ -88,7 +88,7 @@ def capacity_rows(
     rows: Iterable[RollupRecord], infos: Mapping[str, EndpointInfo]
 ) -> list[CapacityRow]:
     """Each endpoint and model's capacity over `rows` (the month's daily rows; those without
-    a KV cache, stored before migration 0007 or by an engine without one, are left out), the draft's
+    a KV cache, stored before migration 0008 or by an engine without one, are left out), the draft's
     blocks measured against its control's when the control has stored its KV cache."""
     sums: dict[tuple[str, str], _Sums] = {}
     for row in rows:

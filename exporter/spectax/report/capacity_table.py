@@ -46,7 +46,7 @@ NOTES = (
 
 NO_KV_CACHE = (
     "No endpoint stored its KV cache this month: history written before spectax stored it"
-    " (migration 0007), or engines that do not expose it."
+    " (migration 0008), or engines that do not expose it."
 )
 
 

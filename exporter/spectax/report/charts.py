@@ -65,6 +65,7 @@ def charts(report: Report) -> list[Chart]:
             _acceptance_chart(report),
             _savings_chart(report),
             _hours_chart(report),
+            _latency_chart(report),
             _capacity_chart(report),
         ]
 
@@ -204,6 +205,43 @@ def _hours_chart(report: Report) -> Chart:
     ax.legend(loc="lower right", fontsize=8, ncols=3)
     ax.grid(axis="y", visible=False)
     return Chart("hours", title, _scoped("hours", _svg(fig)))
+
+
+def _latency_chart(report: Report) -> Chart:
+    """Each speculating endpoint's daily p99 TPOT (the day's summed buckets), and its
+    control's dashed: the tail with against without speculation, measured."""
+    title = "Daily p99 time per output token, against the control without speculation"
+    items = [
+        e
+        for e in report.endpoints
+        if e.month.speculating and e.latency and e.latency.daily_p99_tpot
+    ]
+    if not items:
+        return Chart(
+            "latency", title, None, "No speculating endpoint has latency histogram buckets."
+        )
+    fig, axes = _grid(min(len(items), MAX_PANELS))
+    for ax, e in zip(axes, items[:MAX_PANELS], strict=False):
+        assert e.latency is not None
+        for series, color, style, label in (
+            (e.latency.daily_p99_tpot, LINE, "-", "p99 TPOT (measured)"),
+            (
+                e.latency.control_daily_p99_tpot,
+                COUNTERFACTUAL,
+                "--",
+                f"{e.latency.control} (plain)",
+            ),
+        ):
+            if series:
+                days = sorted(series)
+                ms = [series[d] * 1000 for d in days]
+                ax.plot(_dates(days), ms, color=color, linestyle=style, marker=".", label=label)
+        ax.set_title(e.info.name)
+        ax.set_ylabel("ms per output token")
+        ax.set_ylim(bottom=0)
+        _date_axis(ax, len(e.latency.daily_p99_tpot))
+        ax.legend(loc="lower left", fontsize=8)
+    return Chart("latency", title, _scoped("latency", _svg(fig)))
 
 
 def _capacity_chart(report: Report) -> Chart:

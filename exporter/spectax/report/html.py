@@ -10,6 +10,7 @@ from spectax.report.build import Report
 from spectax.report.capacity_table import capacity_table
 from spectax.report.cells import stake_phrase
 from spectax.report.charts import Chart, charts
+from spectax.report.latency_table import latency_table
 from spectax.report.markdown import empty_lines, no_recommendation_line
 from spectax.report.tables import (
     ACTION_LABELS,
@@ -80,6 +81,7 @@ def render_html(report: Report, chart_list: list[Chart] | None = None) -> str:
         out += _charts(chart_list if chart_list is not None else charts(report))
         for table in [*tables[1:], capacity_table(report.capacity)]:
             out += _table(table)
+        out += _table(latency_table(report))
         if report.without_history:
             out.append("<h2>Endpoints without history this month</h2>")
             out.append(f"<p>{escape(', '.join(report.without_history))}</p>")

@@ -53,7 +53,12 @@ class RollupRecord(NamedTuple):
     speedup_low_ratio: float | None
     speedup_high_ratio: float | None
     step_overhead_ratio: float | None
-    # The KV cache (migration 0007): time integrals, preemptions and the engine's settings.
+    # Latency histograms' bucket counts, JSON (store.rows); None before migration 0007.
+    time_per_output_token_buckets: str | None
+    inter_token_latency_buckets: str | None
+    time_to_first_token_buckets: str | None
+    e2e_request_latency_buckets: str | None
+    # The KV cache (migration 0008): time integrals, preemptions and the engine's settings.
     requests_finished: int
     preemptions: int
     waiting_seconds: float

@@ -35,7 +35,8 @@ from spectax.scrape import redact
 from spectax.sources.config import PrometheusSource
 
 #: The vLLM series of each declared counter (spectax.engines.base.Counters); a histogram
-#: is read as its `_sum` and `_count`, the buckets are not needed.
+#: is read as its `_sum` and `_count`: fleet mode reads no buckets (yet), so a fleet
+#: endpoint has no latency quantiles.
 SERIES: Mapping[str, str] = {
     "generation_tokens": "vllm:generation_tokens_total",
     "prompt_tokens": "vllm:prompt_tokens_total",
@@ -47,6 +48,8 @@ SERIES: Mapping[str, str] = {
     "iteration_tokens": "vllm:iteration_tokens_total",
     "inter_token_latency": "vllm:inter_token_latency_seconds",
     "time_per_output_token": "vllm:request_time_per_output_token_seconds",
+    "time_to_first_token": "vllm:time_to_first_token_seconds",
+    "e2e_request_latency": "vllm:e2e_request_latency_seconds",
     "estimated_flops": "vllm:estimated_flops_per_gpu_total",
     "estimated_read_bytes": "vllm:estimated_read_bytes_per_gpu_total",
     "preemptions": "vllm:num_preemptions_total",

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from html import escape
 
-from spectax import __version__, logs
+from spectax import __version__, economics, logs
 from spectax.economics import Assessment, Capacity
 from spectax.endpoint import EndpointSnapshot
 from spectax.engines import not_exposed
@@ -213,6 +213,7 @@ def _model(snapshot: EndpointSnapshot, a: Assessment) -> str:
                 + (f" (running {running_k})" if running_k else ""),
             ),
         ]
+    figures.insert(0, ("p99 TPOT", _tail(snapshot, a)))
     figures.append(("concurrency", f"{a.concurrency_requests:.1f} requests"))
     capacity = snapshot.capacities.get(a.model)
     if capacity is not None:
@@ -251,6 +252,21 @@ def _capacity(c: Capacity, control: str | None) -> list[tuple[str, str]]:
         more = "" if without is None else f" · {without:,.0f} without the draft"
         figures.append(("KV cache holds", f"{held:,.0f} requests{more}"))
     return figures
+
+
+def _tail(snapshot: EndpointSnapshot, a: Assessment) -> str:
+    """p99 time per output token beside the verdict, against the SLO, with the latency
+    verdict and its basis: the figure the on-call engineer is paged on."""
+    latency = a.latency
+    p99 = latency.seconds("tpot", "p99") if latency else None
+    if p99 is None:
+        return "— (no latency histogram buckets in the window)"
+    text = f"{p99 * 1000:.1f} ms"
+    slo = snapshot.config.latency_slo
+    if slo is not None and slo.metric == "tpot" and slo.percentile == "p99":
+        text += f" (SLO {slo.seconds * 1000:.1f} ms: {'broken' if p99 > slo.seconds else 'met'})"
+    said = economics.latency_verdict(latency)
+    return text + (f" · {escape(said)}" if said else "")
 
 
 def _basis(control: str | None, profile: str | None, a: Assessment) -> str:

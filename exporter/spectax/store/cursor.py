@@ -22,7 +22,9 @@ def decode_sample(text: str) -> EngineSample:
     for name, fields in data["models"].items():
         for key in _HISTOGRAMS:
             if fields.get(key) is not None:
-                fields[key] = Histogram(**fields[key])
+                h = fields[key]
+                buckets = tuple((float(le), float(n)) for le, n in h.get("buckets", ()))
+                fields[key] = Histogram(h["sum"], h["count"], buckets)
         for key in _PER_POSITION:
             fields[key] = tuple(fields.get(key, ()))
         models[name] = ModelSample(**fields)

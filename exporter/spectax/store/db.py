@@ -3,6 +3,7 @@ one error the store raises. The storage URL picks the backend; the statements ar
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Self
 
@@ -11,7 +12,12 @@ from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DataError, IntegrityError, SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
+    AsyncEngine,
+    async_sessionmaker,
+    create_async_engine,
+)
 
 from spectax.store import schema
 from spectax.store.models import RollupDue, Sums
@@ -122,6 +128,9 @@ class Database:
     def __init__(self, engine: AsyncEngine):
         self._engine = engine
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
+        # Run first in each window write's transaction; raises when this process may not
+        # write (spectax.store.leader.AdvisoryLock.fence). None: one process, no check.
+        self.write_guard: Callable[[AsyncConnection], Awaitable[None]] | None = None
 
     @classmethod
     async def open(cls, url: str, migrate: bool = False) -> Self:
@@ -156,6 +165,20 @@ class Database:
 
     async def close(self) -> None:
         await self._engine.dispose()
+
+    async def dedicated_connection(self) -> AsyncConnection:
+        """A connection kept out of the pool's rotation, in autocommit: what holds a session's
+        advisory lock (spectax.store.leader) for as long as the session lives."""
+        connection = await self._engine.connect()
+        return await connection.execution_options(isolation_level="AUTOCOMMIT")
+
+    @property
+    def sqlite_path(self) -> Path | None:
+        """The SQLite file, or None (PostgreSQL, or SQLite in memory)."""
+        database = self._engine.url.database
+        if self.backend != "sqlite" or not database or database == ":memory:":
+            return None
+        return Path(database)
 
     @property
     def _insert(self) -> Any:

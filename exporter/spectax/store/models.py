@@ -96,10 +96,21 @@ class Sums:
     inter_token_latency_count: Mapped[float | None] = mapped_column(Float)
     time_per_output_token_sum: Mapped[float | None] = mapped_column(Float)
     time_per_output_token_count: Mapped[float | None] = mapped_column(Float)
+    time_to_first_token_sum: Mapped[float | None] = mapped_column(Float)
+    time_to_first_token_count: Mapped[float | None] = mapped_column(Float)
+    e2e_request_latency_sum: Mapped[float | None] = mapped_column(Float)
+    e2e_request_latency_count: Mapped[float | None] = mapped_column(Float)
+    # Each histogram's bucket deltas, JSON [[le, count], ...] (store.rows); NULL or [] when
+    # unknown. Summed by the rollups, so a quantile stays computable per hour and day.
+    iteration_tokens_buckets: Mapped[str | None] = mapped_column(Text)
+    inter_token_latency_buckets: Mapped[str | None] = mapped_column(Text)
+    time_per_output_token_buckets: Mapped[str | None] = mapped_column(Text)
+    time_to_first_token_buckets: Mapped[str | None] = mapped_column(Text)
+    e2e_request_latency_buckets: Mapped[str | None] = mapped_column(Text)
     # vLLM's estimates per GPU (--enable-mfu-metrics; 0 without): floats, they pass 2**53.
     estimated_flops: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     estimated_read_bytes: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
-    # The KV cache (0007): preemptions counted, waiting requests and usage integrated over
+    # The KV cache (0008): preemptions counted, waiting requests and usage integrated over
     # time like running_seconds, the engine's blocks, block size and bytes as of the end.
     preemptions: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     waiting_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")

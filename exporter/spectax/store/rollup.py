@@ -23,10 +23,11 @@ from typing import Any
 from sqlalchemy import bindparam, delete, func, select
 from sqlalchemy import inspect as sa_inspect
 
-from spectax.engines.base import COUNTERS
+from spectax.engines.base import COUNTERS, Buckets
 from spectax.pipeline.counts import GAUGES
 from spectax.store.db import Database, mark_due_statement, upsert_statement
 from spectax.store.models import TABLES, HourlyRow, RollupDue, Sums, WindowRow
+from spectax.store.rows import decode_buckets, encode_buckets
 from spectax.units import floor_time
 
 PERIOD = {"hour": timedelta(hours=1), "day": timedelta(days=1)}
@@ -52,6 +53,7 @@ _OPTIONAL_ADDED = (
     "speculation_savings_usd",
 )
 _POSITIONS = next(c.column for c in COUNTERS if c.kind == "per_position")
+_BUCKETS = tuple(f"{c.column}_buckets" for c in COUNTERS if c.kind == "histogram")
 VERDICT_COUNTS = ("pays", "tax", "uncertain")
 BASIS_COUNTS = ("measured", "calibrated", "profile", "default")
 VERDICT_COLUMNS = (
@@ -218,6 +220,7 @@ def rollup_rows(
             values = [getattr(r, name) for r in group if getattr(r, name) is not None]
             zero: Any = Decimal(0) if values and isinstance(values[0], Decimal) else 0
             summed[name] = sum(values, zero) if values else None
+        summed.update({name: _add_buckets(group, name) for name in _BUCKETS})
         summed.update(verdict_counts(group))
         summed.update({name: getattr(group[-1], name, None) for name in _LATEST})
         result.append(summed)
@@ -240,6 +243,25 @@ def verdict_counts(rows: Sequence[Any]) -> dict[str, int | None]:
             value, total = getattr(row, key), counts[key]
             counts[key] = None if value is None or total is None else total + value
     return counts
+
+
+def _add_buckets(rows: Sequence[Sums], column: str) -> str | None:
+    """The period's bucket counts, so its quantiles stay computable; unknown (NULL) when any
+    row that saw observations has none or other bounds: never a quantile over part of it."""
+    total: Buckets = ()
+    for row in rows:
+        buckets = decode_buckets(getattr(row, column, None))
+        count = getattr(row, column.removesuffix("_buckets") + "_count")
+        if not buckets:
+            if count:
+                return None
+            continue
+        if total and [le for le, _ in total] != [le for le, _ in buckets]:
+            return None
+        total = tuple(
+            (le, n + (total[i][1] if total else 0.0)) for i, (le, n) in enumerate(buckets)
+        )
+    return encode_buckets(total) if total else None
 
 
 def _add_positions(rows: Sequence[Sums]) -> list[int]:

@@ -6,12 +6,13 @@ counter (spectax.engines.base.Counters) by the rule of its kind, in its declared
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterable, Sequence
 from decimal import Decimal
 from typing import Any
 
 from spectax.economics.assessment import AssessedWindow
-from spectax.engines.base import COUNTERS, CounterKind, EngineSample, Histogram
+from spectax.engines.base import COUNTERS, Buckets, CounterKind, EngineSample, Histogram
 from spectax.pipeline.counts import GAUGES, Counts
 from spectax.pipeline.windows import Window
 from spectax.store.models import WindowRow
@@ -136,7 +137,21 @@ def _histogram_columns(column: str, value: Histogram | None) -> dict[str, Any]:
     return {
         f"{column}_sum": value.sum if value else None,
         f"{column}_count": value.count if value else None,
+        f"{column}_buckets": encode_buckets(value.buckets) if value and value.buckets else None,
     }
+
+
+def encode_buckets(buckets: Buckets) -> str:
+    """Buckets as standard JSON: bounds as the exposition format spells them ("+Inf")."""
+    return json.dumps([[_bound_text(le), round(count)] for le, count in buckets])
+
+
+def decode_buckets(text: str | None) -> Buckets:
+    return tuple((float(le), float(count)) for le, count in json.loads(text)) if text else ()
+
+
+def _bound_text(le: float) -> str:
+    return "+Inf" if le == math.inf else repr(le)
 
 
 def _positions_column(column: str, value: tuple[float, ...]) -> dict[str, Any]:
@@ -154,7 +169,9 @@ def _optional_of(row: WindowRow, column: str) -> float | None:
 
 def _histogram_of(row: WindowRow, column: str) -> Histogram | None:
     total, count = getattr(row, f"{column}_sum"), getattr(row, f"{column}_count")
-    return None if total is None or count is None else Histogram(sum=total, count=count)
+    if total is None or count is None:
+        return None
+    return Histogram(total, count, decode_buckets(getattr(row, f"{column}_buckets", None)))
 
 
 def _positions_of(row: WindowRow, column: str) -> tuple[float, ...]:

@@ -181,6 +181,17 @@ class WriteQueue:
             if endpoint is None or write.endpoint == endpoint:
                 yield write
 
+    def discard(self) -> int:
+        """Forget everything queued, in memory and in the spool, and say how many rows: a
+        follower's writes are the leader's to make (spectax.store.leader)."""
+        rows = self.pending_rows
+        self._memory.clear()
+        self._mergeable.clear()
+        self._memory_rows = self._spooled_rows = self._spool_offset = 0
+        self._head = None
+        self.spool_path.unlink(missing_ok=True)
+        return rows
+
     def spill_all(self) -> None:
         """Move everything still in memory to the spool (at shutdown, with the store away)."""
         if self._memory:

@@ -86,6 +86,8 @@ class WindowHistory(Database):
         try:
             async with self._sessions.begin() as session:
                 connection = await session.connection()
+                if self.write_guard is not None:
+                    await self.write_guard(connection)
                 if windows:
                     # A window only grows (a partial one resumed after a restart): never let
                     # a replayed, older version replace a newer one.

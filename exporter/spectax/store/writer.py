@@ -12,7 +12,9 @@ shown in `spectax_store_up`, logged once and retried: the task never dies.
 
 `StoreWriter` is what the daemon starts and stops: it connects (waiting while
 the database is away), writes the queue in batches, rolls up and applies
-retention, and at shutdown stores what it can and spools the rest.
+retention, and at shutdown stores what it can and spools the rest. It
+writes only while its process leads (spectax.store.leader): a follower's
+writes are dropped, and taking over resumes the monitors from the store.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from spectax.health import LogOnce
 from spectax.store.db import StoreDataError, StoreError, reason
+from spectax.store.leader import POLL_SECONDS, Election, Leadership, leadership
 from spectax.store.spool import PendingWrite, WriteQueue
 
 if TYPE_CHECKING:  # the store's rooms import the row codec, which imports PendingWrite
@@ -70,6 +73,13 @@ class StoreWriter:
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._rollup_health = LogOnce(log, "store")
+        self.election = Election(Leadership(), self.queue, log)  # who writes: store.leader
+        self._contending: asyncio.Task[None] | None = None
+
+    @property
+    def leading(self) -> bool:
+        """True while this process writes to the store (spectax.store.leader)."""
+        return self.election.leading
 
     async def connect(self) -> Store | None:
         """Connect, retrying while the database is unreachable; a schema mismatch is fatal.
@@ -86,19 +96,43 @@ class StoreWriter:
                     await asyncio.wait_for(self._stopping.wait(), _retry_delay(attempt))
                 continue
             health.recovered("connected after %d failed attempt(s)", attempt)
+            try:
+                self.election.lock = leadership(store, self._log)
+            except StoreError:  # another process on this SQLite file: fatal, not retried
+                await store.close()
+                raise
             self.store, self.up = store, True
+            try:
+                await self.election.begin(store)
+            except Exception as exc:  # the database went again: settled at the first write
+                self._log.error("store: cannot settle who leads yet: %s", _describe(exc))
             return store
         return None
 
-    def start(self) -> None:
-        """Write in the background from now on, whenever something is queued."""
+    async def _contend_loop(self) -> None:
+        """Every POLL_SECONDS: a follower tries to lead, the leader checks that it still does
+        (spectax.store.leader.Election.settle)."""
+        while True:
+            await asyncio.sleep(POLL_SECONDS)
+            try:
+                was_leading = self.election.leading
+                if await self.election.settle() and not was_leading:
+                    self._wakeup.set()  # what waited (a suspended leader's queue) goes now
+            except Exception as exc:  # the store unreadable while taking over: next poll
+                self._log.error("store: cannot take over yet: %s", _describe(exc))
+
+    def start(self, take_over: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Write in the background from now on, whenever something is queued, while this
+        process leads; `take_over` resumes the monitors from the store on becoming leader."""
+        self.election.take_over = take_over
         self._task = asyncio.create_task(self._write_loop(), name="store-writer")
+        self._contending = asyncio.create_task(self._contend_loop(), name="leader")
         self._wakeup.set()  # a spool left by start-up drains behind the scrapes
 
     def enqueue(self, write: PendingWrite | None, wake: bool = True) -> None:
         """Queue `write`; with `wake` False (an open window's progress, at every scrape) it
         waits for the writer's next pass, at most OPEN_WINDOW_SECONDS away."""
-        if write is not None:
+        if write is not None and self.election.accepts:
             self.queue.append(write)
             if wake:
                 self._wakeup.set()
@@ -137,15 +171,20 @@ class StoreWriter:
                 await asyncio.wait({self._task}, timeout=0.5)
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        if self._contending is not None:
+            self._contending.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._contending
         for write in last:
-            if write is not None:
+            if write is not None and self.election.accepts:
                 self.queue.append(write)
         if self.store is not None:
             await self.drain(timeout)
         self.queue.spill_all()  # what the database did not take waits on disk
 
     async def close(self) -> None:
-        """Disconnect; say what waits in the spool for the next run."""
+        """Disconnect (giving leadership up); say what waits in the spool for the next run."""
+        await self.election.close()
         if self.store is not None:
             await self.store.close()
         if self.queue:
@@ -159,6 +198,8 @@ class StoreWriter:
         """Roll windows into hours and days, then apply retention (`keep`: seconds per
         granularity). A failure waits for the next run: rollups resume where they stopped."""
         assert self.store is not None
+        if not self.leading:
+            return  # the leader rolls up
         try:
             await self.store.rollup()
             await self.store.apply_retention(now, keep)
@@ -206,6 +247,11 @@ class StoreWriter:
     async def _write_batch(self) -> None:
         """Store the oldest queued writes in one transaction (bench/store_ingest.py: at a
         window boundary thousands of endpoints close their windows at once)."""
+        if not await self.election.settle():  # a leader whose session died stops here
+            if self.election.accepts:  # suspended: the database is away, as in any outage
+                raise StoreError("the database cannot say who leads; writes wait")
+            self.queue.discard()  # a follower's: the leader writes them
+            return
         writes = self.queue.peek(STORE_BATCH_ROWS)
         if writes:
             await self._save(writes)
@@ -219,6 +265,7 @@ class StoreWriter:
         assert self.store is not None
         try:
             await self.store.save_many([(w.endpoint, w.rows, w.cursor) for w in writes])
+            self.election.written(writes)
         except StoreDataError as exc:
             only = writes[0] if len(writes) == 1 else None
             if only is not None and not only.rows:  # the cursor itself is refused

@@ -6,15 +6,15 @@ window's end (vllm:cache_config_info).
 Rows written before this revision hold 0 preemptions and waiting request-seconds (not
 measured) and NULL for the rest: the engine's KV cache unknown, never a 0 that looks real.
 
-Revision ID: 0007
-Revises: 0006
+Revision ID: 0008
+Revises: 0007
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0007"
-down_revision = "0006"
+revision = "0008"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 

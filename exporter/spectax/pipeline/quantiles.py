@@ -1,0 +1,147 @@
+"""Latency quantiles from a window's histogram bucket deltas, as Prometheus computes them.
+
+The on-call engineer's SLO is written in `histogram_quantile(0.99, ...)`; spectax's p99 must
+be the same number, or its verdict argues with the dashboard the engineer is paged from. So
+this is Prometheus' `bucketQuantile` (promql/quantile.go, classic histograms), rule for
+rule: buckets sorted and merged by bound, float noise (1e-12) and non-monotonic counts
+flattened, linear interpolation inside the bucket holding the rank, 0 as the lower bound of
+a first bucket with a positive bound, and a rank in the +Inf bucket answered with the
+largest finite bound. Where Prometheus answers NaN (no observations, no +Inf bucket, fewer
+than two buckets) this answers None: no quantile, never a number that looks measured.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from spectax.engines.base import Buckets, Histogram
+
+#: The quantiles spectax exports and stores, by their `percentile` label ("p99"; a gauge
+#: may not carry a `quantile` label, Prometheus keeps that one for summaries).
+QUANTILES: tuple[tuple[str, float], ...] = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
+
+#: The latency histograms spectax reads (spectax.engines.base.Counters), by the short name
+#: of the `metric` label: the name an SLO, an alert or a dashboard row refers to them by.
+LATENCY_METRICS: tuple[tuple[str, str], ...] = (
+    ("tpot", "time_per_output_token"),
+    ("itl", "inter_token_latency"),
+    ("ttft", "time_to_first_token"),
+    ("e2e", "e2e_request_latency"),
+)
+
+_PRECISION = 1e-12  # Prometheus' tolerance for float noise between adjacent buckets
+
+
+def bucket_quantile(q: float, buckets: Iterable[tuple[float, float]]) -> float | None:
+    """The q-quantile of cumulative `buckets` ((upper bound, count), any order), as
+    Prometheus' histogram_quantile gives it; None where it gives NaN."""
+    if math.isnan(q):
+        return None
+    if q < 0:
+        return -math.inf
+    if q > 1:
+        return math.inf
+    ordered = sorted(buckets, key=lambda b: b[0])
+    if not ordered or ordered[-1][0] != math.inf:
+        return None
+    bounds, counts = _coalesced(ordered)
+    _correct_precision(counts)
+    _ensure_monotonic(counts)
+    if len(bounds) < 2 or counts[-1] == 0:
+        return None
+    rank = q * counts[-1]
+    b = bisect_left(counts, rank, 0, len(counts) - 1)  # the first bucket holding the rank
+    if b == len(bounds) - 1:
+        return bounds[-2]
+    if b == 0 and bounds[0] <= 0:
+        return bounds[0]
+    start, end, count = 0.0, bounds[b], counts[b]
+    if b > 0:
+        start = bounds[b - 1]
+        count -= counts[b - 1]
+        rank -= counts[b - 1]
+    return start + (end - start) * (rank / count)
+
+
+@dataclass(frozen=True, slots=True)
+class Quantiles:
+    """p50, p95 and p99 of one histogram over one span; None where there is no quantile."""
+
+    p50: float | None
+    p95: float | None
+    p99: float | None
+
+    def by_label(self) -> dict[str, float | None]:
+        return {"p50": self.p50, "p95": self.p95, "p99": self.p99}
+
+
+def quantiles(histogram: Histogram | None) -> Quantiles | None:
+    """The quantiles of a span's histogram deltas; None without buckets (an engine that gives
+    none, rows stored before migration 0007) or without observations."""
+    if histogram is None or not histogram.buckets or not histogram.count:
+        return None
+    return Quantiles(*(bucket_quantile(q, histogram.buckets) for _, q in QUANTILES))
+
+
+def latency_quantiles(counts: object) -> dict[str, Quantiles]:
+    """Every latency histogram of a span's counts (spectax.pipeline.counts.Counts, or an
+    engine sample) that has quantiles, by its short metric name."""
+    out = {}
+    for metric, field in LATENCY_METRICS:
+        found = quantiles(getattr(counts, field, None))
+        if found is not None:
+            out[metric] = found
+    return out
+
+
+def merged(parts: Iterable[Buckets]) -> Buckets:
+    """Bucket counts added bound by bound (Prometheus' `sum by (le)`); () if the bounds of
+    any part disagree, or none has buckets."""
+    total: list[tuple[float, float]] = []
+    for buckets in parts:
+        if not buckets:
+            continue
+        if not total:
+            total = list(buckets)
+            continue
+        if [le for le, _ in total] != [le for le, _ in buckets]:
+            return ()
+        total = [(le, n + m) for (le, n), (_, m) in zip(total, buckets, strict=True)]
+    return tuple(total)
+
+
+def _coalesced(ordered: list[tuple[float, float]]) -> tuple[list[float], list[float]]:
+    bounds: list[float] = []
+    counts: list[float] = []
+    for bound, count in ordered:
+        if bounds and bounds[-1] == bound:
+            counts[-1] += count
+        else:
+            bounds.append(bound)
+            counts.append(count)
+    return bounds, counts
+
+
+def _correct_precision(counts: list[float]) -> None:
+    previous = counts[0]
+    for i in range(1, len(counts)):
+        current = counts[i]
+        change = abs(current - previous)
+        if change == 0:
+            continue
+        if current and change / current <= _PRECISION:
+            counts[i] = previous
+        else:
+            previous = current
+
+
+def _ensure_monotonic(counts: list[float]) -> None:
+    highest = counts[0]
+    for i in range(1, len(counts)):
+        if counts[i] > highest:
+            highest = counts[i]
+        elif counts[i] < highest:
+            counts[i] = highest

@@ -1,0 +1,1 @@
+"""The live llama.cpp tier's helpers: a real `llama-server` (CPU build) on loopback."""

@@ -1,0 +1,121 @@
+"""Latency quantiles (spectax.pipeline.quantiles) against a real Prometheus.
+
+The recorded vLLM pages of tests/fixtures/vllm-0.32.0 are loaded into a real Prometheus
+(Debian package) as two scrapes a minute apart, with `promtool tsdb create-blocks-from
+openmetrics`, and its `histogram_quantile` over the buckets' growth between them is
+compared with spectax's quantile of the same two pages' delta (parse -> delta -> quantiles,
+the daemon's path). Every latency metric spectax reads, p50/p95/p99, on every pair of pages
+of one server, including two data-parallel ranks summed by `le`.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from promstack import LATENCY_FAMILIES, binary, histogram_quantiles
+from spectax.engines.base import Histogram
+from spectax.engines.vllm import parse
+from spectax.pipeline.counts import delta
+from spectax.pipeline.quantiles import (
+    LATENCY_METRICS,
+    QUANTILES,
+    bucket_quantile,
+    latency_quantiles,
+    merged,
+    quantiles,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures" / "vllm-0.32.0"
+#: (earlier page, later page) of one server: the two scrapes of a window.
+PAIRS = (
+    ("spec_ngram_0_before_traffic", "spec_ngram_2_mid"),
+    ("spec_ngram_2_mid", "spec_ngram_3_after"),
+    ("spec_ngram_1_after_first_request", "spec_ngram_3_after"),
+    ("nospec_2_mid", "nospec_3_after"),
+    ("nospec_0_before_traffic", "nospec_3_after"),
+    ("spec_draft_0_before_traffic", "spec_draft_3_after"),
+    ("spec_ngram_dp2_2_mid", "spec_ngram_dp2_3_after"),
+    ("spec_ngram_mfu_2_mid", "spec_ngram_mfu_3_after"),
+    ("spec_ngram_restart_0_before_traffic", "spec_ngram_restart_3_after"),
+    ("nospec_chat_t07_c4_before", "nospec_chat_t07_c4_after"),
+    ("spec_ngram_chat_t07_c4_zero_drafts_before", "spec_ngram_chat_t07_c4_zero_drafts_after"),
+)
+FAMILY = LATENCY_FAMILIES
+
+
+def page(name: str) -> str:
+    return (FIXTURES / f"{name}.txt").read_text(encoding="utf-8")
+
+
+def spectax_figures(before: str, after: str) -> dict[tuple[str, str], float | None]:
+    model_before = parse(page(before)).models["tiny-llama"]
+    model_after = parse(page(after)).models["tiny-llama"]
+    found = latency_quantiles(delta(model_before, model_after, 0.0))
+    return {
+        (metric, label): (found[metric].by_label()[label] if metric in found else None)
+        for metric in FAMILY
+        for label, _ in QUANTILES
+    }
+
+
+async def test_quantiles_equal_prometheus_histogram_quantile(tmp_path: Path) -> None:
+    binary("prometheus")
+    texts = [(page(before), page(after)) for before, after in PAIRS]
+    theirs_all = await histogram_quantiles(tmp_path, texts)
+    compared = 0
+    for i, (before, after) in enumerate(PAIRS):
+        ours = spectax_figures(before, after)
+        for metric in FAMILY:
+            for label, q in QUANTILES:
+                theirs = theirs_all[(i, metric, q)]
+                mine = ours[(metric, label)]
+                where = f"{before} -> {after}, {metric} {label}"
+                if math.isnan(theirs):
+                    assert mine is None, where
+                else:
+                    assert mine == pytest.approx(theirs, rel=1e-12, abs=1e-15), where
+                    compared += 1
+    # Most pairs carry traffic: the comparison is over real numbers, not NaN = None.
+    assert compared >= 9 * len(FAMILY) * len(QUANTILES)
+
+
+# ---------------------------------------------------------------- the rules, one by one
+
+
+def test_interpolates_linearly_inside_the_bucket_holding_the_rank() -> None:
+    # 10 observations: 4 in (0, 0.1], 6 in (0.1, 0.2]. p50 = rank 5, the first of the six.
+    buckets = [(0.1, 4.0), (0.2, 10.0), (math.inf, 10.0)]
+    assert bucket_quantile(0.5, buckets) == pytest.approx(0.1 + 0.1 * (1 / 6))
+    assert bucket_quantile(0.2, buckets) == pytest.approx(0.05)  # lower bound 0
+
+
+def test_a_rank_in_the_inf_bucket_answers_the_largest_finite_bound() -> None:
+    assert bucket_quantile(0.99, [(0.1, 1.0), (0.5, 2.0), (math.inf, 100.0)]) == 0.5
+
+
+def test_no_quantile_where_prometheus_answers_nan() -> None:
+    assert bucket_quantile(0.5, [(0.1, 0.0), (math.inf, 0.0)]) is None  # no observations
+    assert bucket_quantile(0.5, [(0.1, 1.0), (1.0, 2.0)]) is None  # no +Inf bucket
+    assert bucket_quantile(0.5, [(math.inf, 3.0)]) is None  # fewer than two buckets
+    assert quantiles(Histogram(0.0, 0.0, ((0.1, 0.0), (math.inf, 0.0)))) is None
+    assert quantiles(Histogram(1.0, 2.0)) is None  # an engine that gives no buckets
+
+
+def test_non_monotonic_counts_are_flattened_as_prometheus_does() -> None:
+    # A bucket below its predecessor (a torn scrape) counts as its predecessor.
+    assert bucket_quantile(0.5, [(0.1, 6.0), (0.2, 4.0), (math.inf, 10.0)]) == pytest.approx(
+        bucket_quantile(0.5, [(0.1, 6.0), (0.2, 6.0), (math.inf, 10.0)])
+    )
+
+
+def test_merging_adds_bound_by_bound_and_refuses_other_bounds() -> None:
+    a = ((0.1, 1.0), (math.inf, 2.0))
+    assert merged([a, a, ()]) == ((0.1, 2.0), (math.inf, 4.0))
+    assert merged([a, ((0.2, 1.0), (math.inf, 2.0))]) == ()
+
+
+def test_every_latency_metric_has_a_field() -> None:
+    assert {metric for metric, _ in LATENCY_METRICS} == set(FAMILY)
