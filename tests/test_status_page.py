@@ -189,7 +189,7 @@ def test_the_page_shows_p99_tpot_beside_the_verdict_with_its_slo_and_basis() -> 
     # The p99 of the two recorded pages' bucket growth (the quantile Prometheus computes:
     # tests/test_quantiles.py), in the card's first figure, against the SLO of 2 ms.
     first, second = (parse(page(name)).models["tiny-llama"] for name in PAGES["ngram"])
-    grown = delta(first, second, 0.0).time_per_output_token
+    grown = delta(first, second, (0.0,)).time_per_output_token
     assert grown is not None
     p99 = bucket_quantile(0.99, grown.buckets)
     assert p99 is not None and p99 > 0.002

@@ -34,11 +34,11 @@ from spectax.gpus import GpuSpec, RooflinePrior
 from spectax.health import LogOnce
 from spectax.pipeline.intervals import Interval, interval_between
 from spectax.pipeline.windows import AlignedWindows, SlidingWindow, Window
-from spectax.tariffs import tariff_of
 from spectax.scrape import ScrapeError
 from spectax.store import Restored
 from spectax.store.rows import pending_write
 from spectax.store.writer import PendingWrite
+from spectax.tariffs import tariff_of
 
 # The logger keeps the name it had before the module was renamed: log filters and alerting
 # on JSON logs select by it.

@@ -35,13 +35,13 @@ from spectax.engines.base import (
     ParseError,
 )
 from spectax.engines.scan import LABEL_SET as _LABEL_SET
-from spectax.engines.scan import PAIR as _PAIR
 from spectax.engines.scan import decode as _decode
 from spectax.engines.scan import histogram, with_buckets
 from spectax.engines.scan import trie as _trie
-from spectax.engines.scan import unescape as _unescape
 from spectax.engines.scan import where as _where
 from spectax.engines.vllm_cache import CacheConfig
+from spectax.engines.vllm_labels import LABEL_CACHE as _LABEL_CACHE
+from spectax.engines.vllm_labels import parse_labels as _parse_labels
 
 __all__ = ["MAX_MODELS", "MAX_MODEL_NAME", "MAX_POSITIONS", "MAX_VALUE", "parse"]
 
@@ -176,47 +176,6 @@ _SCAN: Final = re.compile(
     + r"(?:[ \t]++-?[0-9]++(?:\.[0-9]++)?+(?:[eE][+-]?[0-9]++)?+)?+"  # optional timestamp
     + r"[ \t\r]*+(?=\n|\Z))?"
 )
-# Raw label-set text -> (model_name or None, position or None, le as a float or None).
-# Label sets repeat on every page, so they are parsed once per process. Bounded: cleared
-# when full, and only sets up to 1 KiB are kept (a real one is ~100 characters), so a
-# hostile page cannot make the cache hold 4,096 copies of a megabyte-long label set.
-_LABEL_CACHE: dict[str, tuple[str | None, str | None, float | None]] = {}
-_LABEL_CACHE_MAX: Final = 4096
-_LABEL_CACHE_KEY_MAX: Final = 1024
-
-
-def _parse_labels(labels: str) -> tuple[str | None, str | None, float | None] | str:
-    """(model_name, position, le) from an already validated `{...}`, or an error message."""
-    found: dict[str, str] = {}
-    for key, raw in _PAIR.findall(labels):
-        if key in found:
-            return f"duplicate label {key!r}"
-        found[key] = raw
-    model = found.get("model_name")
-    position = found.get("position")
-    le: float | None = None
-    if "le" in found:
-        try:
-            le = float(found["le"])
-        except ValueError:
-            return f"bad bucket bound le={found['le']!r}"
-        if math.isnan(le) or "_" in found["le"] or not found["le"].isascii():
-            return f"bad bucket bound le={found['le']!r}"
-    result = (
-        _unescape(model) if model else None,
-        _unescape(position) if position is not None else None,
-        le,
-    )
-    if result[0] is not None and len(result[0]) > MAX_MODEL_NAME:
-        return (
-            f"model_name is {len(result[0])} characters long, more than {MAX_MODEL_NAME}: "
-            "serve the model under a shorter name (vLLM --served-model-name)"
-        )
-    if len(labels) <= _LABEL_CACHE_KEY_MAX:
-        if len(_LABEL_CACHE) >= _LABEL_CACHE_MAX:
-            _LABEL_CACHE.clear()
-        _LABEL_CACHE[labels] = result
-    return result
 
 
 def parse(text: str | bytes) -> EngineSample:
