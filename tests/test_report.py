@@ -665,7 +665,7 @@ def golden_windows() -> list[dict[str, Any]]:
     return rows
 
 
-# The KV cache (migration 0007): blocks, stated bytes, usage, waiting requests, preemptions
+# The KV cache (migration 0008): blocks, stated bytes, usage, waiting requests, preemptions
 # a window. creative's draft takes blocks its control keeps (measured); coder's engine states
 # its KV bytes (configured, 2 MB a block); the others stored none.
 GOLDEN_KV = {
@@ -1002,7 +1002,7 @@ async def test_html_renders_in_chromium_without_errors(demo_url: str, tmp_path: 
     report = await report_of(demo_url, MAY, settings)
     html = render(report, "html")
     assert_self_contained(html)
-    assert html.count("<svg") == 5
+    assert html.count("<svg") == 6  # cost, acceptance, savings, hours, latency, capacity
     for title in (
         "Daily cost per million output tokens",
         "Daily acceptance against break-even",
