@@ -60,6 +60,7 @@ _PLAIN = {
     "vllm:e2e_request_latency_seconds_count": "e2e_count",
     "vllm:estimated_flops_per_gpu_total": "estimated_flops",
     "vllm:estimated_read_bytes_per_gpu_total": "estimated_read_bytes",
+    "vllm:num_preemptions_total": "preemptions",
 }
 _PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 #: The latency histograms whose buckets spectax reads, by the key of their _sum/_count.
@@ -77,10 +78,20 @@ def reference(text: str) -> EngineSample:
     per_pos: dict[str, dict[int, float]] = {}
     buckets: dict[tuple[str, str], dict[float, float]] = {}
     start: float | None = None
+    cache: dict[str, float] = {}  # the KV cache's settings, summed over ranks
     for family in text_string_to_metric_families(text):
         for s in family.samples:
             if s.name == "process_start_time_seconds":
                 start = float(s.value)
+            elif s.name == "vllm:cache_config_info":
+                for key in ("num_gpu_blocks", "kv_cache_memory_bytes"):
+                    if s.labels[key] != "None":
+                        cache[key] = cache.get(key, 0.0) + float(s.labels[key])
+                cache["block_size"] = float(s.labels["block_size"])
+            elif s.name == "vllm:kv_cache_usage_perc":
+                v = fields.setdefault(s.labels["model_name"], {})
+                v["kv_usage"] = v.get("kv_usage", 0.0) + float(s.value)
+                v["kv_series"] = v.get("kv_series", 0.0) + 1
             elif s.name in _PLAIN:
                 v = fields.setdefault(s.labels["model_name"], {})
                 key = _PLAIN[s.name]
@@ -122,6 +133,11 @@ def reference(text: str) -> EngineSample:
             e2e_request_latency=hist(v, "e2e"),
             estimated_flops=v.get("estimated_flops", 0.0),
             estimated_read_bytes=v.get("estimated_read_bytes", 0.0),
+            preemptions=v.get("preemptions", 0.0),
+            kv_cache_usage=v["kv_usage"] / v["kv_series"] if "kv_usage" in v else None,
+            kv_cache_blocks=cache.get("num_gpu_blocks"),
+            kv_block_size=cache.get("block_size"),
+            kv_cache_bytes=cache.get("kv_cache_memory_bytes"),
             legacy_acceptance_rate=v.get("legacy_acceptance_rate"),
             legacy_efficiency=v.get("legacy_efficiency"),
         )

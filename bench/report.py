@@ -135,6 +135,13 @@ def hour_rows(p: dict[str, Any], start: datetime, hours: int, rng: random.Random
                 time_per_output_token_count=float(g // 250),
                 estimated_flops=0.0,  # vLLM without --enable-mfu-metrics
                 estimated_read_bytes=0.0,
+                # The KV cache (migration 0007): the report's capacity section reads it.
+                preemptions=0,
+                waiting_seconds=0.0,
+                kv_usage_seconds=min(1.0, b / 64) * 3600.0,
+                kv_cache_blocks=8192.0,
+                kv_block_size=16.0,
+                kv_cache_bytes=None,
                 spend_usd=spend,
                 busy_spend_usd=busy_spend,
                 cold_start_usd=cold,

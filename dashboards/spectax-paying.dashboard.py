@@ -406,6 +406,99 @@ recommended_k = stat(
     height=8,
 )
 
+CAPACITY_BASES = {"configured": 0, "measured": 1}
+CAPACITY_COLUMNS = {
+    "Value #A": "KV blocks",
+    "Value #B": "Draft blocks",
+    "Value #C": "Basis",
+    "Value #D": "Draft share of KV",
+    "Value #E": "Holds (requests)",
+    "Value #F": "Without draft",
+    "Value #G": "Headroom",
+}
+
+
+def kv(metric: str, selector: str = "") -> str:
+    return f"max by (endpoint, model) ({metric}{{{SEL_MODEL}{selector}}})"
+
+
+basis_code = " or ".join(
+    f'(spectax_draft_kv_cache_blocks{{{SEL_MODEL}, basis="{basis}"}} * 0 + {code})'
+    for basis, code in CAPACITY_BASES.items()
+)
+capacity = table(
+    "Capacity: the KV cache the draft takes, per endpoint and model",
+    "The draft's weights (and its own KV cache) come out of the KV-cache budget. KV blocks:"
+    " the engine's (vLLM num_gpu_blocks). Draft blocks, basis measured: the control (same"
+    " model, no speculation) has that many more; basis configured: draft_weight_bytes over"
+    " the bytes of a block as the engine states its KV cache (a lower bound: the draft's own"
+    " KV cache is not counted). Holds: requests of the window's mean context length the KV"
+    " cache holds at once; without draft: with the draft's blocks given back. Capacity, in"
+    " requests: never money, never added to the savings.",
+    [
+        (kv("spectax_kv_cache_blocks"), ""),
+        (kv("spectax_draft_kv_cache_blocks"), ""),
+        (f"max by (endpoint, model) ({basis_code})", ""),
+        (kv("spectax_draft_kv_cache_share_ratio"), ""),
+        (kv("spectax_kv_cache_concurrency_requests", ', scenario="actual"'), ""),
+        (kv("spectax_kv_cache_concurrency_requests", ', scenario="no_draft"'), ""),
+        (kv("spectax_kv_cache_headroom_ratio"), ""),
+    ],
+    transformations=[
+        {"id": "merge", "options": {}},
+        {
+            "id": "organize",
+            "options": {
+                "excludeByName": {"Time": True},
+                "renameByName": {"endpoint": "Endpoint", "model": "Model", **CAPACITY_COLUMNS},
+                "indexByName": {
+                    name: i
+                    for i, name in enumerate(["endpoint", "model", *CAPACITY_COLUMNS.keys()])
+                },
+            },
+        },
+    ],
+    overrides=[
+        by_name(
+            "Basis",
+            mappings=mapping({"0": ("configured", None), "1": ("measured", None)}),
+        ),
+        by_name("Draft blocks", decimals=0),
+        by_name("Draft share of KV", unit="percentunit"),
+        by_name("Holds (requests)", decimals=0),
+        by_name("Without draft", decimals=0),
+        by_name("Headroom", unit="percentunit"),
+    ],
+    height=8,
+)
+
+headroom = timeseries(
+    "KV-cache headroom, with and without speculation",
+    "Share of the KV cache free, time-averaged over spectax's window (1 - vLLM"
+    " kv_cache_usage_perc). Compare a speculating endpoint with its control: less headroom"
+    " at the same load is the draft's capacity cost; near 0, requests wait or are preempted"
+    " and the batch grows toward the regime where speculation stops paying.",
+    [(kv("spectax_kv_cache_headroom_ratio"), "{{endpoint}} {{model}}")],
+    unit="percentunit",
+    min_value=0,
+    max_value=1,
+    threshold_steps=(("red", None), ("green", 0.1)),
+    threshold_style="line+area",
+)
+
+queueing = timeseries(
+    "Waiting requests and preemptions, with and without speculation",
+    "Requests waiting to be scheduled (time-average over the window) and requests the"
+    " engine preempted from a full KV cache (dashed, per hour). Against the control: more"
+    " of either on the speculating endpoint is the draft's capacity cost showing.",
+    [
+        (kv("spectax_requests_waiting"), "{{endpoint}} {{model}} waiting"),
+        (kv("spectax_preemptions_per_hour"), "{{endpoint}} {{model}} preemptions/h"),
+    ],
+    min_value=0,
+    overrides=[by_regexp("/preemptions/", custom__lineStyle=DASHED)],
+)
+
 dashboard = spectax_dashboard(
     title="Speculative decoding: is it paying?",
     uid="spectax-paying",
@@ -424,6 +517,10 @@ dashboard = spectax_dashboard(
         row("How the verdict was reached"),
         model_source,
         step_overhead,
+        row("Capacity"),
+        capacity,
+        headroom,
+        queueing,
         row("Money"),
         cost,
         savings,

@@ -58,6 +58,14 @@ _PLAIN = {  # sample name -> (ModelSample field, family type prometheus_client r
     "vllm:spec_decode_efficiency": ("legacy_efficiency", "gauge"),
     "vllm:estimated_flops_per_gpu_total": ("estimated_flops", "counter"),
     "vllm:estimated_read_bytes_per_gpu_total": ("estimated_read_bytes", "counter"),
+    "vllm:num_preemptions_total": ("preemptions", "counter"),
+    "vllm:kv_cache_usage_perc": ("kv_usage_sum", "gauge"),  # averaged over ranks below
+    "vllm:gpu_cache_usage_perc": ("kv_usage_sum", "gauge"),  # its name until 0.11
+}
+_CACHE_INFO = {  # vllm:cache_config_info label -> field, summed over ranks (block size: shared)
+    "num_gpu_blocks": "kv_cache_blocks",
+    "kv_cache_memory_bytes": "kv_cache_bytes",
+    "block_size": "kv_block_size",
 }
 _HIST = {  # histogram family -> ModelSample field
     "vllm:iteration_tokens_total": "iteration_tokens",
@@ -83,10 +91,17 @@ def reference(text: str) -> EngineSample:
     per_pos: dict[str, dict[int, float]] = {}
     buckets: dict[tuple[str, str], dict[float, float]] = {}
     start: float | None = None
+    cache: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
             if s.name == "process_start_time_seconds":
                 start = float(s.value)
+                continue
+            if s.name == "vllm:cache_config_info":
+                for label, name in _CACHE_INFO.items():
+                    if s.labels[label] != "None":
+                        summed = 0.0 if label == "block_size" else cache.get(name, 0.0)
+                        cache[name] = summed + float(s.labels[label])
                 continue
             if not s.name.startswith("vllm:"):
                 continue
@@ -117,6 +132,8 @@ def reference(text: str) -> EngineSample:
             assert model is not None, s
             values = fields.setdefault(model, {})
             values[field] = values.get(field, 0.0) + float(s.value)
+            if field == "kv_usage_sum":
+                values["kv_usage_series"] = values.get("kv_usage_series", 0) + 1
     models = {}
     for model, v in fields.items():
 
@@ -144,6 +161,13 @@ def reference(text: str) -> EngineSample:
             e2e_request_latency=hist("e2e_request_latency"),
             estimated_flops=v.get("estimated_flops", 0.0),
             estimated_read_bytes=v.get("estimated_read_bytes", 0.0),
+            preemptions=v.get("preemptions", 0.0),
+            kv_cache_usage=(
+                v["kv_usage_sum"] / v["kv_usage_series"] if "kv_usage_sum" in v else None
+            ),
+            kv_cache_blocks=cache.get("kv_cache_blocks"),
+            kv_block_size=cache.get("kv_block_size"),
+            kv_cache_bytes=cache.get("kv_cache_bytes"),
             legacy_acceptance_rate=v.get("legacy_acceptance_rate"),
             legacy_efficiency=v.get("legacy_efficiency"),
         )
@@ -449,7 +473,7 @@ def test_values_timestamps_whitespace_and_label_order() -> None:
 def test_irrelevant_lines_are_not_validated() -> None:
     text = (
         'python_gc_objects_collected_total{generation="0" garbage\n'
-        "vllm:kv_cache_usage_perc{model_name=\n"
+        "vllm:num_requests_waiting_by_reason{model_name=\n"
         'vllm:generation_tokens_totally{model_name="m"} x\n'
         'vllm:generation_tokens_created{model_name="m"} NaN\n'
         'vllm:generation_tokens_total{model_name="m"} 3\n'
@@ -761,3 +785,87 @@ def test_registry() -> None:
     assert get_parser("vllm") is parse
     with pytest.raises(KeyError, match=r"known engines: .*vllm"):
         get_parser("no-such-engine")
+
+
+# ---------------------------------------------------------------------------
+# The KV cache (issue 20: capacity)
+
+
+def _model(name: str) -> ModelSample:
+    return parse((FIXTURES / f"{name}.txt").read_text(encoding="utf-8")).models["tiny-llama"]
+
+
+def test_draft_model_server_has_fewer_kv_cache_blocks_than_plain() -> None:
+    draft, plain = _model("spec_draft_3_after"), _model("nospec_3_after")
+    # Same 1 GiB KV budget: the draft's own layers take their share of every block.
+    assert draft.kv_cache_bytes == plain.kv_cache_bytes == 2**30
+    assert (draft.kv_cache_blocks, plain.kv_cache_blocks) == (5461.0, 8192.0)
+    assert draft.kv_block_size == plain.kv_block_size == 128.0
+
+
+def test_kv_cache_of_data_parallel_ranks_is_summed() -> None:
+    ranks = _model("spec_ngram_dp2_3_after")
+    assert ranks.kv_cache_blocks == 2 * 16384.0
+    assert ranks.kv_cache_bytes == 2 * 2**30
+    assert ranks.kv_block_size == 128.0
+    assert ranks.kv_cache_usage == 0.0
+
+
+def test_waiting_requests_and_kv_usage_while_queued() -> None:
+    queued = _model("spec_ngram_inflight_running_waiting")
+    assert queued.requests_waiting == 4.0
+    assert queued.kv_cache_usage == pytest.approx(0.0014650225857648635)
+    assert queued.preemptions == 0.0
+
+
+def _info(engine: str, blocks: str, size: str = "16", memory: str = "None") -> str:
+    return (
+        f'vllm:cache_config_info{{block_size="{size}",engine="{engine}",'
+        f'kv_cache_memory_bytes="{memory}",num_gpu_blocks="{blocks}"}} 1.0\n'
+    )
+
+
+def test_kv_cache_usage_is_the_mean_of_the_ranks() -> None:
+    text = (
+        'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.5\n'
+        'vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.25\n'
+        'vllm:num_preemptions_total{engine="0",model_name="m"} 3\n'
+        'vllm:num_preemptions_total{engine="1",model_name="m"} 4\n'
+        + _info("0", "100")
+        + _info("1", "None")
+    )
+    model = parse(text).models["m"]
+    assert model.kv_cache_usage == 0.375
+    assert model.preemptions == 7.0
+    assert (model.kv_cache_blocks, model.kv_block_size, model.kv_cache_bytes) == (100, 16, None)
+
+
+def test_page_without_cache_families_has_no_kv_cache() -> None:
+    model = parse('vllm:generation_tokens_total{model_name="m"} 1\n').models["m"]
+    assert model.kv_cache_usage is model.kv_cache_blocks is model.kv_block_size is None
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (_info("0", "12x"), "num_gpu_blocks must be a whole number"),
+        (_info("0", "-1"), "num_gpu_blocks must be a whole number"),
+        (_info("0", "1", size="16") + _info("1", "1", size="32"), "ranks disagree on block_size"),
+        ('vllm:kv_cache_usage_perc{model_name="m"} 1.5\n', "must be a fraction from 0 to 1"),
+        ('vllm:kv_cache_usage_perc{model_name="m"} NaN\n', "must be a fraction from 0 to 1"),
+        ('vllm:num_preemptions_total{model_name="m"} -1\n', "finite non-negative"),
+    ],
+)
+def test_bad_kv_cache_lines_are_errors(text: str, message: str) -> None:
+    with pytest.raises(ParseError, match=message):
+        parse(_OK + text)
+
+
+def test_kv_cache_settings_read_once_stay_right_and_a_bad_set_is_never_kept() -> None:
+    """The settings of a label set are kept between scrapes (they never change); a bad one
+    is refused on every page, not remembered as good."""
+    draft = (FIXTURES / "spec_draft_3_after.txt").read_text(encoding="utf-8")
+    assert parse(draft) == parse(draft)
+    for _ in range(2):
+        with pytest.raises(ParseError, match="num_gpu_blocks must be a whole number"):
+            parse(_OK + _info("0", "7e3"))

@@ -25,7 +25,7 @@ INF = math.inf
 def recorded(name: str) -> Counts:
     before = parse(page("spec_ngram_0_before_traffic.txt")).models["tiny-llama"]
     after = parse(page(name)).models["tiny-llama"]
-    return delta(before, after, 1.0)
+    return delta(before, after, (1.0,))
 
 
 def test_packed_counts_keep_every_bucket() -> None:
@@ -51,7 +51,7 @@ def test_the_cursor_keeps_the_buckets_and_reads_one_written_before_them() -> Non
 def test_a_delta_across_an_upgrade_has_no_buckets_rather_than_wrong_ones() -> None:
     before = Histogram(1.0, 10.0)  # the cursor, from before buckets were read
     after = Histogram(2.0, 12.0, ((0.1, 5.0), (INF, 12.0)))
-    grown = delta(Counts(time_per_output_token=before), Counts(time_per_output_token=after), 0)
+    grown = delta(Counts(time_per_output_token=before), Counts(time_per_output_token=after), (0,))
     assert grown.time_per_output_token == Histogram(1.0, 2.0, ())
     # An idle interval without buckets adds nothing and removes nothing.
     busy = Counts(time_per_output_token=after)

@@ -15,7 +15,7 @@ from spectax.pipeline.windows import Window
 
 def grown(before: str, after: str) -> Counts:
     a, b = (parse(page(name)).models["tiny-llama"] for name in (before, after))
-    return delta(a, b, 1.0)
+    return delta(a, b, (1.0,))
 
 
 DRAFT = grown("spec_draft_0_before_traffic.txt", "spec_draft_3_after.txt")

@@ -655,6 +655,54 @@ def test_assess_with_control_on_live_pages(observed: Observed, tmp_path: Path) -
     assert row["acceptance_ratio"] == pytest.approx(ours["accepted"] / ours["draft_tokens"])
 
 
+def kv_cache_blocks(page: str) -> float:
+    """num_gpu_blocks of a vLLM page, summed over ranks, read by prometheus_client."""
+    return sum(
+        float(s.labels["num_gpu_blocks"])
+        for family in text_string_to_metric_families(page)
+        for s in family.samples
+        if s.name == "vllm:cache_config_info"
+    )
+
+
+def test_the_draft_model_server_has_fewer_kv_cache_blocks_than_the_control(
+    observed: Observed,
+) -> None:
+    """Same KV budget on all three (VLLM_CPU_KVCACHE_SPACE=1): the draft's own layers take a
+    share of every block, so the draft server holds fewer blocks than the control (recorded
+    pages: 5,461 against 8,192) and spectax exports the difference as the blocks the draft
+    takes, measured against the control. The n-gram proposer holds no weights: its blocks
+    are the control's."""
+    require(observed, "after_b")
+    assert observed.after_b is not None
+    q = observed.after_b
+    blocks = {key: kv_cache_blocks(q.pages[key]) for key in ("draft", "control", "ngram")}
+    assert 0 < blocks["draft"] < blocks["control"] == blocks["ngram"], blocks
+    m = q.spectax
+    for key, count in blocks.items():
+        shown = m.value("spectax_kv_cache_blocks", endpoint=ENDPOINT[key], model=MODEL)
+        assert shown == count, (key, shown, count)
+    for key in SPECULATING:
+        taken = m.value(
+            "spectax_draft_kv_cache_blocks", endpoint=ENDPOINT[key], model=MODEL, basis="measured"
+        )
+        assert taken == blocks["control"] - blocks[key], (key, taken, blocks)
+    held = m.value(
+        "spectax_kv_cache_concurrency_requests",
+        endpoint=ENDPOINT["draft"],
+        model=MODEL,
+        scenario="actual",
+    )
+    without = m.value(
+        "spectax_kv_cache_concurrency_requests",
+        endpoint=ENDPOINT["draft"],
+        model=MODEL,
+        scenario="no_draft",
+    )
+    assert held is not None and without is not None
+    assert without / held == pytest.approx(blocks["control"] / blocks["draft"]), (held, without)
+
+
 def test_restart_counts_one_cold_start_and_loses_no_tokens(observed: Observed) -> None:
     """SIGTERM + restart on the same port: one cold start, every token of both processes.
 

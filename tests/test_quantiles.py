@@ -53,7 +53,7 @@ def page(name: str) -> str:
 def spectax_figures(before: str, after: str) -> dict[tuple[str, str], float | None]:
     model_before = parse(page(before)).models["tiny-llama"]
     model_after = parse(page(after)).models["tiny-llama"]
-    found = latency_quantiles(delta(model_before, model_after, 0.0))
+    found = latency_quantiles(delta(model_before, model_after, (0.0,)))
     return {
         (metric, label): (found[metric].by_label()[label] if metric in found else None)
         for metric in FAMILY

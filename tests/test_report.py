@@ -717,7 +717,28 @@ def golden_windows() -> list[dict[str, Any]]:
                     basis=None,
                 )
             )
+    for row in rows:
+        if row["endpoint"] in GOLDEN_KV:
+            blocks, kv_bytes, usage, waiting, preemptions = GOLDEN_KV[row["endpoint"]]
+            row.update(
+                kv_cache_blocks=blocks,
+                kv_block_size=16,
+                kv_cache_bytes=kv_bytes,
+                kv_usage_seconds=usage * row["seconds"],
+                waiting_seconds=waiting * row["seconds"],
+                preemptions=preemptions,
+            )
     return rows
+
+
+# The KV cache (migration 0008): blocks, stated bytes, usage, waiting requests, preemptions
+# a window. creative's draft takes blocks its control keeps (measured); coder's engine states
+# its KV bytes (configured, 2 MB a block); the others stored none.
+GOLDEN_KV = {
+    "creative": (6000.0, None, 0.85, 2.0, 3),
+    "creative-plain": (8000.0, None, 0.6, 0.5, 0),
+    "coder": (10000.0, 20e9, 0.3, 0.0, 0),
+}
 
 
 async def fill_golden(url: str) -> None:
@@ -1080,13 +1101,14 @@ async def test_html_renders_in_chromium_without_errors(demo_url: str, tmp_path: 
     report = await report_of(demo_url, MAY, settings)
     html = render(report, "html")
     assert_self_contained(html)
-    assert html.count("<svg") == 5
+    assert html.count("<svg") == 6  # cost, acceptance, savings, hours, latency, capacity
     for title in (
         "Daily cost per million output tokens",
         "Daily acceptance against break-even",
         "net savings (negative: tax) by endpoint",
         "Windows in which speculation paid, was a tax, or was uncertain",
         "Daily p99 time per output token, against the control without speculation",
+        "Requests the KV cache holds at once, with the draft and without it",
     ):
         assert title in html
     page = ARTIFACTS / f"report-{MAY}.html"
@@ -1420,8 +1442,9 @@ async def test_a_month_of_one_day_draws_its_charts_on_that_day(
     assert {d for e in report.endpoints for d in e.days} == {date(2026, 5, 2)}
     with caplog.at_level("WARNING", logger="matplotlib"):
         drawn = charts(report)
-    # Every chart with something to draw (these windows have no latency buckets: that one
-    # says so; tests/test_report_latency.py draws it).
-    assert all(c.svg for c in drawn if c.key != "latency")
+    # Every chart drawn but capacity's, which has no date axis (these rows store no KV cache),
+    # and latency's (these windows have no latency buckets: that one says so;
+    # tests/test_report_latency.py draws it).
+    assert sorted(c.key for c in drawn if not c.svg) == ["capacity", "latency"]
     assert {c.key: c.empty for c in drawn}["latency"].startswith("No speculating endpoint")
     assert [r.getMessage() for r in caplog.records if "MAXTICKS" in r.getMessage()] == []

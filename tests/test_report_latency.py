@@ -40,7 +40,7 @@ POSITIONS = {"creative": (0.3, 0.1), "batch": (0.5, 0.3), "creative-plain": ()}
 def grown(endpoint: str, first: int, last: int, field: str) -> Histogram:
     pages = SERVERS[endpoint]
     a, b = (parse(page(f"{pages[i]}.txt")).models["tiny-llama"] for i in (first, last))
-    found = getattr(delta(a, b, 0.0), field)
+    found = getattr(delta(a, b, (0.0,)), field)
     assert found is not None and found.buckets
     return found
 

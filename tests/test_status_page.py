@@ -25,6 +25,7 @@ import pytest
 from conftest import page
 from e2e import Samples, Spectax, free_port, value, wait_until, write_config
 from spectax.config import validate
+from spectax.economics import window_capacities
 from spectax.endpoint import EndpointMonitor
 from spectax.engines import not_exposed
 from spectax.engines.vllm import parse
@@ -161,13 +162,35 @@ def test_the_page_shows_each_endpoints_verdict_with_its_basis_and_figures() -> N
     assert "<svg" not in shown["plain"]  # nothing to chart without speculation
 
 
+def test_each_card_shows_kv_cache_headroom_and_what_the_draft_takes() -> None:
+    html, monitors, history = fixture_page()
+    shown = cards(html)
+    assert "KV-cache headroom</dt><dd>100% of 8,192 blocks" in shown["plain"]
+    assert "waiting · preempted</dt><dd>0.0 requests · 0/h" in shown["plain"]
+    assert "draft takes" not in shown["plain"] and "draft takes" not in shown["draft"]
+    # The draft-model server against the plain one as its control: measured.
+    draft = monitors["draft"].snapshot
+    assert draft.window is not None
+    control = monitors["plain"].snapshot.window
+    capacities = window_capacities(draft.window, control)
+    config = draft.config.model_copy(update={"control": "plain"})
+    snap = dataclasses.replace(draft, capacities=capacities, config=config)
+    card = cards(render_status_page({"draft": snap}, history, 180.0))["draft"]
+    assert "KV-cache headroom</dt><dd>100% of 5,461 blocks" in card
+    assert "draft takes</dt><dd>2,731 blocks (33.3%), measured against plain" in card
+    per_request = capacities["tiny-llama"].blocks_per_request
+    assert per_request is not None
+    held, without = 5461 / per_request, 8192 / per_request
+    assert f"KV cache holds</dt><dd>{held:,.0f} requests · {without:,.0f} without the draft" in card
+
+
 def test_the_page_shows_p99_tpot_beside_the_verdict_with_its_slo_and_basis() -> None:
     html, monitors, _ = fixture_page()
     shown = cards(html)
     # The p99 of the two recorded pages' bucket growth (the quantile Prometheus computes:
     # tests/test_quantiles.py), in the card's first figure, against the SLO of 2 ms.
     first, second = (parse(page(name)).models["tiny-llama"] for name in PAGES["ngram"])
-    grown = delta(first, second, 0.0).time_per_output_token
+    grown = delta(first, second, (0.0,)).time_per_output_token
     assert grown is not None
     p99 = bucket_quantile(0.99, grown.buckets)
     assert p99 is not None and p99 > 0.002

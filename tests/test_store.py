@@ -218,7 +218,7 @@ async def test_one_batch_stores_what_the_same_writes_store_one_by_one(
 async def test_rows_spooled_before_an_upgrade_write_beside_newer_ones(
     store: Store, old_first
 ) -> None:
-    """The spool keeps rows by column name; one written before migrations 0004-0006 lacks
+    """The spool keeps rows by column name; one written before migrations 0004-0008 lacks
     their columns. In one batch with newer rows, in either order, both are stored, each with
     its own values (the old one's new columns at their defaults)."""
     monitor = new_monitor(settings())
@@ -231,6 +231,18 @@ async def test_rows_spooled_before_an_upgrade_write_beside_newer_ones(
     assert old_write.rows[0]["start"] != new_write.rows[0]["start"]
     added = {"speedup_low_ratio", "speedup_high_ratio", "step_overhead_ratio", "verdict_basis"}
     added |= {"estimated_flops", "estimated_read_bytes"}
+    added |= {"preemptions", "waiting_seconds", "kv_usage_seconds", "kv_cache_blocks"}
+    added |= {"kv_block_size", "kv_cache_bytes"}
+    added |= {
+        f"{h}_{part}"
+        for h in ("time_to_first_token", "e2e_request_latency")
+        for part in ("sum", "count")
+    }
+    added |= {f"{h}_buckets" for h in ("iteration_tokens", "inter_token_latency")}
+    added |= {
+        f"{h}_buckets"
+        for h in ("time_per_output_token", "time_to_first_token", "e2e_request_latency")
+    }
     old_rows = [{k: v for k, v in row.items() if k not in added} for row in old_write.rows]
     batch = [("ngram", old_rows, None), ("ngram", new_write.rows, new_write.cursor)]
     await store.save_many(batch if old_first else batch[::-1])

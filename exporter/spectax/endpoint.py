@@ -22,11 +22,11 @@ from spectax.config import EndpointConfig
 from spectax.economics import (
     AssessedWindow,
     Assessment,
+    Capacity,
     PlainCalibration,
     PlainCurve,
     Profile,
     StepModel,
-    Tariff,
 )
 from spectax.engines import get_parser
 from spectax.engines.base import EngineSample, ParseError
@@ -38,6 +38,7 @@ from spectax.scrape import ScrapeError
 from spectax.store import Restored
 from spectax.store.rows import pending_write
 from spectax.store.writer import PendingWrite
+from spectax.tariffs import tariff_of
 
 # The logger keeps the name it had before the module was renamed: log filters and alerting
 # on JSON logs select by it.
@@ -66,6 +67,7 @@ class EndpointSnapshot:
     tokens_total: dict[str, tuple[float, float, float]] = field(default_factory=dict)
     step_model: StepModel = field(default_factory=StepModel)  # the counterfactual in force
     assessments: dict[str, Assessment] = field(default_factory=dict)
+    capacities: dict[str, Capacity] = field(default_factory=dict)  # the KV cache, per model
     window: Window | None = None
 
 
@@ -359,11 +361,14 @@ class EndpointMonitor:
         full = FULL_WINDOW_SHARE * self._sliding.length
         if window is None or window.seconds < full or control is None or control.seconds < full:
             control = None
-        assessments = {}
+        assessments, capacities = {}, {}
         params = self.parameters(window)
         if window is not None:
             spend = economics.spend_by_model(window, self._tariff)
             assessments = economics.assess_window(window, params, spend, control)
+            capacities = economics.window_capacities(
+                window, control, params.draft_weight_bytes, params.gpu_memory_bytes
+            )
         self.snapshot = replace(
             self.snapshot,
             up=True,
@@ -373,23 +378,9 @@ class EndpointMonitor:
             last_error=None,
             window=window,
             assessments=assessments,
+            capacities=capacities,
             step_model=params.step_model,
         )
-
-
-def tariff_of(config: EndpointConfig, usd_per_hour: Decimal | None) -> Tariff:
-    """How the endpoint is billed, from its configuration and the price in force."""
-    spec = config.speculation
-    draft_load = None
-    if spec is not None and spec.draft_weight_bytes:
-        draft_load = spec.draft_weight_bytes / config.weight_load_bytes_per_second
-    return Tariff(
-        usd_per_hour=usd_per_hour,
-        gpus=config.gpus,
-        billing_mode=config.billing_mode,
-        cold_start_seconds=config.cold_start_seconds,
-        draft_load_seconds=draft_load,
-    )
 
 
 def endpoint_states(monitors: Mapping[str, EndpointMonitor]) -> list[tuple[str, bool, str]]:

@@ -6,6 +6,7 @@
 - pricing: what GPU time costs (interval spend, cold starts, the split between models);
 - counterfactual: the plain-decode curve a speculative endpoint cannot see, its sources,
   and the speedup with its band and basis (§3b);
+- capacity: the KV cache a draft model takes, in requests the endpoint could hold;
 - calibration: the plain curve fitted from an endpoint's own windows without speculation;
 - sweep: B*, h and c fitted to a benchmark sweep (`spectax model fit`);
 - latency: the quantiles with against without speculation, and the latency verdict.
@@ -31,6 +32,7 @@ from spectax.economics.calibration import (
     draft_cost_from_overhead,
     plain_point,
 )
+from spectax.economics.capacity import Capacity, CapacityBasis, capacity_of, window_capacities
 from spectax.economics.counterfactual import (
     DEFAULT_STEP_OVERHEAD_RATIO,
     SOURCES,
@@ -99,6 +101,8 @@ __all__ = [
     "Assessment",
     "Basis",
     "BillingMode",
+    "Capacity",
+    "CapacityBasis",
     "FittedRow",
     "Latency",
     "LatencyBasis",
@@ -124,6 +128,7 @@ __all__ = [
     "assess_model",
     "assess_window",
     "breakeven_acceptance",
+    "capacity_of",
     "cold_start_seconds",
     "cost_per_million",
     "cost_per_million_without_speculation",
@@ -159,4 +164,5 @@ __all__ = [
     "verdict_for",
     "verdict_of_band",
     "vram_opportunity_usd",
+    "window_capacities",
 ]

@@ -94,6 +94,7 @@ class Counters:
     e2e_request_latency: Histogram | None = counter("histogram")
     estimated_flops: float = counter("plain")  # per GPU; vLLM only with --enable-mfu-metrics
     estimated_read_bytes: float = counter("plain")  # per GPU, likewise
+    preemptions: float = counter("plain")  # requests evicted from a full KV cache
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +124,12 @@ class ModelSample(Counters):
 
     requests_running: float = 0.0
     requests_waiting: float = 0.0
+    # The KV cache (issue 20: a draft's weights come out of it). Usage is a 0-1 fraction,
+    # the ranks' mean; blocks and bytes (when the engine states them) are summed over ranks.
+    kv_cache_usage: float | None = None
+    kv_cache_blocks: float | None = None
+    kv_block_size: float | None = None
+    kv_cache_bytes: float | None = None
     # vLLM V0 only: gauges computed by the engine (its counters over-counted).
     legacy_acceptance_rate: float | None = None
     legacy_efficiency: float | None = None

@@ -35,12 +35,13 @@ from spectax.engines.base import (
     ParseError,
 )
 from spectax.engines.scan import LABEL_SET as _LABEL_SET
-from spectax.engines.scan import PAIR as _PAIR
 from spectax.engines.scan import decode as _decode
 from spectax.engines.scan import histogram, with_buckets
 from spectax.engines.scan import trie as _trie
-from spectax.engines.scan import unescape as _unescape
 from spectax.engines.scan import where as _where
+from spectax.engines.vllm_cache import CacheConfig
+from spectax.engines.vllm_labels import LABEL_CACHE as _LABEL_CACHE
+from spectax.engines.vllm_labels import parse_labels as _parse_labels
 
 __all__ = ["MAX_MODELS", "MAX_MODEL_NAME", "MAX_POSITIONS", "MAX_VALUE", "parse"]
 
@@ -89,16 +90,21 @@ _LARGEST_FLOAT: Final = sys.float_info.max
     _TTFT_COUNT,
     _E2E_SUM,
     _E2E_COUNT,
+    _PREEMPTIONS,
+    _KV_USAGE,  # summed over ranks; divided by _KV_USAGE_SERIES: the ranks' mean
+    _KV_USAGE_SERIES,
     _N_SLOTS,
-) = range(25)
+) = range(28)
 _PER_POS: Final = -1
 _PROCESS_START: Final = -2
+_CACHE_CONFIG: Final = -3
 
 # How a value is checked and combined.
 _CUMULATIVE: Final = 0  # counter / histogram _sum / _count: finite, >= 0, summed
 _COUNT_GAUGE: Final = 1  # num_requests_*: finite, >= 0, summed over ranks
 _LEGACY_GAUGE: Final = 2  # V0 ratio gauges: as reported, one series per model
 _ESTIMATE: Final = 3  # estimated FLOPs / bytes: finite, >= 0, summed, with no 2**53 bound
+_FRACTION: Final = 4  # KV-cache usage: 0..1, averaged over ranks
 
 _FAMILIES: Final[dict[str, tuple[int, int]]] = {
     # vLLM V1 (and the V0 names that kept their meaning).
@@ -107,6 +113,11 @@ _FAMILIES: Final[dict[str, tuple[int, int]]] = {
     "vllm:request_success_total": (_FINISHED, _CUMULATIVE),
     "vllm:num_requests_running": (_RUNNING, _COUNT_GAUGE),
     "vllm:num_requests_waiting": (_WAITING, _COUNT_GAUGE),
+    "vllm:num_preemptions_total": (_PREEMPTIONS, _CUMULATIVE),
+    "vllm:kv_cache_usage_perc": (_KV_USAGE, _FRACTION),  # a 0-1 fraction despite the name
+    "vllm:gpu_cache_usage_perc": (_KV_USAGE, _FRACTION),  # its name until 0.11
+    # Settings as labels, one series per rank and no model_name: the page's KV cache.
+    "vllm:cache_config_info": (_CACHE_CONFIG, _LEGACY_GAUGE),
     "vllm:spec_decode_num_drafts_total": (_DRAFTS, _CUMULATIVE),
     "vllm:spec_decode_num_draft_tokens_total": (_DRAFT_TOKENS, _CUMULATIVE),
     "vllm:spec_decode_num_accepted_tokens_total": (_ACCEPTED, _CUMULATIVE),
@@ -165,47 +176,6 @@ _SCAN: Final = re.compile(
     + r"(?:[ \t]++-?[0-9]++(?:\.[0-9]++)?+(?:[eE][+-]?[0-9]++)?+)?+"  # optional timestamp
     + r"[ \t\r]*+(?=\n|\Z))?"
 )
-# Raw label-set text -> (model_name or None, position or None, le as a float or None).
-# Label sets repeat on every page, so they are parsed once per process. Bounded: cleared
-# when full, and only sets up to 1 KiB are kept (a real one is ~100 characters), so a
-# hostile page cannot make the cache hold 4,096 copies of a megabyte-long label set.
-_LABEL_CACHE: dict[str, tuple[str | None, str | None, float | None]] = {}
-_LABEL_CACHE_MAX: Final = 4096
-_LABEL_CACHE_KEY_MAX: Final = 1024
-
-
-def _parse_labels(labels: str) -> tuple[str | None, str | None, float | None] | str:
-    """(model_name, position, le) from an already validated `{...}`, or an error message."""
-    found: dict[str, str] = {}
-    for key, raw in _PAIR.findall(labels):
-        if key in found:
-            return f"duplicate label {key!r}"
-        found[key] = raw
-    model = found.get("model_name")
-    position = found.get("position")
-    le: float | None = None
-    if "le" in found:
-        try:
-            le = float(found["le"])
-        except ValueError:
-            return f"bad bucket bound le={found['le']!r}"
-        if math.isnan(le) or "_" in found["le"] or not found["le"].isascii():
-            return f"bad bucket bound le={found['le']!r}"
-    result = (
-        _unescape(model) if model else None,
-        _unescape(position) if position is not None else None,
-        le,
-    )
-    if result[0] is not None and len(result[0]) > MAX_MODEL_NAME:
-        return (
-            f"model_name is {len(result[0])} characters long, more than {MAX_MODEL_NAME}: "
-            "serve the model under a shorter name (vLLM --served-model-name)"
-        )
-    if len(labels) <= _LABEL_CACHE_KEY_MAX:
-        if len(_LABEL_CACHE) >= _LABEL_CACHE_MAX:
-            _LABEL_CACHE.clear()
-        _LABEL_CACHE[labels] = result
-    return result
 
 
 def parse(text: str | bytes) -> EngineSample:
@@ -226,6 +196,7 @@ def parse(text: str | bytes) -> EngineSample:
     buckets: dict[tuple[str, int], dict[float, float]] = {}
     seen: set[tuple[str, str | None]] = set()
     process_start: float | None = None
+    cache_config = CacheConfig()
 
     # findall, not finditer: no match object per line. An error locates its line again
     # (`where`, the index-th match), which only a bad page pays for.
@@ -281,6 +252,16 @@ def parse(text: str | bytes) -> EngineSample:
                 raise ParseError(f"bad value for {name}", *_where(_SCAN, body, index))
             process_start = value
             continue
+        if slot == _CACHE_CONFIG:
+            problem = cache_config.add(labels or "")
+            if problem:
+                raise ParseError(f"{name}: {problem}", *_where(_SCAN, body, index))
+            continue
+        if kind == _FRACTION and not 0.0 <= value <= 1.0:
+            raise ParseError(
+                f"{name} must be a fraction from 0 to 1, got {raw_value}",
+                *_where(_SCAN, body, index),
+            )
 
         if not labels:
             raise ParseError(f"{name} has no model_name label", *_where(_SCAN, body, index))
@@ -324,6 +305,8 @@ def parse(text: str | bytes) -> EngineSample:
                 )
             continue
 
+        if kind == _FRACTION:
+            acc[_KV_USAGE_SERIES] = (acc[_KV_USAGE_SERIES] or 0.0) + 1.0
         previous = acc[slot]
         if previous is None:
             acc[slot] = value
@@ -355,6 +338,7 @@ def parse(text: str | bytes) -> EngineSample:
         if itl is None:  # V0 name of the same quantity
             itl = hist[(_V0_TPOT_SUM, _V0_TPOT_COUNT)]
         accepted = positions.get(model)
+        usage, usage_series = acc[_KV_USAGE], acc[_KV_USAGE_SERIES]
         out[model] = ModelSample(
             generation_tokens=acc[_GEN] or 0.0,
             prompt_tokens=acc[_PROMPT] or 0.0,
@@ -374,6 +358,11 @@ def parse(text: str | bytes) -> EngineSample:
             e2e_request_latency=hist[(_E2E_SUM, _E2E_COUNT)],
             estimated_flops=acc[_FLOPS] or 0.0,
             estimated_read_bytes=acc[_READ_BYTES] or 0.0,
+            preemptions=acc[_PREEMPTIONS] or 0.0,
+            kv_cache_usage=usage / usage_series if usage is not None and usage_series else None,
+            kv_cache_blocks=cache_config.blocks,
+            kv_block_size=cache_config.block_size,
+            kv_cache_bytes=cache_config.memory_bytes,
             legacy_acceptance_rate=acc[_LEGACY_RATE],
             legacy_efficiency=acc[_LEGACY_EFF],
         )

@@ -20,7 +20,7 @@ from prometheus_client.registry import Collector
 
 from spectax import __version__
 from spectax.billing.coordinator import BillingSnapshot
-from spectax.economics import Assessment
+from spectax.economics import Assessment, Capacity
 from spectax.endpoint import EndpointSnapshot
 from spectax.engines import not_exposed
 from spectax.exposition.families import FAMILIES, AddSample, Family
@@ -122,6 +122,8 @@ def endpoint_samples(add: AddSample, name: str, snap: EndpointSnapshot) -> None:
     _endpoint_state(add, name, snap)
     for model, assessment in sorted(snap.assessments.items()):
         _model_assessment(add, (name, model), assessment)
+    for model, capacity in sorted(snap.capacities.items()):
+        _model_capacity(add, (name, model), capacity)
 
 
 def _billing_samples(add: AddSample, billing: BillingSnapshot) -> None:
@@ -238,6 +240,24 @@ def _model_assessment(
         add(
             "spectax_draft_overhead_usd_per_hour", (*endpoint_model, kind), assessment.per_hour(usd)
         )
+
+
+def _model_capacity(add: AddSample, endpoint_model: tuple[str, str], capacity: Capacity) -> None:
+    """One model's KV cache over the window, and what the draft takes of it."""
+    add("spectax_kv_cache_blocks", endpoint_model, capacity.kv_cache_blocks)
+    add("spectax_kv_cache_usage_ratio", endpoint_model, capacity.kv_usage_ratio)
+    add("spectax_kv_cache_headroom_ratio", endpoint_model, capacity.kv_headroom_ratio)
+    add("spectax_requests_waiting", endpoint_model, capacity.requests_waiting)
+    add("spectax_preemptions_per_hour", endpoint_model, capacity.preemptions_per_hour)
+    for scenario, requests in (
+        ("actual", capacity.concurrency_capacity_requests),
+        ("no_draft", capacity.concurrency_capacity_no_draft_requests),
+    ):
+        add("spectax_kv_cache_concurrency_requests", (*endpoint_model, scenario), requests)
+    if capacity.draft_blocks_basis is not None:
+        basis = (*endpoint_model, capacity.draft_blocks_basis)
+        add("spectax_draft_kv_cache_blocks", basis, capacity.draft_blocks)
+    add("spectax_draft_kv_cache_share_ratio", endpoint_model, capacity.draft_kv_share_ratio)
 
 
 def _metric_family(family: Family) -> CounterMetricFamily | GaugeMetricFamily:

@@ -164,6 +164,62 @@ FAMILIES: dict[str, Family] = {
             MODEL,
         ),
         gauge(
+            "spectax_kv_cache_blocks",
+            "KV-cache blocks of the engine as of the window's end (vLLM num_gpu_blocks,"
+            " summed over data-parallel ranks).",
+            ENDPOINT,
+            MODEL,
+        ),
+        gauge(
+            "spectax_kv_cache_usage_ratio",
+            "Time-average share of the KV cache in use over the window.",
+            ENDPOINT,
+            MODEL,
+        ),
+        gauge(
+            "spectax_kv_cache_headroom_ratio",
+            "Time-average share of the KV cache free over the window (1 - usage).",
+            ENDPOINT,
+            MODEL,
+        ),
+        gauge(
+            "spectax_requests_waiting",
+            "Time-average of requests waiting to be scheduled over the window.",
+            ENDPOINT,
+            MODEL,
+        ),
+        gauge(
+            "spectax_preemptions_per_hour",
+            "Requests the engine preempted (evicted from a full KV cache) over the window, per"
+            " hour.",
+            ENDPOINT,
+            MODEL,
+        ),
+        gauge(
+            "spectax_kv_cache_concurrency_requests",
+            "Requests the KV cache holds at once at the window's mean context length (blocks /"
+            " blocks per request): scenario=actual, and no_draft with the blocks the draft"
+            " takes given back. Capacity, not money.",
+            ENDPOINT,
+            MODEL,
+            "scenario",
+        ),
+        gauge(
+            "spectax_draft_kv_cache_blocks",
+            "KV-cache blocks the draft takes: basis=measured (the control's blocks minus"
+            " these) or configured (draft_weight_bytes / the engine's bytes per block).",
+            ENDPOINT,
+            MODEL,
+            "basis",
+        ),
+        gauge(
+            "spectax_draft_kv_cache_share_ratio",
+            "Share of the KV cache the endpoint would have without the draft that the draft"
+            " takes: draft blocks / (blocks + draft blocks).",
+            ENDPOINT,
+            MODEL,
+        ),
+        gauge(
             "spectax_crossover_concurrency_requests",
             "Concurrency above which speculation is a tax at the window's acceptance (B_x).",
             ENDPOINT,

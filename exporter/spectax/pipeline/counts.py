@@ -11,9 +11,13 @@ import operator
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from operator import attrgetter, call
-from typing import Any
+from typing import Any, Literal
 
 from spectax.engines.base import COUNTERS, Buckets, CounterKind, Counters, Histogram
+
+#: How a field a span carries beside the counters adds up: a counter kind's rules, or
+#: setting - a setting of the engine as of the span's end (the later span's wins).
+SpanKind = CounterKind | Literal["setting"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,10 +25,18 @@ class Counts(Counters):
     """Counter deltas of one model over some span of time (an interval or a window).
 
     `running_seconds` is the integral of running requests over time, so the
-    mean concurrency of any sum of spans is `running_seconds / seconds`.
+    mean concurrency of any sum of spans is `running_seconds / seconds`; waiting
+    requests and KV-cache usage (a 0-1 fraction; None when the engine lacks it) are
+    integrated alike. The KV cache's blocks, block size and bytes are the engine's
+    settings as of the span's end (`GAUGES`).
     """
 
     running_seconds: float = 0.0
+    waiting_seconds: float = 0.0
+    kv_usage_seconds: float | None = None
+    kv_cache_blocks: float | None = None
+    kv_block_size: float | None = None
+    kv_cache_bytes: float | None = None
 
     def __add__(self, other: Counts) -> Counts:
         return Counts(*map(call, _ADD, _values(self), _values(other)))
@@ -34,11 +46,11 @@ class Counts(Counters):
         return Counts(*map(call, _SUB, _values(self), _values(other)))
 
 
-def delta(before: Counters, after: Counters, running_seconds: float) -> Counts:
+def delta(before: Counters, after: Counters, gauges: tuple[Any, ...]) -> Counts:
     """The counters' growth from `before` to `after`, Prometheus `rate()` style: a counter
-    the later page lacks has no delta, one the earlier page lacks counts from zero."""
-    grown = [*map(call, _SUB, _counters(after), _counters(before)), running_seconds]
-    return Counts(*grown)
+    the later page lacks has no delta, one the earlier page lacks counts from zero.
+    `gauges` are the span's values of `GAUGES`, in their order."""
+    return Counts(*map(call, _SUB[: len(COUNTERS)], _counters(after), _counters(before)), *gauges)
 
 
 def any_counter_down(before: Counters, after: Counters) -> bool:
@@ -61,6 +73,18 @@ def _sub_optional(a: float | None, b: float | None) -> float | None:
     if a is None or b is None:
         return a
     return a - b
+
+
+def _later(a: float | None, b: float | None) -> float | None:
+    return a if b is None else b
+
+
+def _kept(a: float | None, b: float | None) -> float | None:
+    return a  # the remainder of a sum keeps its latest setting: the part taken out is older
+
+
+def _never_down(before: Any, after: Any) -> bool:
+    return False
 
 
 def _number_down(before: float | None, after: float | None) -> bool:
@@ -125,19 +149,30 @@ Rule = Callable[[Any, Any], Any]
 
 #: (add, subtract, went down) of each kind. Subtracting is also the delta between two pages:
 #: a later page without the counter gives None, an earlier one without it counts from zero.
-_RULES: dict[CounterKind, tuple[Rule, Rule, Callable[[Any, Any], bool]]] = {
+_RULES: dict[SpanKind, tuple[Rule, Rule, Callable[[Any, Any], bool]]] = {
     "plain": (operator.add, operator.sub, _number_down),
     "speculation": (_add_optional, _sub_optional, _number_down),
     "histogram": (_add_histograms, _sub_histograms, _histogram_down),
     "per_position": (_add_positions, _sub_positions, _positions_down),
+    "setting": (_later, _kept, _never_down),
 }
 
-# Precomputed per field, in the fields' order (the counters, then running_seconds), and applied
+#: The fields of `Counts` after the counters, with how each adds up.
+GAUGES: tuple[tuple[str, SpanKind], ...] = (
+    ("running_seconds", "plain"),
+    ("waiting_seconds", "plain"),
+    ("kv_usage_seconds", "speculation"),  # None, not 0, when the engine lacks the gauge
+    ("kv_cache_blocks", "setting"),
+    ("kv_block_size", "setting"),
+    ("kv_cache_bytes", "setting"),
+)
+
+# Precomputed per field, in the fields' order (the counters, then the gauges), and applied
 # with map(call, rules, a, b): the sliding window adds and subtracts Counts at every scrape of
 # every endpoint. Measured: 7.8 us an addition, 7.6 us a delta, against 6.9 for the former
 # field-by-field code.
 _counters = attrgetter(*(c.name for c in COUNTERS))
-_values = attrgetter(*(c.name for c in COUNTERS), "running_seconds")
-_ADD = (*(_RULES[c.kind][0] for c in COUNTERS), operator.add)
-_SUB = (*(_RULES[c.kind][1] for c in COUNTERS), operator.sub)
+_values = attrgetter(*(c.name for c in COUNTERS), *(name for name, _ in GAUGES))
+_ADD = (*(_RULES[c.kind][0] for c in COUNTERS), *(_RULES[kind][0] for _, kind in GAUGES))
+_SUB = (*(_RULES[c.kind][1] for c in COUNTERS), *(_RULES[kind][1] for _, kind in GAUGES))
 _DOWN = tuple(_RULES[c.kind][2] for c in COUNTERS)

@@ -53,6 +53,22 @@ def restarted(previous: EngineSample, current: EngineSample) -> bool:
     return False
 
 
+def _gauges(before: ModelSample, after: ModelSample, seconds: float) -> tuple[object, ...]:
+    """The span's `GAUGES`: gauges integrated over it (trapezoids; a fresh process from 0),
+    the KV cache's settings as the later page states them."""
+    usage = None
+    if after.kv_cache_usage is not None:
+        usage = ((before.kv_cache_usage or 0.0) + after.kv_cache_usage) / 2 * seconds
+    return (
+        (before.requests_running + after.requests_running) / 2 * seconds,
+        (before.requests_waiting + after.requests_waiting) / 2 * seconds,
+        usage,
+        after.kv_cache_blocks,
+        after.kv_block_size,
+        after.kv_cache_bytes,
+    )
+
+
 def interval_between(
     previous: EngineSample, current: EngineSample, start: float, end: float
 ) -> Interval:
@@ -69,7 +85,6 @@ def interval_between(
         if then is None and not reset:
             continue
         base = ModelSample() if reset or then is None else then
-        running_before = then.requests_running if then is not None and not reset else 0.0
-        models[name] = delta(base, now, (running_before + now.requests_running) / 2 * seconds)
+        models[name] = delta(base, now, _gauges(base, now, seconds))
     busy = any(c.generation_tokens > 0 or c.running_seconds > 0 for c in models.values())
     return Interval(start=start, end=end, models=models, restarted=reset, busy=busy)

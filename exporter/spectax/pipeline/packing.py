@@ -8,7 +8,7 @@ skip the windows' ~40,000 intervals.
 
 The layout of a model's counts follows the declared counters: one double per number (None
 as NaN: counter deltas are finite), per histogram its sum, count, number of buckets and
-each bucket's (bound, count), then running_seconds, then the per-position counter's values,
+each bucket's (bound, count), then the gauges, then the per-position counter's values,
 of any length, at the end. Read in that order, field after field.
 """
 
@@ -22,8 +22,8 @@ from itertools import chain
 from operator import attrgetter, call
 from typing import Any
 
-from spectax.engines.base import COUNTERS, CounterKind, Histogram
-from spectax.pipeline.counts import Counts
+from spectax.engines.base import COUNTERS, Histogram
+from spectax.pipeline.counts import GAUGES, Counts, SpanKind
 from spectax.pipeline.intervals import Interval
 
 _NAN = math.nan
@@ -129,19 +129,20 @@ def _take_positions(packed: array[float], at: int) -> tuple[tuple[float, ...], i
 
 
 #: (put, take, last: takes all that is left) of each kind.
-_LAYOUT: dict[CounterKind, tuple[Put, Take, bool]] = {
+_LAYOUT: dict[SpanKind, tuple[Put, Take, bool]] = {
     "plain": (_put_number, _take_number, False),
     "speculation": (_put_optional, _take_optional, False),
     "histogram": (_put_histogram, _take_histogram, False),
     "per_position": (_put_positions, _take_positions, True),
+    "setting": (_put_optional, _take_optional, False),
 }
 
 
 def _layout() -> tuple[list[str], list[Put], list[tuple[Take, int]]]:
     """The fields in layout order with their puts and their (take, index among Counts'
     fields): the per-position counter, which takes all that is left, last."""
-    fields: list[tuple[str, CounterKind]] = [(c.name, c.kind) for c in COUNTERS]
-    fields.append(("running_seconds", "plain"))
+    fields: list[tuple[str, SpanKind]] = [(c.name, c.kind) for c in COUNTERS]
+    fields.extend(GAUGES)
     tail = [(name, kind) for name, kind in fields if _LAYOUT[kind][2]]
     assert len(tail) <= 1, "the packed layout has room for one per-position counter"
     in_layout = [(name, kind) for name, kind in fields if not _LAYOUT[kind][2]] + tail

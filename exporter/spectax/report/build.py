@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 
+from spectax.report.capacity import CapacityRow, capacity_rows
 from spectax.report.endpoint_day import day_figures, estimated
 from spectax.report.figures import EndpointInfo, Figures, HourPoint, total
 from spectax.report.latency import LatencyFigures, month_latency
@@ -46,6 +47,7 @@ class Report:
     last: datetime | None
     without_history: list[str]
     previous_only: dict[str, Figures] = field(default_factory=dict)  # history last month only
+    capacity: list[CapacityRow] = field(default_factory=list)  # the KV cache, per model
 
     @property
     def empty(self) -> bool:
@@ -171,6 +173,10 @@ async def build_report(
         last=max(lasts, default=None),
         without_history=without,
         previous_only=previous_only,
+        capacity=capacity_rows(
+            (r for r in daily if month.start <= r.start < month.end),
+            infos,
+        ),
     )
 
 

@@ -66,10 +66,11 @@ def charts(report: Report) -> list[Chart]:
             _savings_chart(report),
             _hours_chart(report),
             _latency_chart(report),
+            _capacity_chart(report),
         ]
 
 
-# ---------------------------------------------------------------- the four charts
+# ---------------------------------------------------------------- the charts
 
 
 def _cost_chart(report: Report) -> Chart:
@@ -241,6 +242,36 @@ def _latency_chart(report: Report) -> Chart:
         _date_axis(ax, len(e.latency.daily_p99_tpot))
         ax.legend(loc="lower left", fontsize=8)
     return Chart("latency", title, _scoped("latency", _svg(fig)))
+
+
+def _capacity_chart(report: Report) -> Chart:
+    """Requests the KV cache holds with the draft and without it: capacity, not money."""
+    title = "Requests the KV cache holds at once, with the draft and without it, by endpoint"
+    items = [
+        r
+        for r in report.capacity
+        if r.capacity.concurrency_capacity_no_draft_requests is not None
+        and r.capacity.concurrency_capacity_requests is not None
+    ][:MAX_BARS]
+    if not items:
+        return Chart(
+            "capacity",
+            title,
+            None,
+            "No speculating endpoint stored its KV cache with a basis for the draft's blocks.",
+        )
+    items.reverse()
+    names = [f"{r.endpoint} ({r.capacity.draft_blocks_basis})" for r in items]
+    fig, ax = _bars_figure(names)
+    held = [r.capacity.concurrency_capacity_requests or 0.0 for r in items]
+    without = [r.capacity.concurrency_capacity_no_draft_requests or 0.0 for r in items]
+    ax.barh(names, without, color="none", edgecolor=COUNTERFACTUAL, hatch="//", label="without")
+    bars = ax.barh(names, held, height=0.5, color=LINE, label="with the draft")
+    ax.bar_label(bars, labels=[f"{v:,.0f}" for v in held], padding=3, fontsize=8)
+    ax.set_xlabel("requests of the month's mean context length (basis of the draft's blocks)")
+    ax.legend(loc="lower right", fontsize=8, ncols=2)
+    ax.grid(axis="y", visible=False)
+    return Chart("capacity", title, _scoped("capacity", _svg(fig)))
 
 
 # ---------------------------------------------------------------- helpers

@@ -7,6 +7,7 @@ from html import escape
 
 from spectax import __version__
 from spectax.report.build import Report
+from spectax.report.capacity_table import capacity_table
 from spectax.report.cells import stake_phrase
 from spectax.report.charts import Chart, charts
 from spectax.report.latency_table import latency_table
@@ -78,7 +79,7 @@ def render_html(report: Report, chart_list: list[Chart] | None = None) -> str:
         tables = all_tables(report)
         out += _table(tables[0])
         out += _charts(chart_list if chart_list is not None else charts(report))
-        for table in tables[1:]:
+        for table in [*tables[1:], capacity_table(report.capacity)]:
             out += _table(table)
         out += _table(latency_table(report))
         if report.without_history:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from spectax.report.build import Report
+from spectax.report.capacity_table import capacity_table
 from spectax.report.cells import stake_phrase
 from spectax.report.latency_table import latency_table
 from spectax.report.tables import (
@@ -30,7 +31,7 @@ def render_markdown(report: Report) -> str:
             out.append("")
     else:
         out += [no_recommendation_line(report), ""]
-    for table in [*all_tables(report), latency_table(report)]:
+    for table in [*all_tables(report), latency_table(report), capacity_table(report.capacity)]:
         out += [f"## {table.title}", "", *_table(table), ""]
         out += [f"{note}\n" for note in table.notes]
     if report.without_history:

@@ -58,6 +58,14 @@ class RollupRecord(NamedTuple):
     inter_token_latency_buckets: str | None
     time_to_first_token_buckets: str | None
     e2e_request_latency_buckets: str | None
+    # The KV cache (migration 0008): time integrals, preemptions and the engine's settings.
+    requests_finished: int
+    preemptions: int
+    waiting_seconds: float
+    kv_usage_seconds: float | None
+    kv_cache_blocks: float | None
+    kv_block_size: float | None
+    kv_cache_bytes: float | None
 
 
 _FIELDS = itemgetter(*RollupRecord._fields)

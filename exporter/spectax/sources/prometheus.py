@@ -52,6 +52,7 @@ SERIES: Mapping[str, str] = {
     "e2e_request_latency": "vllm:e2e_request_latency_seconds",
     "estimated_flops": "vllm:estimated_flops_per_gpu_total",
     "estimated_read_bytes": "vllm:estimated_read_bytes_per_gpu_total",
+    "preemptions": "vllm:num_preemptions_total",
 }
 assert set(SERIES) == {c.name for c in COUNTERS}, "a declared counter has no vLLM series"
 KIND = {c.name: c.kind for c in COUNTERS}

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from html import escape
 
 from spectax import __version__, economics, logs
-from spectax.economics import Assessment
+from spectax.economics import Assessment, Capacity
 from spectax.endpoint import EndpointSnapshot
 from spectax.engines import not_exposed
 from spectax.status.chart import chart
@@ -215,6 +215,9 @@ def _model(snapshot: EndpointSnapshot, a: Assessment) -> str:
         ]
     figures.insert(0, ("p99 TPOT", _tail(snapshot, a)))
     figures.append(("concurrency", f"{a.concurrency_requests:.1f} requests"))
+    capacity = snapshot.capacities.get(a.model)
+    if capacity is not None:
+        figures += _capacity(capacity, config.control)
     cells = "".join(f"<div><dt>{dt}</dt><dd>{dd}</dd></div>" for dt, dd in figures)
     return (
         f'<div class="model" data-model="{escape(a.model)}" data-verdict="{a.verdict}" '
@@ -222,6 +225,33 @@ def _model(snapshot: EndpointSnapshot, a: Assessment) -> str:
         f'<h3>{escape(a.model)}: <span class="v-{a.verdict}">{verdict}</span>{tax_link} '
         f'<span class="muted">{basis}</span></h3><dl>{cells}</dl></div>'
     )
+
+
+def _capacity(c: Capacity, control: str | None) -> list[tuple[str, str]]:
+    """The KV cache: its headroom, the queue, and what the draft takes of it (capacity in
+    requests, never money), each with where it comes from."""
+    headroom = "—" if c.kv_headroom_ratio is None else f"{c.kv_headroom_ratio:.0%}"
+    blocks = "" if c.kv_cache_blocks is None else f" of {c.kv_cache_blocks:,.0f} blocks"
+    figures = [
+        ("KV-cache headroom", f"{headroom}{blocks}"),
+        (
+            "waiting · preempted",
+            f"{c.requests_waiting:.1f} requests · {c.preemptions_per_hour:,.0f}/h",
+        ),
+    ]
+    if c.draft_blocks is not None:
+        basis = (
+            f"measured against {escape(control or '')}"
+            if c.draft_blocks_basis == "measured"
+            else "from draft_weight_bytes"
+        )
+        share = "" if c.draft_kv_share_ratio is None else f" ({c.draft_kv_share_ratio:.1%})"
+        figures.append(("draft takes", f"{c.draft_blocks:,.0f} blocks{share}, {basis}"))
+    held, without = c.concurrency_capacity_requests, c.concurrency_capacity_no_draft_requests
+    if held is not None:
+        more = "" if without is None else f" · {without:,.0f} without the draft"
+        figures.append(("KV cache holds", f"{held:,.0f} requests{more}"))
+    return figures
 
 
 def _tail(snapshot: EndpointSnapshot, a: Assessment) -> str:

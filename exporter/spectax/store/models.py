@@ -110,6 +110,14 @@ class Sums:
     # vLLM's estimates per GPU (--enable-mfu-metrics; 0 without): floats, they pass 2**53.
     estimated_flops: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     estimated_read_bytes: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    # The KV cache (0008): preemptions counted, waiting requests and usage integrated over
+    # time like running_seconds, the engine's blocks, block size and bytes as of the end.
+    preemptions: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    waiting_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    kv_usage_seconds: Mapped[float | None] = mapped_column(Float)
+    kv_cache_blocks: Mapped[float | None] = mapped_column(Float)
+    kv_block_size: Mapped[float | None] = mapped_column(Float)
+    kv_cache_bytes: Mapped[float | None] = mapped_column(Float)
     spend_usd: Mapped[Decimal | None] = mapped_column(Money)
     busy_spend_usd: Mapped[Decimal | None] = mapped_column(Money)
     cold_start_usd: Mapped[Decimal | None] = mapped_column(Money)

@@ -24,6 +24,7 @@ from sqlalchemy import bindparam, delete, func, select
 from sqlalchemy import inspect as sa_inspect
 
 from spectax.engines.base import COUNTERS, Buckets
+from spectax.pipeline.counts import GAUGES
 from spectax.store.db import Database, mark_due_statement, upsert_statement
 from spectax.store.models import TABLES, HourlyRow, RollupDue, Sums, WindowRow
 from spectax.store.rows import decode_buckets, encode_buckets
@@ -39,11 +40,12 @@ _ADDED = (
     "busy_seconds",
     "restarts",
     *(c.column for c in COUNTERS if c.kind == "plain"),
-    "running_seconds",
+    *(name for name, kind in GAUGES if kind == "plain"),
 )
 _OPTIONAL_ADDED = (
     *(c.column for c in COUNTERS if c.kind == "speculation"),
     *(f"{c.column}_{part}" for c in COUNTERS if c.kind == "histogram" for part in ("sum", "count")),
+    *(name for name, kind in GAUGES if kind == "speculation"),
     "spend_usd",
     "busy_spend_usd",
     "cold_start_usd",
@@ -58,7 +60,13 @@ VERDICT_COLUMNS = (
     *(f"windows_{v}" for v in VERDICT_COUNTS),
     *(f"windows_basis_{b}" for b in BASIS_COUNTS),
 )
-_LATEST = ("ridge_batch_source", "speedup_low_ratio", "speedup_high_ratio", "step_overhead_ratio")
+_LATEST = (
+    "ridge_batch_source",
+    "speedup_low_ratio",
+    "speedup_high_ratio",
+    "step_overhead_ratio",
+    *(name for name, kind in GAUGES if kind == "setting"),
+)
 
 
 class Rollups(Database):

@@ -13,7 +13,7 @@ from typing import Any
 
 from spectax.economics.assessment import AssessedWindow
 from spectax.engines.base import COUNTERS, Buckets, CounterKind, EngineSample, Histogram
-from spectax.pipeline.counts import Counts
+from spectax.pipeline.counts import GAUGES, Counts
 from spectax.pipeline.windows import Window
 from spectax.store.models import WindowRow
 from spectax.store.spool import PendingWrite
@@ -104,7 +104,7 @@ def counter_columns(counts: Counts) -> dict[str, Any]:
     """A model's counter deltas as the windows table spells them (counts rounded: they are
     whole numbers, summed from float-valued pages), in the table's column order: the order
     the spool's rows have always had."""
-    columns: dict[str, Any] = {"running_seconds": counts.running_seconds}
+    columns: dict[str, Any] = {name: getattr(counts, name) for name, _ in GAUGES}
     for counter in COUNTERS:
         columns.update(_ENCODE[counter.kind](counter.column, getattr(counts, counter.name)))
     return dict(sorted(columns.items(), key=lambda column: _TABLE_ORDER[column[0]]))
@@ -112,7 +112,8 @@ def counter_columns(counts: Counts) -> dict[str, Any]:
 
 def counts_from_row(row: WindowRow) -> Counts:
     values = {c.name: _DECODE[c.kind](row, c.column) for c in COUNTERS}
-    return Counts(**values, running_seconds=row.running_seconds)
+    gauges = {name: getattr(row, name) for name, _ in GAUGES}
+    return Counts(**values, **gauges)
 
 
 def sum_usd(values: Iterable[Decimal | None]) -> Decimal:

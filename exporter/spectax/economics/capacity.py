@@ -1,0 +1,146 @@
+"""What a draft model costs in capacity: the KV cache its weights take (issue 20).
+
+The second cost of speculation is not GPU time but memory: the draft's weights (and its own
+KV cache) come out of the target's KV-cache budget, so fewer requests fit at once, requests
+wait or are preempted, and the GPU is pushed toward the saturated regime where speculation
+stops paying. This module turns a window's KV-cache figures (the engine's blocks, block
+size and bytes, its usage, waiting requests and preemptions: `spectax.pipeline.counts`)
+into that cost, in requests the endpoint could hold, never in money.
+
+The blocks the draft costs have a basis, like the savings (ECONOMICS.md §3b):
+- measured: the control (same model, no speculation) has that many more blocks;
+- configured: `draft_weight_bytes` over the bytes of a block, as the engine states its
+  KV cache (vLLM `kv_cache_memory_bytes`); the draft's own KV cache is not counted, so
+  this is a lower bound;
+- None: neither is known (no control, and the engine does not state its KV bytes).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from spectax.pipeline.counts import Counts
+from spectax.pipeline.windows import Window
+
+CapacityBasis = Literal["measured", "configured"]
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """One model's KV cache over a window, and the share of it the draft took.
+
+    Means are time averages over the window's seconds; None where the engine does not give
+    the figure (never a 0 that looks real).
+    """
+
+    kv_cache_blocks: float | None = None
+    kv_block_size: float | None = None
+    kv_usage_ratio: float | None = None
+    requests_waiting: float = 0.0
+    preemptions_per_hour: float = 0.0
+    #: Mean prompt + output tokens of the requests that finished in the window.
+    context_tokens: float | None = None
+    #: KV-cache blocks a request of `context_tokens` holds at its end.
+    blocks_per_request: float | None = None
+    #: Requests of `context_tokens` the KV cache holds at once (its bound on concurrency).
+    concurrency_capacity_requests: float | None = None
+    #: Blocks the draft takes from the KV cache, and how that is known.
+    draft_blocks: float | None = None
+    draft_blocks_basis: CapacityBasis | None = None
+    #: Share of the GPU's memory the draft's weights hold (configured bytes).
+    draft_gpu_memory_ratio: float | None = None
+
+    @property
+    def kv_headroom_ratio(self) -> float | None:
+        """Share of the KV cache free on average over the window."""
+        return None if self.kv_usage_ratio is None else max(0.0, 1.0 - self.kv_usage_ratio)
+
+    @property
+    def draft_kv_share_ratio(self) -> float | None:
+        """Share of the KV cache the endpoint would have without the draft that it took."""
+        if self.draft_blocks is None or not self.kv_cache_blocks:
+            return None
+        return self.draft_blocks / (self.kv_cache_blocks + self.draft_blocks)
+
+    @property
+    def concurrency_capacity_no_draft_requests(self) -> float | None:
+        """Requests the KV cache would hold at once without the draft, same context length."""
+        if self.draft_blocks is None or not self.blocks_per_request or not self.kv_cache_blocks:
+            return None
+        return (self.kv_cache_blocks + self.draft_blocks) / self.blocks_per_request
+
+
+def capacity_of(
+    counts: Counts,
+    seconds: float,
+    *,
+    speculating: bool = False,
+    draft_weight_bytes: int | None = None,
+    gpu_memory_bytes: int | None = None,
+    control: Counts | None = None,
+) -> Capacity:
+    """The capacity figures of one model's `counts` over `seconds`.
+
+    Only a `speculating` endpoint has a draft cost; `draft_weight_bytes` is its configured
+    size (0 for n-gram: no weights), `control` the control's model over the same span,
+    whose blocks measure the draft's.
+    """
+    blocks, size = counts.kv_cache_blocks, counts.kv_block_size
+    context = None
+    if counts.requests_finished > 0:
+        context = (counts.prompt_tokens + counts.generation_tokens) / counts.requests_finished
+    per_request = math.ceil(context / size) if context and size else None
+    draft: float | None = None
+    basis: CapacityBasis | None = None
+    theirs = control.kv_cache_blocks if control is not None else None
+    if speculating and blocks and theirs and theirs >= blocks:
+        draft, basis = theirs - blocks, "measured"
+    elif speculating and blocks and counts.kv_cache_bytes and draft_weight_bytes is not None:
+        draft, basis = draft_weight_bytes / (counts.kv_cache_bytes / blocks), "configured"
+    usage = counts.kv_usage_seconds
+    return Capacity(
+        kv_cache_blocks=blocks,
+        kv_block_size=size,
+        kv_usage_ratio=usage / seconds if usage is not None and seconds > 0 else None,
+        requests_waiting=counts.waiting_seconds / seconds if seconds > 0 else 0.0,
+        preemptions_per_hour=counts.preemptions / seconds * 3600 if seconds > 0 else 0.0,
+        context_tokens=context,
+        blocks_per_request=per_request,
+        concurrency_capacity_requests=blocks / per_request if blocks and per_request else None,
+        draft_blocks=draft,
+        draft_blocks_basis=basis,
+        draft_gpu_memory_ratio=(
+            draft_weight_bytes / gpu_memory_bytes
+            if draft_weight_bytes and gpu_memory_bytes
+            else None
+        ),
+    )
+
+
+def window_capacities(
+    window: Window,
+    control: Window | None = None,
+    draft_weight_bytes: int | None = None,
+    gpu_memory_bytes: int | None = None,
+) -> dict[str, Capacity]:
+    """`capacity_of` for every model of the window; a model speculates when the engine
+    exposes its speculation counters. The control's model is matched by name, or taken as
+    it is when both serve exactly one model (as for the measured speedup)."""
+    out = {}
+    for model, counts in window.models.items():
+        theirs = None
+        if control is not None:
+            theirs = control.models.get(model)
+            if theirs is None and len(control.models) == 1 and len(window.models) == 1:
+                theirs = next(iter(control.models.values()))
+        out[model] = capacity_of(
+            counts,
+            window.seconds,
+            speculating=counts.draft_tokens is not None or counts.drafts is not None,
+            draft_weight_bytes=draft_weight_bytes,
+            gpu_memory_bytes=gpu_memory_bytes,
+            control=theirs,
+        )
+    return out
