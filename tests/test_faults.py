@@ -12,6 +12,7 @@ import asyncio
 import random
 import signal
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -189,11 +190,16 @@ async def test_a_spool_the_database_refuses_does_not_keep_spectax_from_scraping(
     from spectax.store.writer import WriteQueue
     from test_store_writer import rows_of
 
+    # An hour back, inside retention: the config's 2-s rollups apply it, and a window from
+    # 1970 was deleted before it was read whenever one ran first (seven endpoints start
+    # slower than three did).
+    start = (int(time.time()) // 3600 - 1) * 3600
+
     url = request.getfixturevalue("pg_server").database()
     state = tmp_path / "state"
     spool = WriteQueue(state / "spool.jsonl", max_rows=1)
-    spool.append(rows_of("code-assistant", 0, model="m" * 300))
-    spool.append(rows_of("chat-creative", 0))
+    spool.append(rows_of("code-assistant", start, model="m" * 300))
+    spool.append(rows_of("chat-creative", start))
     spool.spill_all()
     async with await start_simulated_servers(DEMO_PROFILES, speed=0.0) as fleet:
         port = free_port()
@@ -211,9 +217,9 @@ async def test_a_spool_the_database_refuses_does_not_keep_spectax_from_scraping(
             assert value(m, "spectax_store_up") == 1
         finally:
             assert await spectax.stop() == 0
-    assert [r.endpoint for r in await stored_rows(url, start=0)] == ["chat-creative"] * len(
-        rows_of("x", 0).rows
-    )
+    assert [r.endpoint for r in await stored_rows(url, start)] == ["chat-creative"] * len(
+        rows_of("x", start).rows
+    ), spectax.log[-4000:]
     assert "the store refuses its window rows" in spectax.log
 
 
