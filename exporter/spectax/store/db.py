@@ -3,6 +3,7 @@ one error the store raises. The storage URL picks the backend; the statements ar
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any, Self
 
@@ -140,6 +141,11 @@ class Database:
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
         engine = create_async_engine(url, pool_pre_ping=True)
         try:
+            if not migrate and _shared(url):
+                async with engine.begin() as conn:
+                    empty = await conn.run_sync(schema.is_empty)
+                if empty:
+                    await asyncio.to_thread(schema.create_in_child, url)
             async with engine.begin() as conn:
                 await conn.run_sync(schema.upgrade if migrate else schema.ensure_current)
         except DATABASE_ERRORS as exc:
@@ -207,3 +213,11 @@ def reason(exc: BaseException) -> str:
 
 def _backend(url: str) -> str:
     return url.split(":", 1)[0]
+
+
+def _shared(url: str) -> bool:
+    """Whether another process reaches the same database (not SQLite in memory)."""
+    if not url.startswith("sqlite"):
+        return True
+    path = url.split(":///", 1)[1] if ":///" in url else ""
+    return bool(path) and ":memory:" not in path and "mode=memory" not in path
