@@ -322,8 +322,8 @@ async def test_export_writes_money_as_plain_decimals_zero_included(
 
 
 def test_a_fresh_database_gets_its_schema_without_alembic_in_the_process(tmp_path) -> None:
-    """The schema of an empty database is created by a child process, so the daemon does
-    not carry Alembic (and Mako, Pygments) for its life; the revision is the head."""
+    """The daemon's empty database gets its schema from a child process, so it does not
+    carry Alembic (and Mako, Pygments) for its life; the revision is the head."""
     import subprocess
     import sys
 
@@ -331,7 +331,8 @@ def test_a_fresh_database_gets_its_schema_without_alembic_in_the_process(tmp_pat
         "import asyncio, sys\n"
         "from spectax.store import Store\n"
         "async def main():\n"
-        f"    store = await Store.open('sqlite+aiosqlite:///{tmp_path}/fresh.sqlite')\n"
+        f"    url = 'sqlite+aiosqlite:///{tmp_path}/fresh.sqlite'\n"
+        "    store = await Store.open(url, create_apart=True)\n"
         "    await store.close()\n"
         "asyncio.run(main())\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'alembic', 'mako', 'pygments'}))\n"
@@ -355,7 +356,7 @@ async def test_a_child_that_cannot_create_the_schema_leaves_it_to_the_process(
     import sys
 
     monkeypatch.setattr(sys, "executable", "/bin/false")
-    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path}/fresh.sqlite")
+    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path}/fresh.sqlite", create_apart=True)
     try:
         async with store._engine.connect() as conn:
             revision = await conn.scalar(text("SELECT version_num FROM alembic_version"))

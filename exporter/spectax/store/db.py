@@ -125,11 +125,12 @@ class Database:
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
 
     @classmethod
-    async def open(cls, url: str, migrate: bool = False) -> Self:
+    async def open(cls, url: str, migrate: bool = False, create_apart: bool = False) -> Self:
         """Connect and check the schema: an empty database gets the current one.
 
         With `migrate`, an older schema is upgraded (`spectax db upgrade`);
-        otherwise it raises SchemaMismatch saying what to run.
+        otherwise it raises SchemaMismatch saying what to run. With `create_apart` (the
+        daemon, which lives long), an empty database's schema is created by a child process.
         """
         try:
             url = database_url(url)
@@ -141,7 +142,7 @@ class Database:
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
         engine = create_async_engine(url, pool_pre_ping=True)
         try:
-            if not migrate and _shared(url):
+            if create_apart and not migrate and _shared(url):
                 async with engine.begin() as conn:
                     empty = await conn.run_sync(schema.is_empty)
                 if empty:
