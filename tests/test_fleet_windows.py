@@ -149,3 +149,17 @@ def test_whole_and_fractional_counters_give_the_same_windows() -> None:
     for bounds in ([90, 100, 110, 120], [100, 110], [80, 130], [111, 112, 125]):
         assert tokens(whole, bounds) == tokens(fractional, bounds), bounds
     assert tokens(whole, [90, 100, 110, 120]) == [12, 15, 1]
+
+
+def test_an_answer_of_another_shape_is_an_error_not_a_crash() -> None:
+    for answer in (
+        {"status": "success", "data": {"resultType": "matrix", "result": [{"metric": {}}]}},
+        {"status": "success", "data": {"resultType": "matrix", "result": [{"values": 3}]}},
+    ):
+        decoder = MatrixDecoder()
+        decoder.feed(json.dumps(answer, indent=1).encode())
+        with pytest.raises(MatrixError):
+            decoder.finish()
+    decoder = MatrixDecoder()
+    decoder.feed(b'{"status": "success", "data": "matrix"}')
+    assert decoder.finish()[0] == {"status": "success", "data": "matrix"}

@@ -78,15 +78,18 @@ class MatrixDecoder:
             body = json.loads(text)
         except ValueError:
             return None, [], text  # a proxy's error page
-        result = body.get("data", {}).get("result") if isinstance(body, dict) else None
+        data = body.get("data") if isinstance(body, dict) else None
+        result = data.get("result") if isinstance(data, dict) else None
         series: list[Series] = []
-        if isinstance(result, list):
-            for item in result:
-                values = item["values"]
-                series.append(
-                    (item["metric"], [float(t) for t, _ in values], [v for _, v in values])
-                )
-            body["data"]["result"] = []
+        if isinstance(data, dict) and isinstance(result, list):
+            try:
+                for item in result:
+                    values = item["values"]
+                    stamps = [float(t) for t, _ in values]
+                    series.append((dict(item["metric"]), stamps, [str(v) for _, v in values]))
+            except (KeyError, TypeError, ValueError) as exc:
+                raise MatrixError(f"unexpected series in the result: {exc!r}"[:200]) from None
+            data["result"] = []
         return body, series, text
 
     def _series(self) -> list[Series]:

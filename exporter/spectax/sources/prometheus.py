@@ -290,8 +290,8 @@ class PrometheusReader:
             raise SourceError(f"{redact(url)}: HTTP {response.status}: {error or 'no answer'}")
         if body.get("warnings"):  # Prometheus/Thanos/Mimir: some data was left out
             raise SourceError(f"{redact(url)}: partial answer: {'; '.join(body['warnings'])[:300]}")
-        data = body.get("data") or {}
-        if data.get("resultType") != "matrix":
+        data = body.get("data")
+        if not isinstance(data, dict) or data.get("resultType") != "matrix":
             raise SourceError(f"{redact(url)}: expected a matrix for {query!r}")
         for labels, stamps, texts in series:
             sums.add(name, labels, stamps, texts)
