@@ -237,7 +237,7 @@ def main() -> None:
             raise SystemExit("the blocks were made too slowly for the windows to measure")
         endpoints = math.ceil(args.replicas / args.replicas_per_endpoint)
         database = work / "state" / "spectax.sqlite"
-        rows = []  # (window end, seconds after the boundary, CPU s so far, RSS now)
+        rows = []  # (window end, s after the boundary, CPU s so far, RSS now, Prometheus CPU s)
         for k in range(args.windows + 1):
             end = first_end + k * args.window
             while written(database, end) < endpoints:
@@ -248,7 +248,8 @@ def main() -> None:
                 if time.time() > end + args.delay + 600:
                     raise SystemExit(f"window {end} not written within 10 minutes")
                 time.sleep(1.0)
-            rows.append((end, time.time() - end, sum(cpu_times(spectax.pid)), rss_mb(spectax.pid)))
+            cpu, prom = sum(cpu_times(spectax.pid)), sum(cpu_times(prometheus.pid))
+            rows.append((end, time.time() - end, cpu, rss_mb(spectax.pid), prom))
             print(
                 f"window ending {datetime.fromtimestamp(end, UTC):%H:%M:%S}: written "
                 f"{rows[-1][1]:.1f} s after its boundary, RSS {rows[-1][3]:.0f} MiB",
@@ -279,7 +280,7 @@ def report(
     samples: int,
     generated: float,
     blocks: float,
-    rows: list[tuple[float, float, float, float]],
+    rows: list[tuple[float, float, float, float, float]],
     peak: float,
     load_before: tuple[float, float, float],
 ) -> None:
@@ -302,6 +303,7 @@ def report(
         f" first window (discovery, {endpoints} new endpoints): written {rows[0][1]:.1f} s "
         f"after its boundary\n"
     )
+    prometheus = sum(b[4] - a[4] for a, b in itertools.pairwise(rows)) / len(cpu)
     table = [
         ("CPU per window (after the first)", f"{per_window:.2f} s", "", ""),
         (
@@ -310,6 +312,7 @@ def report(
             "< 10 %",
             f"{share / TARGETS['cpu']:.2f}",
         ),
+        ("Prometheus CPU per window (answering)", f"{prometheus:.2f} s", "", ""),
         ("CPU per replica per window", f"{per_window / args.replicas * 1e3:.3f} ms", "", ""),
         (
             "later windows written after boundary, max",
