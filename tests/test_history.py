@@ -319,3 +319,47 @@ async def test_export_writes_money_as_plain_decimals_zero_included(
         money += [r[k] for r in rows for k in exact if r[k] not in (None, "")]
     assert money and "0.000000000" in money, money[:20]
     assert [m for m in money if not re.fullmatch(r"-?\d+\.\d{9}", m)] == []
+
+
+def test_a_fresh_database_gets_its_schema_without_alembic_in_the_process(tmp_path) -> None:
+    """The daemon's empty database gets its schema from a child process, so it does not
+    carry Alembic (and Mako, Pygments) for its life; the revision is the head."""
+    import subprocess
+    import sys
+
+    script = (
+        "import asyncio, sys\n"
+        "from spectax.store import Store\n"
+        "async def main():\n"
+        f"    url = 'sqlite+aiosqlite:///{tmp_path}/fresh.sqlite'\n"
+        "    store = await Store.open(url, create_apart=True)\n"
+        "    await store.close()\n"
+        "asyncio.run(main())\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'alembic', 'mako', 'pygments'}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], check=False, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "fresh.sqlite") as db:
+        assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [
+            (HEAD_REVISION,)
+        ]
+
+
+async def test_a_child_that_cannot_create_the_schema_leaves_it_to_the_process(
+    tmp_path, monkeypatch
+) -> None:
+    import sys
+
+    monkeypatch.setattr(sys, "executable", "/bin/false")
+    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path}/fresh.sqlite", create_apart=True)
+    try:
+        async with store._engine.connect() as conn:
+            revision = await conn.scalar(text("SELECT version_num FROM alembic_version"))
+        assert revision == HEAD_REVISION
+    finally:
+        await store.close()

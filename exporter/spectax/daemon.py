@@ -84,7 +84,7 @@ class Daemon:
         self.store: Store | None = None
         self._stop_requested = asyncio.Event()
         self.writer = StoreWriter(
-            lambda: Store.open(self.config.database_url),
+            lambda: Store.open(self.config.database_url, create_apart=True),
             Path(self.config.state_directory) / "spool.jsonl",
             self.config.store_queue_max_rows,
             self._stop_requested,

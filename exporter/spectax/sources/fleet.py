@@ -112,6 +112,11 @@ class FleetSource:
                 self._emit(monitor, None)
             return False
         self._health.recovered("reading windows again")
+        # The endpoints found in this span resume before any window is handed on: each looks
+        # its queued writes up in the store writer's queue, which the windows handed on would
+        # fill (20,000 endpoints found at once then scanned 20,000 growing queues).
+        for name in sorted({n for found in windows.values() for n in found} - self.monitors.keys()):
+            await self._monitor(name)
         for end in bounds[1:]:
             for name, interval in sorted(windows[end].items()):
                 found = await self._monitor(name)

@@ -16,11 +16,11 @@ deltas: a replica that disappears keeps the counts it had, and is no reset.
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from bisect import bisect_right
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +33,7 @@ from spectax.pipeline.counts import Counts
 from spectax.pipeline.intervals import Interval
 from spectax.scrape import redact
 from spectax.sources.config import PrometheusSource
+from spectax.sources.matrix import MatrixDecoder, MatrixError
 
 #: The vLLM series of each declared counter (spectax.engines.base.Counters); a histogram
 #: is read as its `_sum` and `_count`: fleet mode reads no buckets (yet), so a fleet
@@ -108,90 +109,146 @@ class _Sums:
         return Counts(**args, running_seconds=self.running_seconds)
 
 
+class WindowSums:
+    """The windows between `bounds`, filled one series at a time as the answers arrive
+    (so that no answer needs to be held whole: at 20,000 replicas one is ~100 MB of JSON)."""
+
+    def __init__(self, source: PrometheusSource, bounds: list[float]):
+        self.source = source
+        self.bounds = bounds
+        self._clean: dict[str, bool] = {}  # label value -> holds no credential spectax holds
+        self._sums: list[dict[tuple[str, str], _Sums]] = [{} for _ in bounds[1:]]
+        self._resets: list[set[str]] = [set() for _ in bounds[1:]]
+
+    def add(
+        self, name: str, labels: Mapping[str, str], stamps: list[float], texts: list[str]
+    ) -> None:
+        """One series of the query for `name`: its labels and raw samples."""
+        endpoint, model = endpoint_name(self.source, labels), labels.get("model_name")
+        if endpoint is None or not model or len(model) > MAX_MODEL_NAME:
+            return  # the store's model column holds MAX_MODEL_NAME characters
+        clean = self._clean
+        if not all(clean.setdefault(v, logs.blank_secrets(v) == v) for v in (endpoint, model)):
+            return  # a label echoing a secret never becomes a label or a row
+        position = labels.get("position") if "per_pos" in name else None
+        if "per_pos" in name and (position is None or not position.isdigit()):
+            return
+        bound = sys.float_info.max if name in ESTIMATES else MAX_VALUE  # FLOPs pass 2**53
+        for i, grown, reset in _deltas(stamps, texts, self.bounds, name == RUNNING, bound):
+            model_sums = self._sums[i].get((endpoint, model))
+            if model_sums is None:
+                model_sums = self._sums[i][(endpoint, model)] = _Sums()
+            if name == RUNNING:
+                model_sums.running_seconds += grown
+            elif position is not None:
+                index = int(position)
+                model_sums.positions[index] = model_sums.positions.get(index, 0.0) + grown
+            else:
+                model_sums.values[name] = model_sums.values.get(name, 0.0) + grown
+            if reset:
+                self._resets[i].add(endpoint)
+
+    def intervals(self) -> dict[float, dict[str, Interval]]:
+        """Per window end, per endpoint: its interval. An endpoint is in a window when any
+        of its series has a sample in it; a replica with no sample in it adds nothing."""
+        bounds, out = self.bounds, {}
+        for i, window in enumerate(self._sums):
+            models: dict[str, dict[str, Counts]] = {}
+            for (endpoint, model), model_sums in window.items():
+                models.setdefault(endpoint, {})[model] = model_sums.counts()
+            out[bounds[i + 1]] = {
+                endpoint: Interval(
+                    start=bounds[i],
+                    end=bounds[i + 1],
+                    models=by_model,
+                    restarted=endpoint in self._resets[i],
+                    busy=any(
+                        c.generation_tokens > 0 or c.running_seconds > 0 for c in by_model.values()
+                    ),
+                )
+                for endpoint, by_model in models.items()
+            }
+        return out
+
+
 def window_intervals(
     source: PrometheusSource,
     results: Mapping[str, list[dict[str, Any]]],
     bounds: list[float],
 ) -> dict[float, dict[str, Interval]]:
-    """Per window end (bounds[i], bounds[i+1]], per endpoint: its interval.
-
-    `results` is each query's `data.result` (matrix). An endpoint is in a window when
-    any of its series has a sample in it; a replica with no sample in it adds nothing.
-    """
-    clean: dict[str, bool] = {}  # model name -> holds no credential spectax holds
-    sums: list[dict[tuple[str, str], _Sums]] = [{} for _ in bounds[1:]]
-    resets: list[set[str]] = [set() for _ in bounds[1:]]
+    """Per window end (bounds[i], bounds[i+1]], per endpoint: its interval, from each
+    query's decoded `data.result` (matrix)."""
+    sums = WindowSums(source, bounds)
     for name, result in results.items():
         for series in result:
-            labels = series["metric"]
-            endpoint, model = endpoint_name(source, labels), labels.get("model_name")
-            if endpoint is None or not model or len(model) > MAX_MODEL_NAME:
-                continue  # the store's model column holds MAX_MODEL_NAME characters
-            if not all(clean.setdefault(v, logs.blank_secrets(v) == v) for v in (endpoint, model)):
-                continue  # a label echoing a secret never becomes a label or a row
-            position = labels.get("position") if "per_pos" in name else None
-            if "per_pos" in name and (position is None or not position.isdigit()):
-                continue
-            bound = sys.float_info.max if name in ESTIMATES else MAX_VALUE  # FLOPs pass 2**53
-            for i, grown, reset in _deltas(series["values"], bounds, name == RUNNING, bound):
-                model_sums = sums[i].setdefault((endpoint, model), _Sums())
-                if name == RUNNING:
-                    model_sums.running_seconds += grown
-                elif position is not None:
-                    index = int(position)
-                    model_sums.positions[index] = model_sums.positions.get(index, 0.0) + grown
-                else:
-                    model_sums.values[name] = model_sums.values.get(name, 0.0) + grown
-                if reset:
-                    resets[i].add(endpoint)
-    out: dict[float, dict[str, Interval]] = {}
-    for i, window in enumerate(sums):
-        models: dict[str, dict[str, Counts]] = {}
-        for (endpoint, model), model_sums in window.items():
-            models.setdefault(endpoint, {})[model] = model_sums.counts()
-        out[bounds[i + 1]] = {
-            endpoint: Interval(
-                start=bounds[i],
-                end=bounds[i + 1],
-                models=by_model,
-                restarted=endpoint in resets[i],
-                busy=any(
-                    c.generation_tokens > 0 or c.running_seconds > 0 for c in by_model.values()
-                ),
-            )
-            for endpoint, by_model in models.items()
-        }
-    return out
+            values = series["values"]
+            sums.add(name, series["metric"], [float(t) for t, _ in values], [v for _, v in values])
+    return sums.intervals()
 
 
 def _deltas(
-    values: Iterable[list[Any]], bounds: list[float], gauge: bool, bound: float = MAX_VALUE
-) -> Iterable[tuple[int, float, bool]]:
-    """(window index, growth, reset) for each raw sample after the first, in a window.
+    stamps: list[float], texts: list[str], bounds: list[float], gauge: bool, bound: float
+) -> list[tuple[int, float, bool]]:
+    """(window index, growth, reset) of one series, for each window it has a sample in.
 
-    A counter's growth is its delta from the sample before, or its value after a reset;
-    a gauge's is its trapezoid with the sample before (running requests x seconds).
-    Every sample in a window yields, so the window is known to hold the series.
+    A counter's growth is the sum of its deltas from the sample before, or its value after
+    a reset; a gauge's the sum of its trapezoids with the sample before (running requests
+    x seconds). A value no page could hold (NaN, negative, over `bound`) is skipped.
     """
+    values = list(map(float, texts))
+    if not gauge and _plain_integers(texts, values, bound):
+        return _integer_deltas(stamps, values, bounds)
+    out: list[tuple[int, float, bool]] = []
     previous: tuple[float, float] | None = None
     i, last = 0, len(bounds) - 2
-    for stamp, text in values:
-        t, v = float(stamp), float(text)
-        if not 0.0 <= v <= bound:  # NaN, negative, too large: skipped, as the parser refuses it
+    for t, v in zip(stamps, values, strict=True):
+        if not 0.0 <= v <= bound:
             continue
         if t > bounds[0]:
             while i < last and t > bounds[i + 1]:
                 i += 1
             if t <= bounds[-1]:
                 if previous is None:
-                    yield i, 0.0, False
+                    grown, reset = 0.0, False
                 elif gauge:
-                    yield i, (previous[1] + v) / 2 * (t - previous[0]), False
+                    grown, reset = (previous[1] + v) / 2 * (t - previous[0]), False
                 elif v >= previous[1]:
-                    yield i, v - previous[1], False
+                    grown, reset = v - previous[1], False
                 else:
-                    yield i, v, True
+                    grown, reset = v, True
+                if out and out[-1][0] == i:
+                    _, before, was_reset = out[-1]
+                    out[-1] = (i, before + grown, was_reset or reset)
+                else:
+                    out.append((i, grown, reset))
         previous = (t, v)
+    return out
+
+
+def _plain_integers(texts: list[str], values: list[float], bound: float) -> bool:
+    """Whether a counter's samples are whole numbers that never go down and are all valid:
+    then a window's growth is exactly its last value less the one before it."""
+    return (
+        all(map(str.isdigit, texts))
+        and values == sorted(values)
+        and (not values or values[-1] <= min(bound, 2.0**53))
+    )
+
+
+def _integer_deltas(
+    stamps: list[float], values: list[float], bounds: list[float]
+) -> list[tuple[int, float, bool]]:
+    """`_deltas` of a counter without resets or invalid values, a slice per window (the
+    per-sample deltas of whole numbers below 2**53 sum exactly to the difference)."""
+    out: list[tuple[int, float, bool]] = []
+    lo = bisect_right(stamps, bounds[0])
+    before = values[lo - 1] if lo > 0 else None
+    for i, end in enumerate(bounds[1:]):
+        hi = bisect_right(stamps, end, lo)
+        if hi > lo:
+            out.append((i, values[hi - 1] - (values[lo] if before is None else before), False))
+            before, lo = values[hi - 1], hi
+    return out
 
 
 class PrometheusReader:
@@ -205,35 +262,40 @@ class PrometheusReader:
         """The intervals of the windows between `bounds`; SourceError when any query
         failed or came back partial (then nothing of the span is used)."""
         sent = queries(self.source, bounds[-1] - bounds[0])
-        answers = await asyncio.gather(*(self._query(q, bounds[-1]) for q in sent.values()))
-        return window_intervals(self.source, dict(zip(sent, answers, strict=True)), bounds)
+        sums = WindowSums(self.source, bounds)
+        await asyncio.gather(*(self._query(q, bounds[-1], name, sums) for name, q in sent.items()))
+        return sums.intervals()
 
-    async def _query(self, query: str, at: float) -> list[dict[str, Any]]:
+    async def _query(self, query: str, at: float, name: str, sums: WindowSums) -> None:
+        """Send one query; each series of its answer is added to `sums` as it arrives."""
         source = self.source
         url = f"{source.url}/api/v1/query"
         # Thanos: fail rather than answer from the stores that happened to respond.
         form = {"query": query, "time": f"{at:.3f}", "partial_response": "false"}
         ssl = source.auth.ssl if source.auth.ssl is not None else True
+        decoder = MatrixDecoder()
         try:
             async with asyncio.timeout(source.timeout):
                 async with self._session.post(
                     url, data=form, headers=source.auth.headers, ssl=ssl
                 ) as response:
-                    text = await response.text()
+                    async for chunk in response.content.iter_chunked(1 << 16):
+                        for labels, stamps, texts in decoder.feed(chunk):
+                            sums.add(name, labels, stamps, texts)
+            body, series, text = decoder.finish()
         except TimeoutError:
             raise SourceError(f"{redact(url)}: no answer within {source.timeout:g} s") from None
+        except MatrixError as exc:
+            raise SourceError(f"{redact(url)}: {exc}") from None
         except (aiohttp.ClientError, OSError, ValueError) as exc:
             raise SourceError(f"{redact(url)}: {type(exc).__name__}: {exc}") from None
-        try:
-            body = json.loads(text)
-        except ValueError:
-            body = None  # a proxy's error page
         if not isinstance(body, dict) or body.get("status") != "success":
             error = body.get("error") if isinstance(body, dict) else text.strip()[:200]
             raise SourceError(f"{redact(url)}: HTTP {response.status}: {error or 'no answer'}")
         if body.get("warnings"):  # Prometheus/Thanos/Mimir: some data was left out
             raise SourceError(f"{redact(url)}: partial answer: {'; '.join(body['warnings'])[:300]}")
-        data = body.get("data") or {}
-        if data.get("resultType") != "matrix":
+        data = body.get("data")
+        if not isinstance(data, dict) or data.get("resultType") != "matrix":
             raise SourceError(f"{redact(url)}: expected a matrix for {query!r}")
-        return list(data.get("result") or [])
+        for labels, stamps, texts in series:
+            sums.add(name, labels, stamps, texts)

@@ -3,6 +3,7 @@ one error the store raises. The storage URL picks the backend; the statements ar
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Self
@@ -133,11 +134,12 @@ class Database:
         self.write_guard: Callable[[AsyncConnection], Awaitable[None]] | None = None
 
     @classmethod
-    async def open(cls, url: str, migrate: bool = False) -> Self:
+    async def open(cls, url: str, migrate: bool = False, create_apart: bool = False) -> Self:
         """Connect and check the schema: an empty database gets the current one.
 
         With `migrate`, an older schema is upgraded (`spectax db upgrade`);
-        otherwise it raises SchemaMismatch saying what to run.
+        otherwise it raises SchemaMismatch saying what to run. With `create_apart` (the
+        daemon, which lives long), an empty database's schema is created by a child process.
         """
         try:
             url = database_url(url)
@@ -149,6 +151,11 @@ class Database:
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
         engine = create_async_engine(url, pool_pre_ping=True)
         try:
+            if create_apart and not migrate and _shared(url):
+                async with engine.begin() as conn:
+                    empty = await conn.run_sync(schema.is_empty)
+                if empty:
+                    await asyncio.to_thread(schema.create_in_child, url)
             async with engine.begin() as conn:
                 await conn.run_sync(schema.upgrade if migrate else schema.ensure_current)
         except DATABASE_ERRORS as exc:
@@ -230,3 +237,11 @@ def reason(exc: BaseException) -> str:
 
 def _backend(url: str) -> str:
     return url.split(":", 1)[0]
+
+
+def _shared(url: str) -> bool:
+    """Whether another process reaches the same database (not SQLite in memory)."""
+    if not url.startswith("sqlite"):
+        return True
+    path = url.split(":///", 1)[1] if ":///" in url else ""
+    return bool(path) and ":memory:" not in path and "mode=memory" not in path

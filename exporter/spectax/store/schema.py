@@ -10,6 +10,8 @@ would write wrong history silently.
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -59,6 +61,55 @@ def upgrade(connection: Connection, revision: str = "head") -> None:
     from alembic import command
 
     command.upgrade(_config(connection), revision)
+
+
+def is_empty(connection: Connection) -> bool:
+    """Whether the database holds no schema yet (no version, no spectax table)."""
+    return current_revision(connection) is None and not inspect(connection).has_table("windows")
+
+
+# Run by `create_in_child`: the parent's import path, then the URL on stdin (never argv).
+_CREATE = """
+import asyncio, sys
+sys.path[:0] = sys.argv[1:]
+from sqlalchemy.ext.asyncio import create_async_engine
+from spectax.store import schema
+
+async def create(url):
+    engine = create_async_engine(url)
+    try:
+        async with engine.begin() as connection:
+            await connection.run_sync(schema.upgrade)
+    finally:
+        await engine.dispose()
+
+asyncio.run(create(sys.stdin.read()))
+"""
+
+
+def create_in_child(url: str) -> bool:
+    """Create the schema of an empty database from a child process; False if it failed
+    (the caller then creates it itself, and reports any error the database gives).
+
+    Why: Alembic, and the Mako and Pygments it loads, would stay in the daemon's memory
+    for its whole life (12 MiB of its 190 at 2,000 endpoints) for a step taken once.
+    """
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _CREATE, *sys.path],
+            input=url,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    if done.returncode != 0:
+        log.debug("store: schema not created by a child process (exit %d)", done.returncode)
+        return False
+    log.info("store: new database, schema created at revision %s", HEAD_REVISION)
+    return True
 
 
 def ensure_current(connection: Connection) -> None:
