@@ -43,8 +43,7 @@ import re
 from typing import Final
 
 from spectax.engines.base import Capability, EngineSample, ModelSample, ParseError
-from spectax.engines.scan import LABEL_SET as _LABEL_SET
-from spectax.engines.scan import MAX_POSITIONS, MAX_VALUE
+from spectax.engines.scan import MAX_POSITIONS, MAX_VALUE, scanner
 from spectax.engines.scan import PAIR as _PAIR
 from spectax.engines.scan import decode as _decode
 from spectax.engines.scan import line_of as _line_of
@@ -73,17 +72,7 @@ _FAMILIES: Final[dict[str, int]] = {
 
 # One relevant sample line (see engines/vllm.py: group 3 is None when the tail of a
 # relevant line does not parse, so such a line is an error, never skipped).
-_SCAN: Final = re.compile(
-    r"\n[ \t]*+("
-    + _trie(sorted(_FAMILIES))
-    + r")(?![a-zA-Z0-9_:])"
-    + r"(?:("
-    + _LABEL_SET
-    + r")?+"
-    + r"[ \t]++([^ \t\r\n]++)"
-    + r"(?:[ \t]++-?[0-9]++(?:\.[0-9]++)?+(?:[eE][+-]?[0-9]++)?+)?+"  # optional timestamp
-    + r"[ \t\r]*+(?=\n|\Z))?"
-)
+_SCAN: Final = scanner(_FAMILIES)
 # The same lines, for `_read_plain`: (name, or name{position="i"}; value), the value
 # empty for a relevant line of any other form (labels, timestamp, spacing, a bad tail).
 _PLAIN_SCAN: Final = re.compile(

@@ -24,7 +24,6 @@ first draft).
 from __future__ import annotations
 
 import math
-import re
 import sys
 from typing import Final
 
@@ -34,10 +33,8 @@ from spectax.engines.base import (
     ModelSample,
     ParseError,
 )
-from spectax.engines.scan import LABEL_SET as _LABEL_SET
 from spectax.engines.scan import decode as _decode
-from spectax.engines.scan import histogram, with_buckets
-from spectax.engines.scan import trie as _trie
+from spectax.engines.scan import histogram, scanner, with_buckets
 from spectax.engines.scan import where as _where
 from spectax.engines.vllm_cache import CacheConfig
 from spectax.engines.vllm_labels import LABEL_CACHE as _LABEL_CACHE
@@ -165,17 +162,7 @@ _FAMILIES.update(
 # after a newline. When the tail (labels, value, optional timestamp) does not
 # match, group 3 is empty -> ParseError, so a relevant line is never skipped
 # silently.
-_SCAN: Final = re.compile(
-    r"\n[ \t]*+("
-    + _trie(sorted(_FAMILIES))
-    + r")(?![a-zA-Z0-9_:])"
-    + r"(?:("
-    + _LABEL_SET
-    + r")?+"
-    + r"[ \t]++([^ \t\r\n]++)"
-    + r"(?:[ \t]++-?[0-9]++(?:\.[0-9]++)?+(?:[eE][+-]?[0-9]++)?+)?+"  # optional timestamp
-    + r"[ \t\r]*+(?=\n|\Z))?"
-)
+_SCAN: Final = scanner(_FAMILIES)
 
 
 def parse(text: str | bytes) -> EngineSample:
