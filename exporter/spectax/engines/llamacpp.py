@@ -43,7 +43,7 @@ import re
 from typing import Final
 
 from spectax.engines.base import Capability, EngineSample, ModelSample, ParseError
-from spectax.engines.scan import MAX_POSITIONS, MAX_VALUE, scanner
+from spectax.engines.scan import MAX_POSITIONS, MAX_VALUE, number, scanner
 from spectax.engines.scan import PAIR as _PAIR
 from spectax.engines.scan import decode as _decode
 from spectax.engines.scan import line_of as _line_of
@@ -183,14 +183,9 @@ def _read_checked(body: str) -> tuple[list[float | None], dict[int, float]]:
         if (name, labels) in seen:
             raise ParseError(f"duplicate series {name}", *_line_of(body, match.start()))
         seen.add((name, labels))
-        try:
-            value = float(raw_value)
-            if "_" in raw_value or not raw_value.isascii():
-                raise ValueError(raw_value)
-        except ValueError:
-            raise ParseError(
-                f"bad value {raw_value!r} for {name}", *_line_of(body, match.start())
-            ) from None
+        value = number(raw_value)
+        if value is None:
+            raise ParseError(f"bad value {raw_value!r} for {name}", *_line_of(body, match.start()))
         if not 0.0 <= value <= MAX_VALUE:
             raise ParseError(
                 f"{name} must be a finite non-negative number at most 2**53, got {raw_value}",

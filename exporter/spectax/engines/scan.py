@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Iterator
-from typing import Final
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, Final
 
 from spectax.engines.base import Histogram, ParseError
 
@@ -145,12 +145,9 @@ def samples(
         if key in seen:
             raise ParseError(f"duplicate series {name}", *line_of(body, start))
         seen.add(key)
-        try:
-            value = float(raw_value)
-            if "_" in raw_value or not raw_value.isascii():
-                raise ValueError(raw_value)
-        except ValueError:
-            raise ParseError(f"bad value {raw_value!r} for {name}", *line_of(body, start)) from None
+        value = number(raw_value)
+        if value is None:
+            raise ParseError(f"bad value {raw_value!r} for {name}", *line_of(body, start))
         if name in bounded and not 0.0 <= value <= MAX_VALUE:
             raise ParseError(
                 f"{name} must be a finite non-negative number at most 2**53, got {raw_value}",
@@ -167,6 +164,30 @@ def samples(
                 cached = parsed
             labels = cached
         yield name, labels, value, start, body
+
+
+def number(raw: str) -> float | None:
+    """A sample value as the exposition format writes it, or None: float() also takes
+    "1_000" and non-ASCII digits, which the format does not."""
+    if "_" in raw or not raw.isascii():
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        return None
+
+
+def model_of(
+    name: str, labels: dict[str, str], models: Mapping[str, Any], body: str, start: int
+) -> str:
+    """The sample's `model_name`, or a ParseError: missing, or one model more than
+    `MAX_MODELS` on the page (`models`: those seen so far)."""
+    model = labels.get("model_name")
+    if not model:
+        raise error(body, start, f"{name} has no model_name label")
+    if model not in models and len(models) >= MAX_MODELS:
+        raise error(body, start, f"too many models (more than {MAX_MODELS})")
+    return model
 
 
 def error(body: str, start: int, message: str) -> ParseError:

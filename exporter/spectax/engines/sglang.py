@@ -82,12 +82,8 @@ def parse(text: str | bytes) -> EngineSample:
                 raise scan.error(body, start, f"bad value for {name}")
             process_start = value
             continue
-        model = labels.get("model_name")
-        if not model:
-            raise scan.error(body, start, f"{name} has no model_name label")
+        model = scan.model_of(name, labels, counters, body, start)
         if model not in counters:
-            if len(counters) >= scan.MAX_MODELS:
-                raise scan.error(body, start, f"too many models (more than {scan.MAX_MODELS})")
             counters[model] = [None] * _N_COUNTERS
             gauges[model] = {}
         slot = _COUNTERS.get(name)

@@ -73,13 +73,9 @@ def parse(text: str | bytes) -> EngineSample:
                 raise scan.error(body, start, f"bad value for {name}")
             process_start = value
             continue
-        model = labels.get("model_name")
-        if not model:
-            raise scan.error(body, start, f"{name} has no model_name label")
+        model = scan.model_of(name, labels, models, body, start)
         acc = models.get(model)
         if acc is None:
-            if len(models) >= scan.MAX_MODELS:
-                raise scan.error(body, start, f"too many models (more than {scan.MAX_MODELS})")
             acc = models[model] = [None] * _N_SLOTS
             positions[model] = ({}, {})
         if name in (_DRAFTED_POS, _ACCEPTED_POS):

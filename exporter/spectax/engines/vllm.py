@@ -34,7 +34,7 @@ from spectax.engines.base import (
     ParseError,
 )
 from spectax.engines.scan import decode as _decode
-from spectax.engines.scan import histogram, scanner, with_buckets
+from spectax.engines.scan import histogram, number, scanner, with_buckets
 from spectax.engines.scan import where as _where
 from spectax.engines.vllm_cache import CacheConfig
 from spectax.engines.vllm_labels import LABEL_CACHE as _LABEL_CACHE
@@ -194,15 +194,9 @@ def parse(text: str | bytes) -> EngineSample:
         if key in seen:
             raise ParseError(f"duplicate series {name}", *_where(_SCAN, body, index))
         seen.add(key)
-        try:
-            value = float(raw_value)
-            # float() also takes "1_000" and non-ASCII digits; the exposition format does not.
-            if "_" in raw_value or not raw_value.isascii():
-                raise ValueError(raw_value)
-        except ValueError:
-            raise ParseError(
-                f"bad value {raw_value!r} for {name}", *_where(_SCAN, body, index)
-            ) from None
+        value = number(raw_value)
+        if value is None:
+            raise ParseError(f"bad value {raw_value!r} for {name}", *_where(_SCAN, body, index))
         slot, kind = families[name]
 
         if kind < _LEGACY_GAUGE and not 0.0 <= value <= MAX_VALUE:
