@@ -77,6 +77,7 @@ WORKLOADS = {
     "chat t=0.7": (("chat",), (0.7,)),
 }
 SUBWINDOW = 3.0  # seconds per calibration point
+ORDERS = {True: "every workload and level in each round", False: "a (workload, level) at a time"}
 
 
 @dataclass
@@ -193,14 +194,31 @@ def measure(server: VllmServer, workload: str, level: int, seconds: float, seed:
     )
 
 
-def collect(workloads: list[str], levels: list[int], seconds: float, rounds: int) -> dict:
+def schedule(
+    workloads: list[str], levels: list[int], rounds: int, interleave: bool
+) -> list[tuple[int, str, int]]:
+    """(round, workload, level) in the order they are driven. Interleaved, each round
+    visits every workload and level before the next begins, so a slow spell of the
+    machine (minutes long on a shared VM) lands on every level and workload alike
+    instead of on the one being driven; a held-out curve fitted on some levels and
+    judged on others then measures the model, not the drift. Blocked: all rounds of
+    one (workload, level) in a row, as before."""
+    if interleave:
+        return [(t, w, lv) for t in range(rounds) for w in workloads for lv in levels]
+    return [(t, w, lv) for w in workloads for lv in levels for t in range(rounds)]
+
+
+def collect(
+    workloads: list[str], levels: list[int], seconds: float, rounds: int, interleave: bool
+) -> dict:
     """Drive the three servers and return the raw runs (JSON-able), one per server,
     workload, level and round."""
     workdir = live.new_workdir("spectax-bench-")
     fleet = {s.name: s for s in live.fleet(workdir)}
     started = time.monotonic()
     runs: list[Run] = []
-    pages: dict[str, dict] = {}  # /metrics of every server before and after each level
+    # /metrics of every server before a (workload, level)'s first round and after its last
+    pages: dict[str, dict] = {}
     with live.running(list(fleet.values())) as ready:
         print(f"servers ready in {ready:.0f} s (logs in {workdir})", flush=True)
         for server in fleet.values():  # warm-up: the first requests of a process are slow
@@ -208,30 +226,31 @@ def collect(workloads: list[str], levels: list[int], seconds: float, rounds: int
                 traffic.drive(server.url, live.MODEL_NAME, concurrency=2, seconds=2, max_requests=6)
             )
         load_before = os.getloadavg()
-        for workload in workloads:
-            for level in levels:
-                order = ["control", "ngram", "draft"]
-                key = f"{workload} c={level}"
-                pages[key] = {"before": {n: fleet[n].page() for n in order}}
-                started_at = time.time()
-                for turn in range(rounds):
-                    for name in order[turn % 3 :] + order[: turn % 3]:
-                        run = measure(
-                            fleet[name], workload, level, seconds / rounds, seed=100 * level + turn
-                        )
-                        runs.append(run)
-                        print(
-                            f"  {workload:15s} c={level} {name:8s} round {turn}: "
-                            f"{run.requests:4d} requests, B={run.concurrency:.2f}",
-                            flush=True,
-                        )
+        order = ["control", "ngram", "draft"]
+        for turn, workload, level in schedule(workloads, levels, rounds, interleave):
+            key = f"{workload} c={level}"
+            if key not in pages:
+                pages[key] = {"before": {n: fleet[n].page() for n in order}, "seconds": 0.0}
+            started_at = time.time()
+            for name in order[turn % 3 :] + order[: turn % 3]:
+                run = measure(
+                    fleet[name], workload, level, seconds / rounds, seed=100 * level + turn
+                )
+                runs.append(run)
+                print(
+                    f"  {workload:15s} c={level} {name:8s} round {turn}: "
+                    f"{run.requests:4d} requests, B={run.concurrency:.2f}",
+                    flush=True,
+                )
+            pages[key]["seconds"] += time.time() - started_at
+            if turn == rounds - 1:
                 pages[key]["after"] = {n: fleet[n].page() for n in order}
-                pages[key]["seconds"] = time.time() - started_at
         load_after = os.getloadavg()
     return {
         "machine": f"{platform.platform()}, {platform.processor() or platform.machine()}",
         "seconds": seconds,
         "rounds": rounds,
+        "interleaved": interleave,
         "elapsed": time.monotonic() - started,
         "load_before": load_before[1],
         "load_after": load_after[1],
@@ -255,6 +274,12 @@ def main() -> int:
         "background load hits all three alike)",
     )
     parser.add_argument("--levels", default="1,2,4,8,12", help="concurrency levels")
+    parser.add_argument(
+        "--blocked",
+        action="store_true",
+        help="drive all rounds of a (workload, level) in a row (the runs before 2026-12-02) "
+        "instead of interleaving every workload and level within each round",
+    )
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated")
     parser.add_argument(
         "--save", type=Path, help="write the raw runs to this JSON file (gzipped if it ends .gz)"
@@ -274,7 +299,7 @@ def main() -> int:
         if not live.installed():
             print(f"vLLM not installed in {live.vllm_home()}: run bash tests/live_vllm/setup.sh")
             return 2
-        data = collect(workloads, levels, args.seconds, args.rounds)
+        data = collect(workloads, levels, args.seconds, args.rounds, not args.blocked)
         if args.save:
             text = json.dumps(data).encode()
             args.save.write_bytes(gzip.compress(text) if args.save.suffix == ".gz" else text)
@@ -424,7 +449,8 @@ def analyse(data: dict) -> int:
     print(f"machine: {data['machine']}")
     print(
         f"runs: {data['seconds']:.0f} s per server, workload and level, in {data['rounds']} "
-        f"rounds, one server at a time; total {data['elapsed']:.0f} s; load average "
+        f"rounds, one server at a time, "
+        f"{ORDERS[bool(data.get('interleaved'))]}; total {data['elapsed']:.0f} s; load average "
         f"before/after {data['load_before']:.1f}/{data['load_after']:.1f} (5 min, "
         f"{data['cpus']} CPUs); c(ngram) = 0, c(draft) = {costs['draft']:.2f} (parameter ratio)"
     )
