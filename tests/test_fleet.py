@@ -37,14 +37,15 @@ from aiohttp import web
 
 from e2e import Spectax, free_port, value, wait_until, write_config
 from promstack import Prometheus, binary
-from spectax.config import EndpointConfig, validate
+from spectax.config import validate
 from spectax.credentials import basic_auth_header
 from spectax.endpoint import EndpointMonitor
+from spectax.endpoint_config import EndpointConfig
 from spectax.simulate import SimulatedFleet, start_simulated_servers
 from spectax.simulate.profiles import SimProfile
 from spectax.sources.fleet import FleetSource
 from spectax.sources.prometheus import queries
-from spectax.store.writer import PendingWrite
+from spectax.store.pending import PendingWrite
 
 pytestmark = pytest.mark.e2e
 in_module_loop = pytest.mark.asyncio(loop_scope="module")

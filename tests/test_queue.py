@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from spectax.store.writer import PendingWrite, WriteQueue
+from spectax.store.pending import PendingWrite
+from spectax.store.writer import WriteQueue
 
 
 def write(n: int) -> PendingWrite:

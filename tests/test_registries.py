@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import get_args
 
 from spectax.billing.registry import SOURCES, BillingConfig
-from spectax.config import EndpointConfig
+from spectax.endpoint_config import EndpointConfig
 from spectax.engines import ENGINES
 
 README = Path(__file__).resolve().parents[1] / "README.md"

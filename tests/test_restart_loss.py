@@ -20,11 +20,13 @@ from aiohttp import web
 from conftest import page
 from e2e import Spectax, free_port, stored_windows, value, write_config
 from ops_helpers import Targets
-from spectax.config import EndpointConfig, validate
+from spectax.config import validate
 from spectax.daemon import Daemon
 from spectax.endpoint import EndpointMonitor
+from spectax.endpoint_config import EndpointConfig
 from spectax.store import Store
-from spectax.store.writer import PendingWrite, WriteQueue
+from spectax.store.pending import PendingWrite
+from spectax.store.writer import WriteQueue
 
 COUNTER = 'vllm:generation_tokens_total{engine="0",model_name="tiny-llama"} 0.0'
 TOKENS_PER_SCRAPE = 137

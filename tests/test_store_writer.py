@@ -16,7 +16,8 @@ import pytest
 from conftest import page
 from e2e import wait_until
 from spectax.store import Store
-from spectax.store.writer import PendingWrite, StoreWriter
+from spectax.store.pending import PendingWrite
+from spectax.store.writer import StoreWriter
 from test_store import PAGES, new_monitor, settings
 
 log = logging.getLogger("spectax.daemon")

@@ -8,11 +8,10 @@ are collected, not raised one by one, so `spectax check-config` lists everything
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
@@ -29,105 +28,26 @@ from spectax import logs
 from spectax.billing.prices import PriceTable, PriceTableError
 from spectax.billing.registry import BillingConfig, SourceSpec, resolve_billing
 from spectax.credentials import (
-    BasicAuthConfig,
     TargetAuth,
-    TLSClientConfig,
     build_target_auth,
     resolve,
 )
 from spectax.economics import (
-    DEFAULT_RIDGE_BATCH,
-    DEFAULT_STEP_OVERHEAD_RATIO,
     SPECULATIVE_METHODS,
     draft_cost_ratio_for,
 )
-from spectax.economics.calibration import MIN_WINDOWS
-from spectax.engines import ENGINES
+from spectax.endpoint_config import EndpointConfig, resolve_price
 from spectax.gpus import GpuSpec, gpu_spec
-from spectax.slo import LatencySLO
 from spectax.sources.config import PrometheusSource
 from spectax.store.db import database_url
-from spectax.units import NAME, Duration, InvalidFile, StrictModel, parse_duration
+from spectax.units import Duration, InvalidFile, StrictModel, parse_duration
 
 DEFAULT_LISTEN = "127.0.0.1:9837"
 DEFAULT_STATE_DIRECTORY = "./spectax-state"
-# Loading weights from local NVMe into GPU memory; network volumes are slower (configurable).
-DEFAULT_WEIGHT_LOAD_BYTES_PER_SECOND = 1e9
 
 
 class ConfigError(InvalidFile):
     """An invalid configuration; `problems` lists each one with its path."""
-
-
-if TYPE_CHECKING:
-    EngineName = str
-else:  # the engine registry's names: an engine added there is accepted here
-    EngineName = Literal[tuple(ENGINES)]
-
-
-class PriceConfig(StrictModel):
-    """Either a rate per GPU-hour, or a row of the price table."""
-
-    usd_per_hour: Decimal | None = Field(default=None, ge=0)
-    provider: str | None = None
-    product: str | None = None
-    gpu: str | None = None
-
-
-class SpeculationConfig(StrictModel):
-    method: Literal["ngram", "eagle", "eagle3", "mtp", "medusa", "draft_model"]
-    draft_cost_ratio: float | None = Field(default=None, ge=0, le=10)
-    draft_weight_bytes: int | None = Field(default=None, ge=0)
-    draft_params: float | None = Field(default=None, gt=0)
-    target_params: float | None = Field(default=None, gt=0)
-
-    @property
-    def cost_ratio(self) -> float:
-        """The configured `c`, or the method's default (validated to exist at load)."""
-        if self.draft_cost_ratio is not None:
-            return self.draft_cost_ratio
-        default = draft_cost_ratio_for(self.method, self.draft_params, self.target_params)
-        assert default is not None, "validated in load_config"
-        return default
-
-
-class EndpointConfig(StrictModel):
-    name: str
-    url: str
-    engine: EngineName = "vllm"
-    gpu: str | None = None
-    gpus: int = Field(default=1, ge=1, le=4096)
-    gpu_memory_bytes: int | None = Field(default=None, gt=0)
-    price: PriceConfig | None = None
-    billing_mode: Literal["provisioned", "serverless"] = "provisioned"
-    speculation: SpeculationConfig | None = None
-    ridge_batch: float = Field(default=DEFAULT_RIDGE_BATCH, gt=0)
-    step_overhead_ratio: float = Field(default=DEFAULT_STEP_OVERHEAD_RATIO, ge=-0.9, le=20)
-    profile: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
-    calibration_min_windows: int = Field(default=MIN_WINDOWS, ge=2)
-    acceptance_threshold: float = Field(default=0.5, ge=0, le=1)
-    latency_slo: LatencySLO | None = None  # the operator's, for SpeculationHurtsTailLatency
-    control: str | None = None
-    cold_start_seconds: Duration | None = None
-    weight_load_bytes_per_second: float = Field(default=DEFAULT_WEIGHT_LOAD_BYTES_PER_SECOND, gt=0)
-    bearer_token: SecretStr | None = None  # to the target: inline, ${ENV} or *_file (credentials)
-    bearer_token_file: str | None = None
-    basic_auth: BasicAuthConfig | None = None
-    tls: TLSClientConfig | None = None
-
-    @field_validator("name")
-    @classmethod
-    def _label_safe(cls, value: str) -> str:
-        if not NAME.match(value):
-            raise ValueError("must be 1-63 letters, digits, '_', '.' or '-', starting alphanumeric")
-        return value
-
-    @field_validator("url")
-    @classmethod
-    def _http(cls, value: str) -> str:
-        if not re.match(r"^https?://[^/\s]+", value):
-            raise ValueError("must be an http:// or https:// URL")
-        return value
 
 
 class RetentionConfig(StrictModel):
@@ -269,7 +189,7 @@ def validate(raw: Any, source: str = "<config>") -> Settings:
                 f"{where}.speculation.draft_cost_ratio: required for method draft_model "
                 "(or give draft_params and target_params)"
             )
-        price, problem = _resolve_price(endpoint, prices)
+        price, problem = resolve_price(endpoint, prices)
         if problem and "price_table" not in valid.dropped:
             problems.append(f"{where}.price: {problem}")
         elif price is not None:
@@ -356,25 +276,6 @@ def _url_password(url: str | None) -> str | None:
         return urlsplit(url).password
     except ValueError:
         return None
-
-
-def _resolve_price(
-    endpoint: EndpointConfig, prices: PriceTable
-) -> tuple[Decimal | None, str | None]:
-    price = endpoint.price
-    if price is None:
-        return None, None  # unpriced: no spend and no cost figures, rather than a false $0
-    if price.usd_per_hour is not None:
-        if price.provider or price.product:
-            return None, "give either usd_per_hour or provider/product/gpu, not both"
-        return price.usd_per_hour, None
-    gpu = price.gpu or endpoint.gpu
-    if not (price.provider and price.product and gpu):
-        return None, "needs usd_per_hour, or provider, product and gpu to look up"
-    try:
-        return prices.lookup(price.provider, price.product, gpu).usd_per_hour, None
-    except PriceTableError as exc:
-        return None, str(exc)
 
 
 def _describe(error: Any) -> str:

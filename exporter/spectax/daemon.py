@@ -29,8 +29,9 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from prometheus_client import CollectorRegistry
 
 from spectax.billing.coordinator import BillingService
-from spectax.config import ConfigError, EndpointConfig, Settings
+from spectax.config import ConfigError, Settings
 from spectax.endpoint import CALIBRATION_POINTS, EndpointMonitor, EndpointSnapshot, endpoint_states
+from spectax.endpoint_config import EndpointConfig
 from spectax.exposition.collector import ReloadStatus, SnapshotCollector, StoreStatus
 from spectax.profiles import REFRESH_SECONDS, ProfileBook, baseline_profile_name
 from spectax.reload import endpoint_changes, read_new_configuration
@@ -39,7 +40,8 @@ from spectax.scrape import ScrapeError, fetch, lift_open_files_limit, metrics_ur
 from spectax.sources.fleet import Fleet
 from spectax.status import StatusHistory, render_status_page
 from spectax.store import Store
-from spectax.store.writer import PendingWrite, StoreWriter
+from spectax.store.pending import PendingWrite
+from spectax.store.writer import StoreWriter
 from spectax.takeover import not_below
 from spectax.web import WebGuard, make_app
 from spectax.webconfig import WebConfigError, load_web_config
@@ -92,7 +94,7 @@ class Daemon:
         )
         self._scheduler = AsyncIOScheduler(timezone=UTC)  # rollup and billing jobs
         self._scrapes = ScrapeSchedule(self.scrape, self.config.scrape_interval)
-        self._session: aiohttp.ClientSession | None = None
+        self.session: aiohttp.ClientSession | None = None
         self._server: WebServer | None = None
         self._ready = False
         self.stopped = asyncio.Event()
@@ -124,10 +126,9 @@ class Daemon:
 
     @property
     def listen_url(self) -> str:
+        server = self._server
         host, port = (
-            self._server.address
-            if self._server
-            else (self.config.listen_host, self.config.listen_port)
+            server.address if server else (self.config.listen_host, self.config.listen_port)
         )
         return f"{'https' if self.guard.tls else 'http'}://{host}:{port}"
 
@@ -168,11 +169,10 @@ class Daemon:
             )
         await self.profiles.refresh(self.store, (), datetime.now(UTC))
         await self._restore()
-        self._session = scrape_session()
+        self.session = scrape_session()
         self.writer.start(take_over=self._take_over)
-        # What start-up built (configuration, monitors, restored history) lives as long as
-        # the process: keep it out of the garbage collector's full passes (~100 ms each at
-        # 2,000 endpoints, a pause in scraping and serving).
+        # What start-up built lives as long as the process: keep it out of the collector's
+        # full passes (~100 ms each at 2,000 endpoints, a pause in scraping and serving).
         gc.freeze()
         self._schedule()
         await self.fleet.start(self)
@@ -200,8 +200,8 @@ class Daemon:
         await self.writer.stop(open_windows, self._grace)
         if self._server is not None:
             await self._server.close()
-        if self._session is not None:
-            await self._session.close()
+        if self.session is not None:
+            await self.session.close()
         await self.writer.close()
         self.stopped.set()
 
@@ -262,12 +262,12 @@ class Daemon:
         )
         self._scrapes.replace([], settings.config.scrape_interval)  # none until rescheduled
         for name in changes.stopped:  # their scrapes still in flight are discarded (_scrape)
-            self._enqueue(old[name].flush())
+            self.writer.enqueue(old[name].flush())
         self.settings, self.config = settings, settings.config
         if changes.changed:
             await self.writer.settle(self._grace)  # changed ones resume from the store
         self.monitors = {
-            e.name: old[e.name] if e.name in changes.kept else await self._new_monitor(e)
+            e.name: old[e.name] if e.name in changes.kept else await self.new_monitor(e)
             for e in settings.config.endpoints
         }
         self._scrapes.replace(self.monitors, self.config.scrape_interval)
@@ -286,15 +286,14 @@ class Daemon:
         if monitor is not None:  # None: removed by a reload
             await self._scrape(monitor)
             if self.monitors.get(name) is monitor:
-                self.collector.prerender(name, monitor.snapshot)
-                self.status.record(name, monitor.snapshot)
+                self.publish(monitor, None)
 
     async def _scrape(self, monitor: EndpointMonitor) -> None:
-        assert self._session is not None
+        assert self.session is not None
         started = time.monotonic()
         try:
             text = await fetch(
-                self._session,
+                self.session,
                 metrics_url(monitor.config.url, monitor.config.engine),
                 self.config.scrape_timeout,
                 self.config.max_body_bytes,
@@ -304,11 +303,11 @@ class Daemon:
             if self.monitors.get(monitor.config.name) is not monitor:
                 return  # removed or replaced by a reload while in flight
             monitor.observe_failure(exc, time.monotonic() - started)
-            self._enqueue(monitor.close_due(time.time()))
+            self.writer.enqueue(monitor.close_due(time.time()))
             return
         if self.monitors.get(monitor.config.name) is not monitor:
             return  # removed or replaced by a reload while in flight
-        self._enqueue(monitor.observe_page(time.time(), text, time.monotonic() - started))
+        self.writer.enqueue(monitor.observe_page(time.time(), text, time.monotonic() - started))
         # The open window so far, merged per endpoint while it waits: a kill -9 then loses
         # only the last OPEN_WINDOW_SECONDS of scrapes, not the open window (issue 16).
         self.writer.enqueue(monitor.flush(), wake=False)
@@ -357,11 +356,11 @@ class Daemon:
         for write in self.writer.queue.pending():  # one pass over the spool for all
             pending.setdefault(write.endpoint, []).append(write)
         self.monitors = {  # at once: a takeover's new monitors scrape only once it writes
-            endpoint.name: await self._new_monitor(endpoint, pending.get(endpoint.name, []))
+            endpoint.name: await self.new_monitor(endpoint, pending.get(endpoint.name, []))
             for endpoint in self.config.endpoints
         }
 
-    async def _new_monitor(
+    async def new_monitor(
         self, endpoint: EndpointConfig, pending: list[PendingWrite] | None = None
     ) -> EndpointMonitor:
         """A monitor for `endpoint`, resumed from what the store holds of it overlaid with
@@ -393,5 +392,9 @@ class Daemon:
             )
         return monitor
 
-    def _enqueue(self, write: PendingWrite | None) -> None:
+    def publish(self, monitor: EndpointMonitor, write: PendingWrite | None) -> None:
+        """An endpoint's new state: its closed windows queued for the store, its snapshot on
+        /metrics and the status page (the fleet's endpoints come this way too)."""
         self.writer.enqueue(write)
+        self.collector.prerender(monitor.config.name, monitor.snapshot)
+        self.status.record(monitor.config.name, monitor.snapshot)

@@ -18,7 +18,6 @@ from decimal import Decimal
 from typing import Any
 
 from spectax import economics, logs
-from spectax.config import EndpointConfig
 from spectax.economics import (
     AssessedWindow,
     Assessment,
@@ -28,6 +27,7 @@ from spectax.economics import (
     Profile,
     StepModel,
 )
+from spectax.endpoint_config import EndpointConfig
 from spectax.engines import get_parser
 from spectax.engines.base import EngineSample, ParseError
 from spectax.gpus import GpuSpec, RooflinePrior
@@ -36,8 +36,8 @@ from spectax.pipeline.intervals import Interval, interval_between
 from spectax.pipeline.windows import AlignedWindows, SlidingWindow, Window
 from spectax.scrape import ScrapeError
 from spectax.store import Restored
+from spectax.store.pending import PendingWrite
 from spectax.store.rows import pending_write
-from spectax.store.writer import PendingWrite
 from spectax.tariffs import tariff_of
 
 # The logger keeps the name it had before the module was renamed: log filters and alerting

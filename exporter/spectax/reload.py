@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 
-from spectax.config import Config, ConfigError, EndpointConfig, Settings, load_config
+from spectax.config import Config, ConfigError, Settings, load_config
+from spectax.endpoint_config import EndpointConfig
 from spectax.webconfig import WebConfig, load_web_config
 
 # Settings a reload cannot change (the socket, the store, the window grid): a restart can.

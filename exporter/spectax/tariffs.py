@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from spectax.config import EndpointConfig
 from spectax.economics import Tariff
+from spectax.endpoint_config import EndpointConfig
 
 
 def tariff_of(config: EndpointConfig, usd_per_hour: Decimal | None) -> Tariff:

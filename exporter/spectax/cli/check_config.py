@@ -19,7 +19,8 @@ from typing import Any
 import yaml
 
 from spectax import logs
-from spectax.config import ConfigError, EndpointConfig, Settings, load_config
+from spectax.config import ConfigError, Settings, load_config
+from spectax.endpoint_config import EndpointConfig
 from spectax.engines import get_parser
 from spectax.engines.base import ParseError
 from spectax.scrape import ScrapeError, fetch, metrics_url, redact, scrape_session

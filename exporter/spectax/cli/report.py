@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from spectax.config import EndpointConfig, Settings, load_config, validate
+from spectax.config import Settings, load_config, validate
+from spectax.endpoint_config import EndpointConfig
 from spectax.report.charts import ChartsUnavailable
 from spectax.report.period import Month
 from spectax.report.progress import Progress

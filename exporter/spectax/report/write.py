@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from spectax.config import EndpointConfig, Settings
+from spectax.config import Settings
+from spectax.endpoint_config import EndpointConfig
 from spectax.report.build import Report, build_report
 from spectax.report.figures import EndpointInfo
 from spectax.report.period import Month

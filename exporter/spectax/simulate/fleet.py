@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from spectax.config import EndpointConfig, Settings, validate
+from spectax.config import Settings, validate
+from spectax.endpoint_config import EndpointConfig
 from spectax.simulate.profiles import DEMO_PROFILES, SimProfile
 
 __all__ = [

@@ -26,15 +26,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from spectax.config import EndpointConfig, Settings
+from spectax.config import Settings
 from spectax.economics import PlainCurve
 from spectax.endpoint import EndpointMonitor
+from spectax.endpoint_config import EndpointConfig
 from spectax.report.period import Month
 from spectax.simulate.fleet import DEMO_URLS, demo_settings
 from spectax.simulate.profiles import DEMO_PROFILES, SimProfile
 from spectax.simulate.vllm import SimulatedVllm
 from spectax.store import Store
-from spectax.store.writer import PendingWrite
+from spectax.store.pending import PendingWrite
 from spectax.units import from_timestamp
 
 WINDOW_SECONDS = 3600.0

@@ -22,6 +22,7 @@ from pydantic import (
 
 from spectax import logs
 from spectax.credentials import BasicAuthConfig, TargetAuth, TLSClientConfig, build_target_auth
+from spectax.endpoint_config import EndpointConfig
 from spectax.units import Duration, StrictModel
 
 _LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
@@ -82,8 +83,6 @@ class PrometheusSource(StrictModel):
     def _resolve(self) -> PrometheusSource:
         """The credentials read (a bad one is a problem of the file, not of the run), the
         endpoint settings checked once as every discovered endpoint will get them."""
-        from spectax.config import EndpointConfig  # spectax.config imports this module
-
         auth, problems = build_target_auth(
             self.bearer_token, self.bearer_token_file, self.basic_auth, self.tls
         )
@@ -107,8 +106,6 @@ class PrometheusSource(StrictModel):
         """The headers every query sends (auth and `headers`) and the TLS context."""
         return self._auth
 
-    def endpoint_config(self, name: str) -> Any:
+    def endpoint_config(self, name: str) -> EndpointConfig:
         """The configuration of one discovered endpoint."""
-        from spectax.config import EndpointConfig
-
         return EndpointConfig(name=name, url=self.url, **self.endpoint)

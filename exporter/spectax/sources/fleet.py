@@ -15,12 +15,13 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from decimal import Decimal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import aiohttp
 
-from spectax.config import EndpointConfig, Settings, _resolve_price
+from spectax.config import Settings
 from spectax.endpoint import EndpointMonitor, EndpointSnapshot
+from spectax.endpoint_config import EndpointConfig, resolve_price
 from spectax.engines.base import EngineSample, ModelSample
 from spectax.gpus import gpu_spec
 from spectax.health import LogOnce
@@ -29,10 +30,11 @@ from spectax.pipeline.windows import aligned_start
 from spectax.scrape import ScrapeError, redact
 from spectax.sources.config import PrometheusSource
 from spectax.sources.prometheus import PrometheusReader, SourceError
-from spectax.store.writer import PendingWrite
+from spectax.store.pending import PendingWrite
 
 if TYPE_CHECKING:
-    from spectax.daemon import Daemon
+    from spectax.config import Config
+    from spectax.store import Store
 
 log = logging.getLogger("spectax.fleet")
 RETRY_SECONDS = 15.0  # a failed read is tried again this soon (or at the next window)
@@ -48,7 +50,7 @@ def cursor_sample(interval: Interval) -> EngineSample:
 
 def endpoint_price(settings: Settings, config: EndpointConfig) -> Decimal | None:
     """The price of a discovered endpoint, as for a configured one (a bad one: unpriced)."""
-    price, problem = _resolve_price(config, settings.prices)
+    price, problem = resolve_price(config, settings.prices)
     if problem:
         log.warning("endpoint %s: price: %s; it stays unpriced", config.name, problem)
     return price
@@ -146,6 +148,19 @@ class FleetSource:
         return monitor
 
 
+class FleetHost(Protocol):
+    """What the fleet needs of the process that runs it (spectax.daemon.Daemon)."""
+
+    config: Config
+    settings: Settings  # the one in force (a reload replaces it)
+    session: aiohttp.ClientSession | None
+    store: Store | None
+
+    async def new_monitor(self, endpoint: EndpointConfig) -> EndpointMonitor: ...
+
+    def publish(self, monitor: EndpointMonitor, write: PendingWrite | None) -> None: ...
+
+
 class Fleet:
     """The daemon's fleet sources: started after the store is restored, stopped first."""
 
@@ -153,33 +168,28 @@ class Fleet:
         self.sources: list[FleetSource] = []
         self._tasks: list[asyncio.Task[None]] = []
 
-    async def start(self, daemon: Daemon) -> None:
+    async def start(self, daemon: FleetHost) -> None:
         """One task per configured source; their endpoints resume where the store left them
         (the latest cursor of an endpoint not configured to be scraped: a fleet one)."""
-        assert daemon._session is not None and daemon.store is not None
+        assert daemon.session is not None and daemon.store is not None
         reserved = frozenset(e.name for e in daemon.config.endpoints)
         reached = [t for n, t in (await daemon.store.cursor_times()).items() if n not in reserved]
 
         async def new_monitor(config: EndpointConfig) -> EndpointMonitor:
-            settings = daemon.settings  # the one in force (a reload replaces it)
+            settings = daemon.settings
             if (price := endpoint_price(settings, config)) is not None:
                 settings.usd_per_hour[config.name] = price
             if (gpu := gpu_spec((config.price and config.price.gpu) or config.gpu)) is not None:
                 settings.gpus[config.name] = gpu
-            return await daemon._new_monitor(config)
-
-        def emit(monitor: EndpointMonitor, write: PendingWrite | None) -> None:
-            daemon.writer.enqueue(write)
-            daemon.collector.prerender(monitor.config.name, monitor.snapshot)
-            daemon.status.record(monitor.config.name, monitor.snapshot)
+            return await daemon.new_monitor(config)
 
         for source in daemon.config.sources:
             fleet = FleetSource(
                 source,
                 daemon.config.window,
-                daemon._session,
+                daemon.session,
                 new_monitor,
-                emit,
+                daemon.publish,
                 reserved,
                 max(reached, default=None),
             )

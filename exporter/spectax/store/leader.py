@@ -48,7 +48,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from spectax.store.db import DATABASE_ERRORS, Database, StoreError, reason
-from spectax.store.spool import PendingWrite, WriteQueue
+from spectax.store.pending import PendingWrite
+from spectax.store.spool import WriteQueue
 
 if TYPE_CHECKING:
     from spectax.store.windows import WindowHistory

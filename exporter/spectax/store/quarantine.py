@@ -17,10 +17,8 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the writer imports this module
-    from spectax.store.spool import PendingWrite
+from spectax.store.pending import PendingWrite
 
 
 class Quarantine:

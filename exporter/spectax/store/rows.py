@@ -16,7 +16,7 @@ from spectax.engines.base import COUNTERS, Buckets, CounterKind, EngineSample, H
 from spectax.pipeline.counts import GAUGES, Counts
 from spectax.pipeline.windows import Window
 from spectax.store.models import WindowRow
-from spectax.store.spool import PendingWrite
+from spectax.store.pending import PendingWrite
 from spectax.units import from_timestamp as _utc
 
 

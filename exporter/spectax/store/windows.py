@@ -26,9 +26,9 @@ from spectax.store.db import (
     upsert_statement,
 )
 from spectax.store.models import Cursor, WindowRow
+from spectax.store.pending import PendingWrite
 from spectax.store.rollup import period_start
 from spectax.store.rows import complete_row, sum_usd, window_from_rows
-from spectax.store.spool import PendingWrite
 from spectax.units import from_timestamp
 
 # One write of closed windows: the endpoint, its window rows, and the cursor that goes with them.

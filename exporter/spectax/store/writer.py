@@ -31,12 +31,13 @@ from typing import TYPE_CHECKING
 from spectax.health import LogOnce
 from spectax.store.db import StoreDataError, StoreError, reason
 from spectax.store.leader import POLL_SECONDS, Election, Leadership, leadership
-from spectax.store.spool import PendingWrite, WriteQueue
+from spectax.store.pending import PendingWrite
+from spectax.store.spool import WriteQueue
 
 if TYPE_CHECKING:  # the store's rooms import the row codec, which imports PendingWrite
     from spectax.store import Store
 
-__all__ = ["PendingWrite", "StoreWriter", "WriteQueue"]  # PendingWrite: the row codec's import
+__all__ = ["StoreWriter", "WriteQueue"]
 
 STORE_BATCH_ROWS = 200  # window rows per transaction (~40 ms on the event loop)
 RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)  # waits after the 1st, 2nd, ... failure in a row
