@@ -4,7 +4,8 @@ Starts the live-vLLM tier's three servers (tests/live_vllm/: n-gram speculation,
 draft-model speculation, no-speculation control; same tiny random-weight model) and,
 for each workload and concurrency level, drives each server ALONE (the other two sit
 idle) with the same seeded request sequence for `--seconds`, split in `--rounds`
-rounds in which the three take turns (background load then hits all three alike).
+rounds in which the three take turns (background load then hits all three alike); each
+round visits every workload and level before the next (`schedule`).
 `collect` keeps the raw runs (`--save`); `analyse` judges them (`--load`):
 
 - measured speedup = control TPOT / endpoint TPOT, from the deltas of
@@ -20,10 +21,10 @@ rounds in which the three take turns (background load then hits all three alike)
   relative to the target's (~0.88: both carry a 4096 x 128 embedding and LM head,
   which outweigh the one layer the draft lacks).
 
-    PYTHONPATH=exporter python bench/model_vs_measured.py [--seconds 20] [--rounds 4] --save F
+    PYTHONPATH=exporter python bench/model_vs_measured.py [--seconds 60] [--rounds 12] --save F
     PYTHONPATH=exporter python bench/model_vs_measured.py --load bench/data/FILE.json.gz
 
-Needs `bash tests/live_vllm/setup.sh` first to measure. ~23 minutes with the defaults.
+Needs `bash tests/live_vllm/setup.sh` first to measure. ~55 minutes with the defaults.
 """
 
 from __future__ import annotations
@@ -264,16 +265,16 @@ def collect(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--seconds", type=float, default=20.0, help="traffic per server, workload and level"
+        "--seconds", type=float, default=60.0, help="traffic per server, workload and level"
     )
     parser.add_argument(
         "--rounds",
         type=int,
-        default=4,
+        default=12,
         help="split each run in this many rounds, the servers taking turns (so a change in "
         "background load hits all three alike)",
     )
-    parser.add_argument("--levels", default="1,2,4,8,12", help="concurrency levels")
+    parser.add_argument("--levels", default="1,2,4,8", help="concurrency levels")
     parser.add_argument(
         "--blocked",
         action="store_true",
