@@ -186,6 +186,10 @@ async def run(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Run]:
         metrics = await spectax.metrics()  # the fleet endpoint is served like a scraped one
         assert value(metrics, "spectax_endpoint_up", endpoint=FLEET) == 1
         assert (value(metrics, "spectax_output_tokens_total", endpoint=FLEET) or 0) > 0
+        async with aiohttp.ClientSession() as session, session.get(spectax.url + "/") as page:
+            landing = await page.text()  # the landing page lists it beside the scraped ones
+        assert f'data-endpoint="{FLEET}"' in landing, landing
+        assert 'data-endpoint="direct-a"' in landing, landing
         assert await spectax.stop() == 0, spectax.log_tail()
         yield Run(workdir, prometheus, workdir / "state", starts, window_rows(workdir / "state"))
     finally:
@@ -400,3 +404,31 @@ async def test_a_restarted_daemon_reads_the_windows_it_missed(run: Run) -> None:
     rows = window_rows(state / "state")
     for start in run.starts:
         assert rows[(FLEET, stamp(start))] == run.rows[(FLEET, stamp(start))], start
+
+
+@in_module_loop
+async def test_a_reload_starts_and_stops_reading_a_source(run: Run) -> None:
+    """`sources:` changes on reload like `endpoints:` do: a changed source's endpoints are
+    found and served, the endpoints it no longer selects leave /metrics."""
+    workdir = run.workdir / "reloaded"
+    workdir.mkdir()
+    port = free_port()
+    nothing = {**source(run.prometheus.url), "selector": 'job="none"'}
+    config = write_config(workdir, port, [], window=f"{WINDOW:g}s", sources=[nothing])
+    spectax = Spectax(config, port)
+    await spectax.start()
+    try:
+        await asyncio.sleep(WINDOW)
+        assert value(await spectax.metrics(), "spectax_endpoint_up", endpoint=FLEET) is None
+        write_config(workdir, port, [], window=f"{WINDOW:g}s", sources=[source(run.prometheus.url)])
+        assert (await spectax.post("/-/reload"))[0] == 200
+        await spectax.wait_for(
+            lambda m: value(m, "spectax_endpoint_up", endpoint=FLEET) == 1, timeout=3 * WINDOW
+        )
+        write_config(workdir, port, [], window=f"{WINDOW:g}s", sources=[nothing])
+        assert (await spectax.post("/-/reload"))[0] == 200
+        await spectax.wait_for(
+            lambda m: value(m, "spectax_endpoint_up", endpoint=FLEET) is None, timeout=WINDOW
+        )
+    finally:
+        assert await spectax.stop() == 0, spectax.log_tail()

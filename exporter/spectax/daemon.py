@@ -34,7 +34,7 @@ from spectax.endpoint import CALIBRATION_POINTS, EndpointMonitor, EndpointSnapsh
 from spectax.endpoint_config import EndpointConfig
 from spectax.exposition.collector import ReloadStatus, SnapshotCollector, StoreStatus
 from spectax.profiles import REFRESH_SECONDS, ProfileBook, baseline_profile_name
-from spectax.reload import endpoint_changes, read_new_configuration
+from spectax.reload import endpoint_changes, read_new_configuration, sources_changed
 from spectax.schedule import ScrapeSchedule
 from spectax.scrape import ScrapeError, fetch, lift_open_files_limit, metrics_url, scrape_session
 from spectax.sources.fleet import Fleet
@@ -146,7 +146,7 @@ class Daemon:
         app = make_app(
             self.registry,
             lambda: self._ready,
-            lambda: endpoint_states(self.monitors),
+            lambda: endpoint_states(self.snapshots()),
             reload=self.reload if self._config_path is not None else None,
             middlewares=[self.guard.middleware],
             render_text=self.collector.render_text,
@@ -260,6 +260,7 @@ class Daemon:
         changes = endpoint_changes(
             {name: (m.config, m.usd_per_hour) for name, m in old.items()}, settings
         )
+        fleet_changed = sources_changed(self.config, settings.config)
         self._scrapes.replace([], settings.config.scrape_interval)  # none until rescheduled
         for name in changes.stopped:  # their scrapes still in flight are discarded (_scrape)
             self.writer.enqueue(old[name].flush())
@@ -272,6 +273,8 @@ class Daemon:
         }
         self._scrapes.replace(self.monitors, self.config.scrape_interval)
         await self.billing.apply(settings.billing)
+        if fleet_changed:
+            await self.fleet.restart(self)
         log.info(
             "configuration reloaded: %d endpoint(s) kept, %d started, %d stopped",
             len(changes.kept),
@@ -282,8 +285,7 @@ class Daemon:
     # ------------------------------------------------------------ scraping
 
     async def scrape(self, name: str) -> None:
-        monitor = self.monitors.get(name)
-        if monitor is not None:  # None: removed by a reload
+        if (monitor := self.monitors.get(name)) is not None:  # None: removed by a reload
             await self._scrape(monitor)
             if self.monitors.get(name) is monitor:
                 self.publish(monitor, None)
@@ -344,11 +346,9 @@ class Daemon:
     # ------------------------------------------------------------ store
 
     async def _take_over(self) -> None:
-        """A follower become leader resumes as if restarted; fleet sources re-read from the
-        store's cursors the windows the old leader never wrote."""
+        """A follower become leader resumes as if restarted (the fleet too)."""
         await self._restore()
-        await self.fleet.stop()
-        await self.fleet.start(self)
+        await self.fleet.restart(self)
 
     async def _restore(self) -> None:
         assert self.store is not None

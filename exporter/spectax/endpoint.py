@@ -383,9 +383,7 @@ class EndpointMonitor:
         )
 
 
-def endpoint_states(monitors: Mapping[str, EndpointMonitor]) -> list[tuple[str, bool, str]]:
-    """For the landing page; a target that echoes a credential into its page is blanked."""
-    return [
-        (n, m.snapshot.up, logs.blank_secrets(m.snapshot.last_error or ""))
-        for n, m in monitors.items()
-    ]
+def endpoint_states(snapshots: Mapping[str, EndpointSnapshot]) -> list[tuple[str, bool, str]]:
+    """For the landing page, scraped and fleet endpoints alike; a target that echoes a
+    credential into its page is blanked."""
+    return [(n, s.up, logs.blank_secrets(s.last_error or "")) for n, s in snapshots.items()]

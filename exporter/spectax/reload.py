@@ -66,3 +66,9 @@ def endpoint_changes(
     )
     stopped = tuple(name for name in running if name not in kept)
     return EndpointChanges(kept, stopped, tuple(n for n in stopped if n in wanted))
+
+
+def sources_changed(running: Config, new: Config) -> bool:
+    """Whether the fleet sources differ as written: then the fleet starts again, its
+    endpoints resuming from the store (their windows are read whole, so none is lost)."""
+    return [s.model_dump() for s in running.sources] != [s.model_dump() for s in new.sources]

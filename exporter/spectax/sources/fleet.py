@@ -196,6 +196,13 @@ class Fleet:
             self.sources.append(fleet)
             self._tasks.append(asyncio.create_task(fleet.run(), name=f"fleet {source.url}"))
 
+    async def restart(self, daemon: FleetHost) -> None:
+        """After a takeover or a reload that changed the sources: each source's endpoints
+        resume from the store's cursors (the windows nobody wrote are read again)."""
+        await self.stop()
+        self.sources.clear()
+        await self.start(daemon)
+
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
