@@ -149,6 +149,17 @@ class Spectax:
         page: Samples = await wait_until(accepted, timeout, "a /metrics page to match", [self])
         return page
 
+    async def wait_ready(self, timeout: float = 40.0) -> None:
+        """Until `/-/ready` says so: a reload before then is refused ("still starting"), so
+        a test of what a reload does waits for this, not for a scrape."""
+
+        async def ready() -> bool:
+            with contextlib.suppress(aiohttp.ClientError, OSError):
+                return (await self.get("/-/ready"))[0] == 200
+            return False
+
+        await wait_until(ready, timeout, "/-/ready", [self])
+
     async def wait_log(self, text: str, timeout: float = 20.0) -> None:
         await wait_until(lambda: text in self.log, timeout, f"{text!r} in the log", [self])
 

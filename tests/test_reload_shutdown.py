@@ -74,6 +74,7 @@ async def test_reload_bad_then_good(tmp_path: Path) -> None:
         first_success = value(settled, "spectax_config_last_reload_success_timestamp_seconds")
         assert value(settled, "spectax_config_last_reload_successful") == 1
 
+        await spectax.wait_ready()  # a reload before then is refused: "still starting"
         # A bad file (SIGHUP): nothing changes, the gauge says so, the log says why.
         config.write_text(good.replace("scrape_interval", "scrape_intervall"))
         spectax.signal(signal.SIGHUP)

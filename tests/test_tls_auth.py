@@ -637,6 +637,7 @@ async def test_a_reload_that_would_turn_basic_auth_off_or_load_an_encrypted_key_
     await spectax.start()
     try:
         await spectax.wait_for(lambda m: value(m, "spectax_endpoint_up", endpoint="vllm"))
+        await spectax.wait_ready()  # scraping begins before start-up has ended
         for bad, reason in (
             ({"tls_server_config": tls(certs), "basic_auth_users": {}}, "basic auth off"),
             ({"tls_server_config": tls(certs)}, "basic auth off"),
