@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from operator import attrgetter, call
 from typing import Any, Literal
 
-from spectax.engines.base import COUNTERS, Buckets, CounterKind, Counters, Histogram
+from spectax.engines.base import COUNTERS, CounterKind, Counters, Histogram
 
 #: How a field a span carries beside the counters adds up: a counter kind's rules, or
 #: setting - a setting of the engine as of the span's end (the later span's wins).
@@ -96,32 +96,28 @@ def _add_histograms(a: Histogram | None, b: Histogram | None) -> Histogram | Non
         return b
     if b is None:
         return a
-    return Histogram(a.sum + b.sum, a.count + b.count, _combine(a, b, operator.add))
+    return _combine(a, b, operator.add)
 
 
 def _sub_histograms(a: Histogram | None, b: Histogram | None) -> Histogram | None:
     if a is None or b is None:
         return a
-    return Histogram(a.sum - b.sum, a.count - b.count, _combine(a, b, operator.sub))
+    return _combine(a, b, operator.sub)
 
 
-def _combine(a: Histogram, b: Histogram, op: Callable[[float, float], float]) -> Buckets:
-    """Bucket by bucket, when both have the same bounds. A side without buckets that saw no
-    observation is a zero (an interval before its first request); any other disagreement
-    (buckets unknown on one side, bounds changed) gives unknown buckets, never a quantile
-    over counts that do not belong together."""
-    if not b.buckets and not b.count:
-        return a.buckets
-    if not a.buckets and not a.count and op is operator.add:
-        return b.buckets
-    if len(a.buckets) != len(b.buckets) or not a.buckets:
-        return ()
-    out = []
-    for (bound, x), (other, y) in zip(a.buckets, b.buckets, strict=True):
-        if bound != other:
-            return ()
-        out.append((bound, op(x, y)))
-    return tuple(out)
+def _combine(a: Histogram, b: Histogram, op: Callable[[float, float], float]) -> Histogram:
+    """Sum, count and bucket by bucket, when both have the same bounds. A side without
+    buckets that saw no observation is a zero (an interval before its first request); any
+    other disagreement (buckets unknown on one side, bounds changed) gives unknown buckets,
+    never a quantile over counts that do not belong together."""
+    total, count = op(a.sum, b.sum), op(a.count, b.count)
+    if not b.bounds and not b.count:
+        return Histogram.of(total, count, a.bounds, a.counts)
+    if not a.bounds and not a.count and op is operator.add:
+        return Histogram.of(total, count, b.bounds, b.counts)
+    if not a.bounds or a.bounds != b.bounds:  # shared tuples: mostly an identity check
+        return Histogram(total, count)
+    return Histogram.of(total, count, a.bounds, map(op, a.bucket_counts(), b.bucket_counts()))
 
 
 def _histogram_down(before: Histogram | None, after: Histogram | None) -> bool:

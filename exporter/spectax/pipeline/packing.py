@@ -95,9 +95,10 @@ def _put_histogram(value: Histogram | None) -> Sequence[float]:
     """Sum, count, the number of buckets, then each bucket's bound and count."""
     if value is None:
         return (_NAN, _NAN, 0.0)
-    if not value.buckets:
+    if not value.bounds:
         return (value.sum, value.count, 0.0)
-    return (value.sum, value.count, float(len(value.buckets)), *chain(*value.buckets))
+    pairs = chain(*zip(value.bounds, value.bucket_counts(), strict=True))
+    return (value.sum, value.count, float(len(value.bounds)), *pairs)
 
 
 def _put_positions(value: tuple[float, ...]) -> tuple[float, ...]:
@@ -119,9 +120,7 @@ def _take_histogram(packed: array[float], at: int) -> tuple[Histogram | None, in
     if math.isnan(packed[at]):
         return None, end
     flat = packed[at + 3 : end]
-    return Histogram(
-        packed[at], packed[at + 1], tuple(zip(flat[::2], flat[1::2], strict=True))
-    ), end
+    return Histogram.of(packed[at], packed[at + 1], tuple(flat[::2]), flat[1::2]), end
 
 
 def _take_positions(packed: array[float], at: int) -> tuple[tuple[float, ...], int]:

@@ -13,7 +13,12 @@ _PER_POSITION = tuple(c.name for c in COUNTERS if c.kind == "per_position")
 
 
 def encode_sample(sample: EngineSample) -> str:
-    return json.dumps(asdict(sample))
+    data = asdict(sample)
+    for name, model in sample.models.items():
+        for key in _HISTOGRAMS:
+            if (h := getattr(model, key)) is not None:  # as before histograms were packed
+                data["models"][name][key] = {"sum": h.sum, "count": h.count, "buckets": h.buckets}
+    return json.dumps(data)
 
 
 def decode_sample(text: str) -> EngineSample:
