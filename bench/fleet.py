@@ -51,7 +51,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from scale import cpu_times, free_port, machine, peak_rss_mb  # noqa: E402
 
-# The series spectax's queries read (spectax.sources.prometheus.queries), as on the page.
+# The series spectax's queries read (spectax.sources.promql.queries), as on the page.
 READ = re.compile(
     r"^(vllm:(?:generation_tokens_total|prompt_tokens_total|request_success_total|"
     r"spec_decode_num_drafts_total|spec_decode_num_draft_tokens_total|"
@@ -144,6 +144,9 @@ def main() -> None:
     parser.add_argument("--delay", type=float, default=15.0, help="the source's delay, s")
     parser.add_argument("--lookback", type=float, default=300.0, help="the source's lookback, s")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument(
+        "--profile", type=Path, help="run spectax under cProfile, its stats written here"
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="spectax-fleet-"))
     load_before = os.getloadavg()
@@ -220,6 +223,7 @@ def main() -> None:
         spectax = subprocess.Popen(
             [
                 sys.executable,
+                *(["-m", "cProfile", "-o", str(args.profile.resolve())] if args.profile else []),
                 "-m",
                 "spectax",
                 "--log-level",

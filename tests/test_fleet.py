@@ -44,7 +44,7 @@ from spectax.endpoint_config import EndpointConfig
 from spectax.simulate import SimulatedFleet, start_simulated_servers
 from spectax.simulate.profiles import SimProfile
 from spectax.sources.fleet import FleetSource
-from spectax.sources.prometheus import queries
+from spectax.sources.promql import RUNNING, queries
 from spectax.store.pending import PendingWrite
 
 pytestmark = pytest.mark.e2e
@@ -286,6 +286,7 @@ class Gateway:
     async def start(self) -> None:
         app = web.Application()
         app.router.add_post("/prefix/api/v1/query", self._query)
+        app.router.add_post("/prefix/api/v1/query_range", self._query)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         port = free_port()
@@ -307,7 +308,9 @@ class Gateway:
         self.seen.append(str(form["query"]))
         async with (
             aiohttp.ClientSession() as session,
-            session.post(f"{self.prometheus}/api/v1/query", data=dict(form)) as answer,
+            session.post(
+                f"{self.prometheus}{request.path.removeprefix('/prefix')}", data=dict(form)
+            ) as answer,
         ):
             body = await answer.json()
         if self.mode == "empty":  # the fleet's series are gone (every pod deleted)
@@ -324,8 +327,8 @@ async def test_fleet_source_through_a_gateway_waits_out_an_outage_and_partial_an
     """Path prefix, basic auth and a tenant header reach the server; an outage and a
     partial answer leave the windows waiting (nothing written, the endpoint down with the
     reason, no secret in it); once the gateway answers whole, the windows that waited are
-    read in one pass and equal the live daemon's. One query per series, whatever the
-    fleet's size."""
+    read in one pass and equal the live daemon's. The same queries whatever the fleet's
+    size (two a counter, one for running requests), and raw reads of odd series only."""
     gateway = Gateway(run.prometheus.url, basic_auth_header("spectax", "s3cret-pw"))
     await gateway.start()
     config = source(gateway.url) | {
@@ -350,6 +353,7 @@ async def test_fleet_source_through_a_gateway_waits_out_an_outage_and_partial_an
             now = run.starts[-1] + WINDOW + 3.0  # windows 1 to 3 are due
             gateway.mode = "up"
             assert await fleet.read_due(run.starts[1] + WINDOW + 3.0)  # window 1: found
+            reads = [list(gateway.seen)]
             monitor = fleet.monitors[FLEET]
             for mode in ("down", "partial"):
                 gateway.mode = mode
@@ -357,25 +361,42 @@ async def test_fleet_source_through_a_gateway_waits_out_an_outage_and_partial_an
                 assert fleet.next_end == run.starts[2] + WINDOW, "the windows wait"
                 assert not monitor.snapshot.up and monitor.snapshot.last_error
                 assert "s3cret-pw" not in monitor.snapshot.last_error
+            await asyncio.sleep(1.0)  # the queries cancelled in flight may still arrive
+            reads.append(gateway.seen[sum(map(len, reads)) :])
             assert len(written) == 1
             gateway.mode = "up"
             assert await fleet.read_due(now)
+            reads.append(gateway.seen[sum(map(len, reads)) :])
             assert monitor.snapshot.up
             gateway.mode = "empty"
             assert await fleet.read_due(now + WINDOW)
+            reads.append(gateway.seen[sum(map(len, reads)) :])
             assert not monitor.snapshot.up, "an endpoint without series is down, not stale"
             assert "every replica gone" in (monitor.snapshot.last_error or "")
     finally:
         await gateway.close()
+    sent = list(queries(prometheus_source, WINDOW).values())
     got = {(w.endpoint, row["start"].timestamp()): row for w in written for row in w.rows}
     for start in run.starts[1:]:
         row = got[(FLEET, start)]
         live = run.rows[(FLEET, stamp(start))]
         assert {c: row[c] for c in COUNTERS} == {c: live[c] for c in COUNTERS}, start
-    # 4 reads got through (first, partial, up, empty), each one query per series name.
-    per_read = len(queries(prometheus_source, WINDOW))
-    assert len(gateway.seen) == 4 * per_read, len(gateway.seen)
-    assert all("pod" not in q for q in gateway.seen)
+    # The whole reads (first, up, empty) sent the queries of every series name, whatever the
+    # fleet's size; beyond them only raw reads of the odd series (the one restart, in
+    # windows 1-2), one per counter at most, naming them by their pods; the partial one
+    # stopped before any (the outage's queries never reached the gateway's log).
+    fleet_wide = {q for v in sent if not isinstance(v, str) for q in (v.sums, v.odd)}
+    for read in (reads[0], reads[2], reads[3]):
+        # running requests: raw, over the span read (one window, or two after the outage)
+        running = [q for q in read if q.startswith(f"{RUNNING}{{")]
+        odd = [q for q in read if q not in fleet_wide and q not in running]
+        assert set(read) >= fleet_wide and len(running) == 1, read
+        assert all("pod" not in q for q in [*fleet_wide, *running]), read
+        assert all('pod=~"' in q for q in odd), odd
+        assert len({q.split("{", 1)[0] for q in odd}) == len(odd), "one raw read a counter"
+    assert len(reads[0]) > len(fleet_wide) + 1, "window 1's restart was read raw"
+    assert len(reads[3]) == len(fleet_wide) + 1, "an answer without series: no raw read"
+    assert 1 <= len(reads[1]) <= len(fleet_wide) + 1, "no raw read after a partial answer"
 
 
 @in_module_loop

@@ -10,12 +10,28 @@ from typing import Any
 
 import pytest
 
+from spectax.pipeline.intervals import Interval
 from spectax.sources.config import PrometheusSource
 from spectax.sources.matrix import MatrixDecoder, MatrixError
-from spectax.sources.prometheus import SERIES, window_intervals
+from spectax.sources.prometheus import WindowSums
+from spectax.sources.promql import SERIES
 
 SOURCE = PrometheusSource(url="http://prometheus:9090", endpoint_labels=["model_name"])
 GEN = SERIES["generation_tokens"]
+
+
+def window_intervals(
+    source: PrometheusSource, results: dict[str, list[dict[str, Any]]], bounds: list[float]
+) -> dict[float, dict[str, Interval]]:
+    """Per window end, per endpoint: its interval, from each name's raw samples as the
+    reader decodes them (`data.result` of `samples_query`), through its window sums."""
+    sums = WindowSums(source, bounds)
+    for name, result in results.items():
+        for found in result:
+            values = found["values"]
+            stamps, texts = [str(float(t)) for t, _ in values], [v for _, v in values]
+            sums.add(name, found["metric"], stamps, texts)
+    return sums.intervals()
 
 
 def series(pod: str, *samples: tuple[float, float], model: str = "m") -> dict[str, Any]:
@@ -76,22 +92,25 @@ def test_a_model_name_holding_a_secret_is_left_out() -> None:
     assert list(windows[110]["m"].models) == ["m"]
 
 
-def decoded(
-    answer: bytes, chunk: int
-) -> tuple[Any, list[tuple[dict[str, str], list[float], list[str]]]]:
+Decoded = list[tuple[dict[str, str], list[float], list[str]]]
+
+
+def decoded(answer: bytes, chunk: int) -> tuple[Any, Decoded]:
+    """The answer fed in chunks of `chunk` bytes; timestamps as numbers (they come as sent)."""
     decoder = MatrixDecoder()
     got = []
     for at in range(0, len(answer), chunk):
         got += decoder.feed(answer[at : at + chunk])
     body, rest, _ = decoder.finish()
-    return body, got + rest
+    return body, [(labels, list(map(float, t)), v) for labels, t, v in got + rest]
 
 
-def as_json(body: dict[str, Any]) -> list[tuple[dict[str, str], list[float], list[str]]]:
-    return [
-        (s["metric"], [float(t) for t, _ in s["values"]], [v for _, v in s["values"]])
-        for s in body["data"]["result"]
-    ]
+def as_json(body: dict[str, Any]) -> Decoded:
+    out = []
+    for s in body["data"]["result"]:
+        values = s["values"]
+        out.append((s["metric"], [float(t) for t, _ in values], [v for _, v in values]))
+    return out
 
 
 HOSTILE = {
@@ -146,12 +165,27 @@ def test_whole_and_fractional_counters_give_the_same_windows() -> None:
     samples = [(85, 3), (95, 10), (100, 15), (104, 15), (110, 30), (111, 31), (125, 40)]
     whole = [series("a", *samples)]
     fractional = [{**whole[0], "values": [[t, f"{v}.0"] for t, v in samples]}]
+    wide = [{**whole[0], "values": [[t, str(v + 100)] for t, v in samples]}]  # one length
+    # texts in order but numbers not, with as many characters as if all were of one length
+    reset = [(95, 15), (101, 3), (105, 400), (108, 11), (109, 2), (110, 333), (111, 44)]
+    resets = [series("a", *reset)]
+    resets_fractional = [{**resets[0], "values": [[t, f"{v}.0"] for t, v in reset]}]
     for bounds in ([90, 100, 110, 120], [100, 110], [80, 130], [111, 112, 125]):
         assert tokens(whole, bounds) == tokens(fractional, bounds), bounds
+        assert tokens(wide, bounds) == tokens(fractional, bounds), bounds
+        assert tokens(resets, bounds) == tokens(resets_fractional, bounds), bounds
+    assert tokens(resets, [100, 110]) == [3 + 397 + 11 + 2 + 331]
     assert tokens(whole, [90, 100, 110, 120]) == [12, 15, 1]
 
 
 def test_an_answer_of_another_shape_is_an_error_not_a_crash() -> None:
+    labels = {"status": "success", "data": {"resultType": "matrix", "result": []}}
+    labels["data"]["result"] = [{"metric": {"pod": ["x"]}, "values": [[1, "2"]]}]  # type: ignore[index]
+    for chunk in (7, 4096):
+        with pytest.raises(MatrixError):
+            decoded(json.dumps(labels, separators=(",", ":")).encode(), chunk)
+    with pytest.raises(MatrixError):
+        decoded(json.dumps(labels, indent=1).encode(), 4096)
     for answer in (
         {"status": "success", "data": {"resultType": "matrix", "result": [{"metric": {}}]}},
         {"status": "success", "data": {"resultType": "matrix", "result": [{"values": 3}]}},
@@ -163,3 +197,43 @@ def test_an_answer_of_another_shape_is_an_error_not_a_crash() -> None:
     decoder = MatrixDecoder()
     decoder.feed(b'{"status": "success", "data": "matrix"}')
     assert decoder.finish()[0] == {"status": "success", "data": "matrix"}
+
+
+def test_samples_that_are_no_prometheus_answer_are_an_error() -> None:
+    bad = ('[[1,"2"],[x,"3"]]', '[[1,"2,3"]]', '[[1,"2"],[-5,"3"]]', '[[1,"2",3],["4"]]')
+    for values in (*bad, '[[1,"2"],[10.5.7,"3"]]', '[[1,"2"]],"metric":{"a":["x"]}'):
+        head = '{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"values":'
+        answer = head + values + "}]}}"
+        with pytest.raises(MatrixError):
+            decoded(answer.encode(), 64)
+
+
+def test_a_read_that_fails_unexpectedly_is_tried_again_not_the_end_of_the_source(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import asyncio
+
+    import aiohttp
+
+    from spectax.sources import fleet
+
+    monkeypatch.setattr(fleet, "RETRY_SECONDS", 0.0)
+    calls: list[float] = []
+
+    async def read_due(now: float) -> bool:
+        calls.append(now)
+        if len(calls) == 1:
+            raise KeyError("a bug")
+        raise asyncio.CancelledError  # the daemon stopping: the end of the test
+
+    async def main() -> None:
+        async with aiohttp.ClientSession() as session:
+            source = fleet.FleetSource(SOURCE, 10.0, session, None, lambda m, w: None)  # type: ignore[arg-type]
+            source.next_end = 0.0  # due now
+            monkeypatch.setattr(source, "read_due", read_due)
+            with pytest.raises(asyncio.CancelledError):
+                await source.run()
+
+    asyncio.run(main())
+    assert len(calls) == 2
+    assert "read failed: KeyError('a bug')" in caplog.text

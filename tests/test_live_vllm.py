@@ -5,8 +5,8 @@ control serve the same tiny random-weight model (tests/live_vllm/). One scenario
 once per module, in phases, and records what it saw; each test then checks one claim:
 
   A  calibration: 11 clock-aligned windows of mixed traffic (repetitive and random
-     prompts, temperature 0 and 1, 48 and 96 tokens), alternating concurrency 1 and 8;
-     each window split in three slots, one server busy at a time;
+     prompts, temperature 0 and 1), alternating concurrency 1 (24 and 48 tokens) and 8
+     (48 and 96 tokens); each window split in three slots, one server busy at a time;
   B  a short burst on all three after a quiet spell longer than the window, read back
      while everything is quiet again, so spectax's sliding window and the raw page
      deltas cover exactly the same counter movements;
@@ -61,6 +61,10 @@ WINDOW = 15.0  # spectax window: sliding window and history window length
 # finished (economics.calibration): 3 blocks to spare, for a loaded machine whose
 # concurrency-1 slots finish fewer (CI once fitted nothing from 9 blocks).
 BLOCKS = 11
+# Phase A's request lengths by concurrency. One request at a time finishes few in a slot
+# (CI, slow VM: 5-9 of 96 and 48 tokens, under the 10 a window needs in most concurrency-1
+# blocks, so the fit came at the last block or not at all); half as long, twice as many.
+BLOCK_TOKENS = {1: (24, 48), 8: (48, 96)}
 SLOT_TAIL = 1.5  # phase A: seconds before a slot's end when its last request may start
 SPECULATING = ["ngram", "draft"]
 # Phase B: requests per server. spectax measures a speedup only from >= 10 finished
@@ -333,7 +337,7 @@ def run_scenario(obs: Observed, fleet: dict[str, VllmServer], spectax: Spectax) 
                     concurrency=concurrency,
                     seconds=max(end - SLOT_TAIL - time.time(), 0.5),
                     max_requests=200,
-                    requests=traffic.mix(block),
+                    requests=traffic.mix(block, max_tokens=BLOCK_TOKENS[concurrency]),
                 )
             )
             time.sleep(max(end - 0.2 - time.time(), 0.0))

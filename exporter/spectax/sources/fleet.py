@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import aiohttp
 
+from spectax import logs
 from spectax.config import Settings
 from spectax.endpoint import EndpointMonitor, EndpointSnapshot
 from spectax.endpoint_config import EndpointConfig, resolve_price
@@ -93,7 +94,16 @@ class FleetSource:
             due = self.next_end + self.source.delay
             if (wait := due - time.time()) > 0:
                 await asyncio.sleep(wait)
-            if not await self.read_due(time.time()):
+            try:
+                read = await self.read_due(time.time())
+            except Exception as exc:  # a bug must not stop the source for good: retry
+                log.error(
+                    "source %s: read failed: %s",
+                    redact(self.source.url),
+                    logs.blank_secrets(repr(exc))[:300],
+                )
+                read = False
+            if not read:
                 await asyncio.sleep(min(RETRY_SECONDS, self.window))
 
     async def read_due(self, now: float) -> bool:
@@ -200,14 +210,16 @@ class Fleet:
         """After a takeover or a reload that changed the sources: each source's endpoints
         resume from the store's cursors (the windows nobody wrote are read again)."""
         await self.stop()
-        self.sources.clear()
         await self.start(daemon)
 
     async def stop(self) -> None:
+        """Cancel the reads; the sources' endpoints go with them (a read is whole or not
+        used, so nothing of theirs is left to write)."""
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+        self.sources.clear()
 
     def snapshots(self) -> dict[str, EndpointSnapshot]:
         return {n: m.snapshot for s in self.sources for n, m in s.monitors.items()}

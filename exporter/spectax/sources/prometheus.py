@@ -1,80 +1,70 @@
-"""Exact window deltas from a Prometheus HTTP API: raw samples in, one `Interval` per
-endpoint and window out, the same intervals the direct scrapes would have given.
+"""Exact window deltas from a Prometheus HTTP API: one `Interval` per endpoint and window,
+the same intervals the direct scrapes would have given.
 
 Why not `increase()`: it extrapolates to the window's edges and is a float estimate
-(3.97 tokens for 4). Instead each metric is read with one instant query of a range
-selector for the whole fleet, `vllm:prompt_tokens_total{selector}[range]`, which returns
-the raw samples Prometheus scraped. Per series, the delta between consecutive samples
-is added to the window the later sample falls in ((start, end], like the direct
-scrapes' intervals), and a value that went down is a reset: the new value counts, as
-after a restart of a directly scraped engine. The first sample of each window counts
-from the last sample before the window (up to `lookback` earlier), so nothing at a
-boundary is lost or counted twice. Series are summed per endpoint only after their own
-deltas: a replica that disappears keeps the counts it had, and is no reset.
+(3.97 tokens for 4), and summed over pods it cannot tell a pod that left from a reset.
+The exact growth of a series in a window (start, end] is its last sample in the window
+less its last sample before it, as long as it did not go down: Prometheus computes that
+itself, per series, and sums it per endpoint (`CounterQueries.sums`, a range query with
+one point per window: `last_over_time(x[window]) - last_over_time(x[lookback] offset
+window)`, `unless` the series reset in the window or its lookback). That answer is one
+number per endpoint, not the raw samples of every replica: at 20,000 replicas a window
+is ~10 M samples, and decoding them was nearly all of a read's CPU.
+
+The other series of a window are odd (`CounterQueries.odd`): one that went down (a
+restart: the new value counts and the window counts a restart), one with no sample
+within `lookback` before the window (new, or back after a gap: it counts from its first
+sample). Those are read raw over the span and its lookback, with a selector naming their
+label values (`odd_matchers`), and spectax.sources.deltas counts them as the direct
+scrapes do; they are few (a restart, a scale-up). Running requests, a gauge integrated
+over time, are read raw too. Series are summed per endpoint only after their own deltas:
+a replica that disappears keeps the counts it had, and is no reset.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import re
 import sys
-from bisect import bisect_right
-from collections.abc import Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 
 from spectax import logs
-from spectax.engines.base import COUNTERS, Histogram
+from spectax.engines.base import Histogram
 from spectax.engines.vllm import MAX_MODEL_NAME, MAX_VALUE
 from spectax.pipeline.counts import Counts
 from spectax.pipeline.intervals import Interval
 from spectax.scrape import redact
 from spectax.sources.config import PrometheusSource
+from spectax.sources.deltas import deltas
 from spectax.sources.matrix import MatrixDecoder, MatrixError
+from spectax.sources.promql import (
+    ESTIMATES,
+    KIND,
+    RUNNING,
+    SERIES,
+    CounterQueries,
+    odd_matchers,
+    queries,
+    samples_query,
+)
 
-#: The vLLM series of each declared counter (spectax.engines.base.Counters); a histogram
-#: is read as its `_sum` and `_count`: fleet mode reads no buckets (yet), so a fleet
-#: endpoint has no latency quantiles.
-SERIES: Mapping[str, str] = {
-    "generation_tokens": "vllm:generation_tokens_total",
-    "prompt_tokens": "vllm:prompt_tokens_total",
-    "requests_finished": "vllm:request_success_total",
-    "drafts": "vllm:spec_decode_num_drafts_total",
-    "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
-    "accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",
-    "accepted_per_position": "vllm:spec_decode_num_accepted_tokens_per_pos_total",
-    "iteration_tokens": "vllm:iteration_tokens_total",
-    "inter_token_latency": "vllm:inter_token_latency_seconds",
-    "time_per_output_token": "vllm:request_time_per_output_token_seconds",
-    "time_to_first_token": "vllm:time_to_first_token_seconds",
-    "e2e_request_latency": "vllm:e2e_request_latency_seconds",
-    "estimated_flops": "vllm:estimated_flops_per_gpu_total",
-    "estimated_read_bytes": "vllm:estimated_read_bytes_per_gpu_total",
-    "preemptions": "vllm:num_preemptions_total",
-}
-assert set(SERIES) == {c.name for c in COUNTERS}, "a declared counter has no vLLM series"
-KIND = {c.name: c.kind for c in COUNTERS}
-ESTIMATES = {SERIES["estimated_flops"], SERIES["estimated_read_bytes"]}
-RUNNING = "vllm:num_requests_running"  # a gauge: integrated over time, as the scrapes do
 _NAME = re.compile(r"[^A-Za-z0-9_.-]")
+log = logging.getLogger("spectax.fleet")
 
 
 class SourceError(Exception):
     """The source did not answer, or answered only in part: the window waits."""
 
 
-def queries(source: PrometheusSource, seconds: float) -> dict[str, str]:
-    """The PromQL sent for a span of `seconds`: one query a series name for the whole
-    fleet, never one per endpoint, each the raw samples of the span and its lookback."""
-    names = [RUNNING]
-    for counter, series in SERIES.items():
-        histogram = KIND[counter] == "histogram"
-        names += [f"{series}_sum", f"{series}_count"] if histogram else [series]
-    span = f"{{{source.selector}}}[{math.ceil(seconds + source.lookback)}s]"
-    return {name: name + span for name in names}
+def series_key(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """A series within one query's answer, whether or not the query kept its name."""
+    return tuple(sorted((k, v) for k, v in labels.items() if k != "__name__"))
 
 
 def endpoint_name(source: PrometheusSource, labels: Mapping[str, str]) -> str | None:
@@ -110,43 +100,101 @@ class _Sums:
 
 
 class WindowSums:
-    """The windows between `bounds`, filled one series at a time as the answers arrive
-    (so that no answer needs to be held whole: at 20,000 replicas one is ~100 MB of JSON)."""
+    """The windows between `bounds`, filled as the answers arrive (so that no answer needs
+    to be held whole: at 20,000 replicas a raw one is ~100 MB of JSON): an endpoint's sums
+    per window as Prometheus computed them, and the deltas of series read raw."""
 
     def __init__(self, source: PrometheusSource, bounds: list[float]):
         self.source = source
         self.bounds = bounds
-        self._clean: dict[str, bool] = {}  # label value -> holds no credential spectax holds
+        self._step = (bounds[-1] - bounds[0]) / (len(bounds) - 1)
+        # (endpoint label values, model) -> (endpoint, model), or None when a series of
+        # theirs is not read (no endpoint, a model the store cannot hold, a secret echoed)
+        self._names: dict[tuple[str, ...], tuple[str, str] | None] = {}
         self._sums: list[dict[tuple[str, str], _Sums]] = [{} for _ in bounds[1:]]
         self._resets: list[set[str]] = [set() for _ in bounds[1:]]
 
+    def window_of(self, stamp: str) -> int | None:
+        """The window a range query's point belongs to (evaluated at its end)."""
+        i = round((float(stamp) - self.bounds[1]) / self._step)
+        return i if 0 <= i < len(self._sums) else None
+
     def add(
-        self, name: str, labels: Mapping[str, str], stamps: list[float], texts: list[str]
+        self,
+        name: str,
+        labels: Mapping[str, str],
+        stamps: list[str],
+        texts: list[str],
+        windows: set[int] | None = None,
     ) -> None:
-        """One series of the query for `name`: its labels and raw samples."""
-        endpoint, model = endpoint_name(self.source, labels), labels.get("model_name")
-        if endpoint is None or not model or len(model) > MAX_MODEL_NAME:
-            return  # the store's model column holds MAX_MODEL_NAME characters
-        clean = self._clean
-        if not all(clean.setdefault(v, logs.blank_secrets(v) == v) for v in (endpoint, model)):
-            return  # a label echoing a secret never becomes a label or a row
-        position = labels.get("position") if "per_pos" in name else None
-        if "per_pos" in name and (position is None or not position.isdigit()):
+        """One series read raw: its labels and samples (as sent); only its deltas in
+        `windows` count when given (the others are in a sum already)."""
+        if (target := self._target(name, labels)) is None:
             return
         bound = sys.float_info.max if name in ESTIMATES else MAX_VALUE  # FLOPs pass 2**53
-        for i, grown, reset in _deltas(stamps, texts, self.bounds, name == RUNNING, bound):
-            model_sums = self._sums[i].get((endpoint, model))
-            if model_sums is None:
-                model_sums = self._sums[i][(endpoint, model)] = _Sums()
-            if name == RUNNING:
-                model_sums.running_seconds += grown
-            elif position is not None:
-                index = int(position)
-                model_sums.positions[index] = model_sums.positions.get(index, 0.0) + grown
-            else:
-                model_sums.values[name] = model_sums.values.get(name, 0.0) + grown
-            if reset:
-                self._resets[i].add(endpoint)
+        for i, grown, reset in deltas(stamps, texts, self.bounds, name == RUNNING, bound):
+            if windows is None or i in windows:
+                self._grow(i, name, *target, grown, reset)
+
+    def add_sums(
+        self, name: str, labels: Mapping[str, str], stamps: list[str], texts: list[str]
+    ) -> None:
+        """One group of `CounterQueries.sums`: its growth in each window it has a point for
+        (every one a count: `countable`)."""
+        if (target := self._target(name, labels)) is None:
+            return
+        for stamp, text in zip(stamps, texts, strict=True):
+            if (i := self.window_of(stamp)) is not None:
+                self._grow(i, name, *target, float(text), False)
+
+    def _target(
+        self, name: str, labels: Mapping[str, str]
+    ) -> tuple[tuple[str, str], int | None] | None:
+        """(endpoint, model) and position of a series, or None when it is not read."""
+        names = self._names
+        key = (
+            *(labels.get(label, "") for label in self.source.endpoint_labels),
+            labels.get("model_name", ""),
+        )
+        if key not in names:
+            names[key] = self._endpoint(labels)
+        if (found := names[key]) is None:
+            return None
+        if "per_pos" not in name:
+            return found, None
+        position = labels.get("position")
+        if position is None or not position.isdigit():
+            return None
+        return found, int(position)
+
+    def _grow(
+        self,
+        i: int,
+        name: str,
+        found: tuple[str, str],
+        position: int | None,
+        grown: float,
+        reset: bool,
+    ) -> None:
+        model_sums = self._sums[i].get(found)
+        if model_sums is None:
+            model_sums = self._sums[i][found] = _Sums()
+        if name == RUNNING:
+            model_sums.running_seconds += grown
+        elif position is not None:
+            model_sums.positions[position] = model_sums.positions.get(position, 0.0) + grown
+        else:
+            model_sums.values[name] = model_sums.values.get(name, 0.0) + grown
+        if reset:
+            self._resets[i].add(found[0])
+
+    def _endpoint(self, labels: Mapping[str, str]) -> tuple[str, str] | None:
+        endpoint, model = endpoint_name(self.source, labels), labels.get("model_name")
+        if endpoint is None or not model or len(model) > MAX_MODEL_NAME:
+            return None  # the store's model column holds MAX_MODEL_NAME characters
+        if any(logs.blank_secrets(v) != v for v in (endpoint, model)):
+            return None  # a label echoing a secret never becomes a label or a row
+        return endpoint, model
 
     def intervals(self) -> dict[float, dict[str, Interval]]:
         """Per window end, per endpoint: its interval. An endpoint is in a window when any
@@ -171,107 +219,104 @@ class WindowSums:
         return out
 
 
-def window_intervals(
-    source: PrometheusSource,
-    results: Mapping[str, list[dict[str, Any]]],
-    bounds: list[float],
-) -> dict[float, dict[str, Interval]]:
-    """Per window end (bounds[i], bounds[i+1]], per endpoint: its interval, from each
-    query's decoded `data.result` (matrix)."""
-    sums = WindowSums(source, bounds)
-    for name, result in results.items():
-        for series in result:
-            values = series["values"]
-            sums.add(name, series["metric"], [float(t) for t, _ in values], [v for _, v in values])
-    return sums.intervals()
-
-
-def _deltas(
-    stamps: list[float], texts: list[str], bounds: list[float], gauge: bool, bound: float
-) -> list[tuple[int, float, bool]]:
-    """(window index, growth, reset) of one series, for each window it has a sample in.
-
-    A counter's growth is the sum of its deltas from the sample before, or its value after
-    a reset; a gauge's the sum of its trapezoids with the sample before (running requests
-    x seconds). A value no page could hold (NaN, negative, over `bound`) is skipped.
-    """
-    values = list(map(float, texts))
-    if not gauge and _plain_integers(texts, values, bound):
-        return _integer_deltas(stamps, values, bounds)
-    out: list[tuple[int, float, bool]] = []
-    previous: tuple[float, float] | None = None
-    i, last = 0, len(bounds) - 2
-    for t, v in zip(stamps, values, strict=True):
-        if not 0.0 <= v <= bound:
-            continue
-        if t > bounds[0]:
-            while i < last and t > bounds[i + 1]:
-                i += 1
-            if t <= bounds[-1]:
-                if previous is None:
-                    grown, reset = 0.0, False
-                elif gauge:
-                    grown, reset = (previous[1] + v) / 2 * (t - previous[0]), False
-                elif v >= previous[1]:
-                    grown, reset = v - previous[1], False
-                else:
-                    grown, reset = v, True
-                if out and out[-1][0] == i:
-                    _, before, was_reset = out[-1]
-                    out[-1] = (i, before + grown, was_reset or reset)
-                else:
-                    out.append((i, grown, reset))
-        previous = (t, v)
-    return out
-
-
-def _plain_integers(texts: list[str], values: list[float], bound: float) -> bool:
-    """Whether a counter's samples are whole numbers that never go down and are all valid:
-    then a window's growth is exactly its last value less the one before it."""
-    return (
-        all(map(str.isdigit, texts))
-        and values == sorted(values)
-        and (not values or values[-1] <= min(bound, 2.0**53))
-    )
-
-
-def _integer_deltas(
-    stamps: list[float], values: list[float], bounds: list[float]
-) -> list[tuple[int, float, bool]]:
-    """`_deltas` of a counter without resets or invalid values, a slice per window (the
-    per-sample deltas of whole numbers below 2**53 sum exactly to the difference)."""
-    out: list[tuple[int, float, bool]] = []
-    lo = bisect_right(stamps, bounds[0])
-    before = values[lo - 1] if lo > 0 else None
-    for i, end in enumerate(bounds[1:]):
-        hi = bisect_right(stamps, end, lo)
-        if hi > lo:
-            out.append((i, values[hi - 1] - (values[lo] if before is None else before), False))
-            before, lo = values[hi - 1], hi
-    return out
+Each = Callable[[dict[str, str], list[str], list[str]], None]
 
 
 class PrometheusReader:
-    """Reads windows from one source: the queries of a span, sent together."""
+    """Reads windows from one source: the queries of a span, every name at once.
 
-    def __init__(self, source: PrometheusSource, session: aiohttp.ClientSession):
+    `raw`: read every name's raw samples and count their deltas here, as the odd series
+    are (for tests and bench/: what the sums must equal, and what they save)."""
+
+    def __init__(self, source: PrometheusSource, session: aiohttp.ClientSession, raw: bool = False):
         self.source = source
         self._session = session
+        self._raw_only = raw
 
     async def windows(self, bounds: list[float]) -> dict[float, dict[str, Interval]]:
-        """The intervals of the windows between `bounds`; SourceError when any query
-        failed or came back partial (then nothing of the span is used)."""
-        sent = queries(self.source, bounds[-1] - bounds[0])
+        """The intervals of the windows between `bounds` (evenly spaced); SourceError when
+        any query failed or came back partial (then nothing of the span is used)."""
         sums = WindowSums(self.source, bounds)
-        await asyncio.gather(*(self._query(q, bounds[-1], name, sums) for name, q in sent.items()))
+        # Every name at once, as Prometheus answers them in parallel and spectax decodes
+        # on its own core.
+        await _together(
+            self._raw(name, bounds, sums)
+            if isinstance(sent, str) or self._raw_only
+            else self._counter(name, sent, bounds, sums)
+            for name, sent in queries(self.source, bounds[1] - bounds[0]).items()
+        )
         return sums.intervals()
 
-    async def _query(self, query: str, at: float, name: str, sums: WindowSums) -> None:
-        """Send one query; each series of its answer is added to `sums` as it arrives."""
+    async def _raw(
+        self,
+        name: str,
+        bounds: list[float],
+        sums: WindowSums,
+        odd: dict[tuple[tuple[str, str], ...], set[int]] | None = None,
+        matchers: str = "",
+    ) -> None:
+        """One name's raw samples over the span and its lookback, each series' deltas
+        added as it arrives; with `odd`, only those series, in their windows."""
+
+        def add(labels: dict[str, str], stamps: list[str], texts: list[str]) -> None:
+            if odd is None:
+                sums.add(name, labels, stamps, texts)
+            elif windows := odd.get(series_key(labels)):
+                sums.add(name, labels, stamps, texts, windows)
+
+        query = samples_query(self.source, name, bounds[-1] - bounds[0], matchers)
+        await self._query(query, add, at=bounds[-1])
+
+    async def _counter(
+        self, name: str, sent: CounterQueries, bounds: list[float], sums: WindowSums
+    ) -> None:
+        """One counter: Prometheus's sums of its plain series per endpoint and window, and
+        the odd ones (a reset, no sample before the window, one on its edge) read raw and
+        counted here. A sum that is no count (a series' NaN sample: NaN itself, or a value
+        that went down after it, which `resets()` cannot see, made it negative) and the
+        name is read raw. (Not seen: such a negative part outweighed by the other series
+        of its endpoint. vLLM's counters are never NaN; a page with one is refused.)"""
+        odd: dict[tuple[tuple[str, str], ...], set[int]] = {}
+
+        def hold(labels: dict[str, str], stamps: list[str], texts: list[str]) -> None:
+            windows = odd.setdefault(series_key(labels), set())
+            windows.update(i for i in map(sums.window_of, stamps) if i is not None)
+
+        grouped: list[tuple[dict[str, str], list[str], list[str]]] = []
+
+        def add(labels: dict[str, str], stamps: list[str], texts: list[str]) -> None:
+            grouped.append((labels, stamps, texts))  # one an endpoint and model: few
+
+        await _together(
+            [self._query(sent.sums, add, span=bounds), self._query(sent.odd, hold, span=bounds)]
+        )
+        if not all(countable(texts) for _, _, texts in grouped):
+            # A NaN sample makes a sum NaN, or hides a value that went down from resets():
+            # the name is counted from every series' raw samples, as the scrapes count.
+            log.warning("%s: %s summed to no count; read raw", redact(self.source.url), name)
+            await self._raw(name, bounds, sums)
+            return
+        for group in grouped:
+            sums.add_sums(name, *group)
+        if odd:
+            await self._raw(name, bounds, sums, odd, odd_matchers([dict(key) for key in odd]))
+
+    async def _query(
+        self, query: str, each: Each, at: float | None = None, span: list[float] | None = None
+    ) -> None:
+        """Send one query, instant `at` or over `span`'s windows (a point at each end);
+        `each` is called with every series of its answer as it arrives."""
         source = self.source
-        url = f"{source.url}/api/v1/query"
-        # Thanos: fail rather than answer from the stores that happened to respond.
-        form = {"query": query, "time": f"{at:.3f}", "partial_response": "false"}
+        # Thanos: fail rather than answer from the stores that happened to respond, and
+        # read raw samples, never its downsampled blocks (which a range query may pick).
+        form = {"query": query, "partial_response": "false", "max_source_resolution": "0s"}
+        if span is None:
+            url = f"{source.url}/api/v1/query"
+            form["time"] = f"{at:.3f}"
+        else:
+            url = f"{source.url}/api/v1/query_range"
+            step = (span[-1] - span[0]) / (len(span) - 1)
+            form |= {"start": f"{span[1]:.3f}", "end": f"{span[-1]:.3f}", "step": f"{step:.3f}"}
         ssl = source.auth.ssl if source.auth.ssl is not None else True
         decoder = MatrixDecoder()
         try:
@@ -280,9 +325,9 @@ class PrometheusReader:
                     url, data=form, headers=source.auth.headers, ssl=ssl
                 ) as response:
                     async for chunk in response.content.iter_chunked(1 << 16):
-                        for labels, stamps, texts in decoder.feed(chunk):
-                            sums.add(name, labels, stamps, texts)
-            body, series, text = decoder.finish()
+                        for series in decoder.feed(chunk):
+                            each(*series)
+            body, rest, text = decoder.finish()
         except TimeoutError:
             raise SourceError(f"{redact(url)}: no answer within {source.timeout:g} s") from None
         except MatrixError as exc:
@@ -297,5 +342,25 @@ class PrometheusReader:
         data = body.get("data")
         if not isinstance(data, dict) or data.get("resultType") != "matrix":
             raise SourceError(f"{redact(url)}: expected a matrix for {query!r}")
-        for labels, stamps, texts in series:
-            sums.add(name, labels, stamps, texts)
+        try:
+            for series in rest:
+                each(*series)
+        except ValueError as exc:  # a value that is no number
+            raise SourceError(f"{redact(url)}: {type(exc).__name__}: {exc}"[:300]) from None
+
+
+def countable(texts: list[str]) -> bool:
+    """Whether a sum's values are all counts: not NaN, negative or infinite."""
+    return all(0.0 <= float(text) < math.inf for text in texts)
+
+
+async def _together(reads: Iterable[Coroutine[Any, Any, None]]) -> None:
+    """Run the reads at once. The first SourceError cancels the others and is raised on
+    its own (the span is then read again whole); a nested `_together` raises it unwrapped
+    too, so its caller's group holds SourceErrors only."""
+    try:
+        async with asyncio.TaskGroup() as group:
+            for read in reads:
+                group.create_task(read)
+    except* SourceError as failed:
+        raise failed.exceptions[0] from None

@@ -34,7 +34,7 @@ from spectax.store.leader import POLL_SECONDS, Election, Leadership, leadership
 from spectax.store.pending import PendingWrite
 from spectax.store.spool import WriteQueue
 
-if TYPE_CHECKING:  # the store's rooms import the row codec, which imports PendingWrite
+if TYPE_CHECKING:  # for annotations only: the writer is handed a Store, never opens one
     from spectax.store import Store
 
 __all__ = ["StoreWriter", "WriteQueue"]
