@@ -73,7 +73,7 @@ class Spectax:
 
     async def start(self, preexec_fn: Callable[[], None] | None = None) -> None:
         """`preexec_fn` runs in the child before spectax starts (e.g. to lower a limit)."""
-        env = {**os.environ, **(self.env or {})}
+        env = {**os.environ, "PYTHONFAULTHANDLER": "1", **(self.env or {})}
         # The child keeps its own copies of the log files; the parent's close here.
         with self.stdout.open("ab") as stdout, self.stderr.open("ab") as stderr:
             self.process = await asyncio.create_subprocess_exec(
@@ -177,8 +177,15 @@ class Spectax:
         try:
             return await asyncio.wait_for(self.process.wait(), timeout)
         except TimeoutError:
-            self.process.kill()
-            return await self.process.wait()
+            # SIGABRT first: faulthandler (PYTHONFAULTHANDLER, set at start) writes every
+            # thread's stack to the log, so a stop that hangs says where.
+            self.process.send_signal(signal.SIGABRT)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.process.wait(), 2.0)
+            if self.process.returncode is None:
+                self.process.kill()
+            await self.process.wait()
+            return -signal.SIGKILL
 
     async def kill(self) -> None:
         if self.process is not None and self.process.returncode is None:

@@ -67,7 +67,8 @@ async def freeze_and_stop(fleet: Any, spectax: Spectax) -> None:
             for n in NAMES
         )
     )
-    assert await spectax.stop() == 0
+    code = await spectax.stop()
+    assert code == 0, f"spectax did not stop cleanly ({code}); log:\n{spectax.log_tail(6000)}"
 
 
 def config_for(tmp_path: Path, port: int, fleet: Any, url: str, **extra: Any) -> Path:

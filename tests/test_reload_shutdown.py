@@ -9,7 +9,10 @@ and the open window is in the store's `windows` table.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import signal
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -229,3 +232,69 @@ async def test_stop_cancels_a_scrape_that_outlasts_the_grace(tmp_path: Path) -> 
         release.set()
         await targets.stop()
     assert stored_output_tokens(tmp_path / "state", "t") > 0
+
+
+# Loaded by the spectax process (a sitecustomize on its PYTHONPATH): each rollup takes
+# the database's write lock, says so in the log, and holds it for a minute.
+HOLDING_ROLLUP = """
+import asyncio, logging
+from sqlalchemy import text
+from spectax.store.rollup import Rollups
+
+async def rollup(self):
+    async with self._sessions() as session:
+        await session.execute(text("CREATE TABLE IF NOT EXISTS held (x INTEGER)"))
+        await session.execute(text("INSERT INTO held VALUES (1)"))
+        logging.getLogger("test").warning("rollup holds the write lock")
+        await asyncio.sleep(60)
+        await session.commit()
+    return 0
+
+Rollups.rollup = rollup
+"""
+
+
+async def test_sigterm_during_a_rollup_rolls_it_back_and_stores_the_open_window(
+    tmp_path: Path,
+) -> None:
+    """SQLite: a rollup holding the database's write lock when SIGTERM comes is given the
+    grace, then cancelled and rolled back before the store closes, and the process exits 0
+    with the open window stored, not spooled. APScheduler's shutdown left it to unwind
+    after the store had closed, as the process ended: its rollback was cut off
+    ("Exception during reset"), which can leave aiosqlite's worker thread, not a daemon
+    thread, keeping the process alive (CI once: SIGTERM, then killed after 20 s)."""
+    targets = Targets()
+    targets.add_pages("t")
+    await targets.start()
+    (tmp_path / "patch").mkdir()
+    (tmp_path / "patch" / "sitecustomize.py").write_text(HOLDING_ROLLUP)
+    port = free_port()
+    config = write_config(
+        tmp_path,
+        port,
+        [{"name": "t", "url": targets.url("t")}],
+        window=WINDOW,
+        rollup_interval="1s",
+    )
+    path = os.pathsep.join([str(tmp_path / "patch"), os.environ.get("PYTHONPATH", "")])
+    spectax = Spectax(config, port, env={"PYTHONPATH": path})
+    await spectax.start()
+    try:
+        await spectax.wait_log("rollup holds the write lock")
+        # three pages: tokens in the open window from the second on
+        await wait_until(lambda: targets.requests.get("t", 0) >= 3, 10, "three scrapes", [spectax])
+        counted = tokens(await spectax.metrics(), "t")
+        assert counted
+        began = time.monotonic()
+        assert await spectax.stop(timeout=15) == 0, spectax.log_tail()
+        assert time.monotonic() - began < 3 * SHUTDOWN_GRACE_SECONDS + 2
+    finally:
+        await spectax.kill()
+        await targets.stop()
+    assert "cut short" in spectax.log
+    assert "Traceback" not in spectax.log and "Exception during reset" not in spectax.log
+    assert stored_output_tokens(tmp_path / "state", "t") == counted
+    spool = tmp_path / "state" / "spool.jsonl"
+    assert not spool.exists() or not spool.read_text().strip(), "spooled, not stored"
+    with contextlib.closing(sqlite3.connect(tmp_path / "state" / "spectax.sqlite")) as db:
+        assert db.execute("SELECT COUNT(*) FROM held").fetchone() == (0,), "not rolled back"

@@ -25,7 +25,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import aiohttp
-from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from prometheus_client import CollectorRegistry
 
 from spectax.billing.coordinator import BillingService
@@ -35,7 +34,7 @@ from spectax.endpoint_config import EndpointConfig
 from spectax.exposition.collector import ReloadStatus, SnapshotCollector, StoreStatus
 from spectax.profiles import REFRESH_SECONDS, ProfileBook, baseline_profile_name
 from spectax.reload import endpoint_changes, read_new_configuration, sources_changed
-from spectax.schedule import ScrapeSchedule
+from spectax.schedule import Jobs, ScrapeSchedule
 from spectax.scrape import ScrapeError, fetch, lift_open_files_limit, metrics_url, scrape_session
 from spectax.sources.fleet import Fleet
 from spectax.status import StatusHistory, render_status_page
@@ -92,7 +91,7 @@ class Daemon:
             self._stop_requested,
             log,
         )
-        self._scheduler = AsyncIOScheduler(timezone=UTC)  # rollup and billing jobs
+        self._jobs = Jobs()  # rollup, profiles and billing
         self._scrapes = ScrapeSchedule(self.scrape, self.config.scrape_interval)
         self.session: aiohttp.ClientSession | None = None
         self._server: WebServer | None = None
@@ -176,7 +175,7 @@ class Daemon:
         gc.freeze()
         self._schedule()
         await self.fleet.start(self)
-        await self.billing.start(self._scheduler, self.store, lambda: self.writer.leading)
+        await self.billing.start(self._jobs.scheduler, self.store, lambda: self.writer.leading)
         self._ready = True
         log.info(
             "spectax listening on %s, watching %d endpoint(s)", self.listen_url, len(self.monitors)
@@ -185,8 +184,7 @@ class Daemon:
     async def stop(self) -> None:
         """Graceful stop: no new scrapes, running ones finish or are cancelled, windows flushed."""
         self._ready = False
-        if self._scheduler.running:
-            self._scheduler.pause()
+        self._jobs.pause()
         await self._scrapes.stop()
         await self.fleet.stop()
         if in_flight := self._scrapes.in_flight:
@@ -194,8 +192,7 @@ class Daemon:
             for task in pending:
                 task.cancel()
         await self.billing.stop()  # reads in flight are cancelled: the next run reads again
-        if self._scheduler.running:
-            self._scheduler.shutdown(wait=False)
+        await self._jobs.finish(self._grace)  # before the store closes under them
         open_windows = (monitor.flush() for monitor in self.monitors.values())
         await self.writer.stop(open_windows, self._grace)
         if self._server is not None:
@@ -316,18 +313,10 @@ class Daemon:
 
     def _schedule(self) -> None:
         self._scrapes.start(self.monitors)
-        self._scheduler.add_job(
-            self.maintain_store,
-            "interval",
-            seconds=self.config.rollup_interval,
-            id="store:rollup",
-            max_instances=1,
-            coalesce=True,
-        )
-        self._scheduler.add_job(
-            self.refresh_profiles, "interval", seconds=REFRESH_SECONDS, id="profiles"
-        )
-        self._scheduler.start()
+        rollup_interval = self.config.rollup_interval
+        self._jobs.every(rollup_interval, self.maintain_store, id="store:rollup", coalesce=True)
+        self._jobs.every(REFRESH_SECONDS, self.refresh_profiles, id="profiles")
+        self._jobs.start()
 
     async def refresh_profiles(self) -> None:
         """Save what teaching endpoints learned; read every stored profile back."""

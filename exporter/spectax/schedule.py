@@ -6,7 +6,7 @@ wakes every `tick` seconds and starts the scrapes that fell due since the last
 tick. At fleet scale this matters: one APScheduler job per endpoint cost about
 0.23 ms of CPU per scrape in bookkeeping and wake-ups, one timer per endpoint
 about 0.09 ms, the tick about 0.02 ms (bench/README.md, "Fleet scale").
-APScheduler keeps the daemon's other periodic jobs (rollup, billing).
+APScheduler keeps the daemon's other periodic jobs (rollup, billing): `Jobs`.
 
 A scrape still running when its next turn comes is not started twice: that
 turn is skipped, as Prometheus does.
@@ -15,11 +15,15 @@ turn is skipped, as Prometheus does.
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import itertools
 import logging
 from collections.abc import Callable, Coroutine, Iterable
+from datetime import UTC
 from typing import Any
+
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 log = logging.getLogger(__name__)
 TICK_SECONDS = 0.05
@@ -90,3 +94,55 @@ class ScrapeSchedule:
                 turns = int((now - at) // self.interval) + 1
                 heapq.heappush(self._due, (at + turns * self.interval, next(self._order), name))
             await asyncio.sleep(self._tick)
+
+
+class Jobs:
+    """The daemon's periodic jobs under APScheduler (rollup, profiles; billing adds its
+    own to `scheduler`). A stop lets the runs in flight finish, bounded, and cancels the
+    rest before the store closes.
+
+    APScheduler's `shutdown(wait=False)` leaves a running coroutine job to be cancelled
+    when the event loop ends, after the store has closed: on SQLite its connection's
+    rollback was cut off ("Exception during reset") and could leave aiosqlite's worker
+    thread, which is not a daemon thread, holding the process after SIGTERM.
+    """
+
+    def __init__(self) -> None:
+        self.scheduler = AsyncIOScheduler(timezone=UTC)
+        self._running: set[asyncio.Task[None]] = set()
+
+    def every(
+        self, seconds: float, job: Callable[[], Coroutine[Any, Any, None]], **options: Any
+    ) -> None:
+        """Run `job` every `seconds`, each run a task of its own that `finish` can wait for."""
+
+        @functools.wraps(job)
+        async def run() -> None:
+            task = asyncio.create_task(job(), name=f"job:{job.__name__}")
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+            await asyncio.wait({task})
+            if not task.cancelled():  # cancelled by `finish`: the stop says so, not an error
+                task.result()
+
+        self.scheduler.add_job(run, "interval", seconds=seconds, **options)
+
+    def start(self) -> None:
+        self.scheduler.start()
+
+    def pause(self) -> None:
+        """No new runs (a stop has begun)."""
+        if self.scheduler.running:
+            self.scheduler.pause()
+
+    async def finish(self, grace: float) -> None:
+        """Wait up to `grace` s for the runs in flight, then cancel the rest and let them
+        unwind (a transaction rolls back) before returning."""
+        if self._running:
+            _, pending = await asyncio.wait(set(self._running), timeout=grace)
+            for task in pending:
+                log.warning("stopping: %s cut short after %g s", task.get_name(), grace)
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        if self.scheduler.running:
+            self.scheduler.shutdown(wait=False)
