@@ -183,11 +183,12 @@ async def test_prometheus_gets_the_prerendered_text_format_gzipped() -> None:
     registry.register(collector)
     rendered: list[bytes] = []
 
-    def render_text() -> bytes:
-        rendered.append(collector.render_text())
-        return rendered[-1]
+    def render_page() -> tuple[int, bytes]:
+        generation, body = collector.render_page()
+        rendered.append(body)
+        return generation, body
 
-    app = make_app(registry, lambda: True, lambda: [], render_text=render_text)
+    app = make_app(registry, lambda: True, lambda: [], render_page=render_page)
     runner = web.AppRunner(app)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()

@@ -32,6 +32,7 @@ from spectax.config import ConfigError, Settings
 from spectax.endpoint import CALIBRATION_POINTS, EndpointMonitor, EndpointSnapshot, endpoint_states
 from spectax.endpoint_config import EndpointConfig
 from spectax.exposition.collector import ReloadStatus, SnapshotCollector, StoreStatus
+from spectax.gc_pacing import FullCollections
 from spectax.profiles import REFRESH_SECONDS, ProfileBook, baseline_profile_name
 from spectax.reload import endpoint_changes, read_new_configuration, sources_changed
 from spectax.schedule import Jobs, ScrapeSchedule
@@ -92,6 +93,7 @@ class Daemon:
             log,
         )
         self._jobs = Jobs()  # rollup, profiles and billing
+        self._full_collections = FullCollections()  # off the /metrics path: gc_pacing
         self._scrapes = ScrapeSchedule(self.scrape, self.config.scrape_interval)
         self.session: aiohttp.ClientSession | None = None
         self._server: WebServer | None = None
@@ -148,7 +150,7 @@ class Daemon:
             lambda: endpoint_states(self.snapshots()),
             reload=self.reload if self._config_path is not None else None,
             middlewares=[self.guard.middleware],
-            render_text=self.collector.render_text,
+            render_page=self._render_page,
             status_page=lambda: render_status_page(self.snapshots(), self.status, time.time()),
         )
         self._server = await start_server(
@@ -173,6 +175,7 @@ class Daemon:
         # What start-up built lives as long as the process: keep it out of the collector's
         # full passes (~100 ms each at 2,000 endpoints, a pause in scraping and serving).
         gc.freeze()
+        self._full_collections.start()
         self._schedule()
         await self.fleet.start(self)
         await self.billing.start(self._jobs.scheduler, self.store, lambda: self.writer.leading)
@@ -200,7 +203,13 @@ class Daemon:
         if self.session is not None:
             await self.session.close()
         await self.writer.close()
+        self._full_collections.stop()
         self.stopped.set()
+
+    def _render_page(self) -> tuple[int, bytes]:
+        """`/metrics`' body; a full gc pass follows it shortly if one is due."""
+        self._full_collections.after_read()
+        return self.collector.render_page()
 
     async def run_until_signalled(self) -> None:
         loop = asyncio.get_running_loop()

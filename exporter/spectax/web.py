@@ -34,9 +34,20 @@ READY_KEY: web.AppKey[Callable[[], bool]] = web.AppKey("ready")
 ENDPOINTS_KEY: web.AppKey[EndpointStates] = web.AppKey("endpoints")
 Reload = Callable[[], Awaitable[None]]
 RELOAD_KEY: web.AppKey[Reload | None] = web.AppKey("reload")
-TEXT_KEY: web.AppKey[Callable[[], bytes] | None] = web.AppKey("render_text")
+# The text page and its generation (the same number, the same body): SnapshotCollector.render_page
+RenderPage = Callable[[], tuple[int, bytes]]
+TEXT_KEY: web.AppKey[RenderPage | None] = web.AppKey("render_page")
 STATUS_KEY: web.AppKey[Callable[[], str] | None] = web.AppKey("status_page")
-GZIP_KEY: web.AppKey[dict[str, bytes]] = web.AppKey("gzip")
+
+
+class LastGzip:
+    """The last page's gzip and the page's generation (never the page: see text.py)."""
+
+    generation = -1
+    gzip = b""
+
+
+GZIP_KEY: web.AppKey[LastGzip] = web.AppKey("gzip")
 TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 CLASSIC_TYPES = ("text/plain", "text/*", "*/*")
 # bcrypt of "fakepassword" (the toolkit's): unknown users cost as much as known ones.
@@ -50,22 +61,22 @@ def make_app(
     endpoints: Callable[[], list[tuple[str, bool, str]]],
     reload: Reload | None = None,
     middlewares: Sequence[Middleware] = (),
-    render_text: Callable[[], bytes] | None = None,
+    render_page: RenderPage | None = None,
     status_page: Callable[[], str] | None = None,
 ) -> web.Application:
     """`endpoints()` gives (name, up, last error or "") for the bare landing page;
     `status_page()` renders the status page (`spectax.status`) served at `/` instead;
     `reload()` re-reads the configuration (`POST /-/reload`), raising ValueError when it
-    is bad; `middlewares` are the web config's (basic auth, headers); `render_text()` is
+    is bad; `middlewares` are the web config's (basic auth, headers); `render_page()` is
     the fast text exposition, used instead of the registry when given."""
     app = web.Application(middlewares=list(middlewares))
     app[REGISTRY_KEY] = registry
     app[READY_KEY] = ready
     app[ENDPOINTS_KEY] = endpoints
     app[RELOAD_KEY] = reload
-    app[TEXT_KEY] = render_text
+    app[TEXT_KEY] = render_page
     app[STATUS_KEY] = status_page
-    app[GZIP_KEY] = {}
+    app[GZIP_KEY] = LastGzip()
     app.router.add_post("/-/reload", reload_handler)
     app.router.add_get("/", landing)
     app.router.add_get("/metrics", metrics)
@@ -86,11 +97,12 @@ async def metrics(request: web.Request) -> web.Response:
     accept = request.headers.get("Accept", "")
     render = request.app[TEXT_KEY]
     if render is not None and _takes_classic_text(accept):
-        body = render()
+        generation, body = render()
         if "gzip" not in request.headers.get("Accept-Encoding", ""):
             return web.Response(body=body, headers={"Content-Type": TEXT_CONTENT_TYPE})
         headers = {"Content-Type": TEXT_CONTENT_TYPE, "Content-Encoding": "gzip"}
-        return web.Response(body=await _gzipped(request.app[GZIP_KEY], body), headers=headers)
+        compressed = await _gzipped(request.app[GZIP_KEY], generation, body)
+        return web.Response(body=compressed, headers=headers)
     encoder, content_type = choose_encoder(accept)
     body = encoder(request.app[REGISTRY_KEY])
     return web.Response(body=body, headers={"Content-Type": content_type})
@@ -102,13 +114,14 @@ def _takes_classic_text(accept: str) -> bool:
     return not types or any(t in CLASSIC_TYPES for t in types)
 
 
-async def _gzipped(cache: dict[str, bytes], body: bytes) -> bytes:
+async def _gzipped(cache: LastGzip, generation: int, body: bytes) -> bytes:
     """`body` compressed in a worker thread (zlib releases the GIL, scrapes go on);
-    the last result is kept, since every scraper between two snapshots gets the same body."""
-    if cache.get("body") is not body:
+    the last result is kept by its generation, not its body, since every scraper between
+    two snapshots gets the same body."""
+    if cache.generation != generation:
         compressed = await asyncio.to_thread(gzip.compress, body, 1, mtime=0)
-        cache["body"], cache["gzip"] = body, compressed
-    return cache["gzip"]
+        cache.generation, cache.gzip = generation, compressed
+    return cache.gzip
 
 
 async def reload_handler(request: web.Request) -> web.Response:

@@ -87,6 +87,11 @@ class SnapshotCollector(Collector):
         each endpoint's lines are formatted once per snapshot (see `text.py`)."""
         return self._text.render(self._spectax_samples, self._snapshots())
 
+    def render_page(self) -> tuple[int, bytes]:
+        """`render_text()` and its generation: the same number, the same body."""
+        body = self.render_text()
+        return self._text.generation, body
+
     def prerender(self, name: str, snap: EndpointSnapshot) -> None:
         """Format an endpoint's lines as soon as its snapshot changes, in the scrape that
         changed it, so that a request for /metrics only joins them: at 2,000 endpoints

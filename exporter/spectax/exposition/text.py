@@ -48,6 +48,10 @@ class TextEncoder:
         self._endpoint_samples = endpoint_samples
         self._fragments_by_endpoint: dict[str, tuple[EndpointSnapshot, Fragments]] = {}
         self._last_body: tuple[tuple[str, list[EndpointSnapshot]] | None, bytes] = (None, b"")
+        # Bodies of one generation are the same: what a cache of the body's gzip compares,
+        # so that it need not hold the body itself (two 9 MB bodies at once otherwise, the
+        # old one kept for the comparison while the new one is joined).
+        self.generation = 0
 
     def render(
         self,
@@ -81,6 +85,7 @@ class TextEncoder:
         self._last_body = (None, b"")  # the old body can go before the new one is joined
         body = b"".join(out)
         self._last_body = (key, body)
+        self.generation += 1
         return body
 
     def fragments(self, name: str, snap: EndpointSnapshot) -> Fragments:
