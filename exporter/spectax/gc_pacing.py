@@ -26,7 +26,7 @@ AFTER_READ_SECONDS = 0.5  # the response has been written by then
 
 
 class FullCollections:
-    def __init__(self, min_gap: float = 10.0, max_gap: float = 60.0):
+    def __init__(self, min_gap: float = 10.0, max_gap: float = 30.0):
         self._min_gap, self._max_gap = min_gap, max_gap
         self._last = time.monotonic()
         self._saved: tuple[int, int, int] | None = None
