@@ -207,9 +207,19 @@ async def test_prometheus_gets_the_prerendered_text_format_gzipped() -> None:
                     assert "Content-Encoding" not in r.headers
                 assert raw == rendered[-1]
                 assert _samples(raw.decode()) == _samples(generate_latest(registry).decode())
+        # A new snapshot, a new page: its gzip is the new page's, not the kept one's (the
+        # gzip is kept by the page's generation, not by the page).
+        ms["a"].observe_page(120, page("spec_ngram_3_after.txt"), 0.01)
+        headers = {"Accept": PROMETHEUS_ACCEPT, "Accept-Encoding": "gzip"}
+        async with (
+            aiohttp.ClientSession(auto_decompress=False) as session,
+            session.get(f"http://{host}:{port}/metrics", headers=headers) as r,
+        ):
+            fresh = gzip.decompress(await r.read())
+        assert fresh == rendered[-1] != rendered[0]
     finally:
         await runner.cleanup()
-    assert len(rendered) == 2
+    assert len(rendered) == 3
 
 
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

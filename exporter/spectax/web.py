@@ -89,7 +89,7 @@ async def metrics(request: web.Request) -> web.Response:
     """The classic text format whenever the client takes it, as node_exporter does.
 
     Prometheus asks for OpenMetrics first and the text format second; the text
-    format is pre-rendered per snapshot (`render_text`) while OpenMetrics goes
+    format is pre-rendered per snapshot (`render_page`) while OpenMetrics goes
     through prometheus_client's generic encoder, which is many times slower with
     thousands of endpoints. OpenMetrics is served to clients that take nothing else.
     Compressed when the client accepts gzip, once per distinct body.
