@@ -1,5 +1,5 @@
-"""Full garbage-collector passes come after a /metrics read, or on a timer, never on
-Python's own schedule (spectax.gc_pacing): a read is never the one that meets one."""
+"""Full garbage-collector passes come shortly after a /metrics read, or on a timer, never
+on Python's own schedule (spectax.gc_pacing), so a read rarely meets one."""
 
 from __future__ import annotations
 
@@ -53,7 +53,8 @@ async def test_no_full_pass_of_its_own_one_after_a_read_and_the_old_schedule_bac
         collections.after_read()
         collections.after_read()  # one pass for reads that come together
         assert 2 not in full_passes, "not during the read"
-        await asyncio.sleep(1.0)
+        assert await until(lambda: collections.passes >= 1, 10.0)
+        await asyncio.sleep(0.6)
         assert full_passes.count(2) == 1 and collections.passes == 1
     finally:
         collections.stop()
@@ -63,19 +64,49 @@ async def test_no_full_pass_of_its_own_one_after_a_read_and_the_old_schedule_bac
     assert 2 in full_passes, "Python's own schedule is back"
 
 
-async def test_reads_closer_than_the_gap_share_a_pass_and_nobody_reading_still_gets_one(
+async def until(condition: Any, seconds: float) -> bool:
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
+
+
+async def test_a_read_soon_after_a_pass_waits_and_nobody_reading_still_gets_one(
     full_passes: list[int],
 ) -> None:
-    collections = FullCollections(min_gap=60.0, max_gap=0.5)
-    collections.start()
+    soon = FullCollections(min_gap=60.0, max_gap=3600.0)
+    soon.start()  # counts as the last pass
     try:
-        collections.after_read()  # started less than min_gap ago: not due
-        await asyncio.sleep(0.2)
-        assert 2 not in full_passes
-        await asyncio.sleep(1.2)  # the timer: 0.5 s after start, then 0.5 s after that
-        assert collections.passes >= 2 and full_passes.count(2) == collections.passes
+        soon.after_read()  # less than min_gap since: no pass of its own
+        await asyncio.sleep(1.0)  # twice the wait after a read
+        assert soon.passes == 0 and 2 not in full_passes
     finally:
-        collections.stop()
-    passes = collections.passes
-    await asyncio.sleep(0.7)
-    assert collections.passes == passes, "stopped: no more passes"
+        soon.stop()
+    idle = FullCollections(min_gap=60.0, max_gap=0.5)
+    idle.start()
+    try:  # nobody reads: the timer, 0.5 s after start, then 0.5 s after the last pass
+        assert await until(lambda: idle.passes >= 2, 10.0)
+        assert full_passes.count(2) == idle.passes
+    finally:
+        idle.stop()
+    passes = idle.passes
+    await asyncio.sleep(1.0)
+    assert idle.passes == passes, "stopped: no more passes"
+
+
+async def test_a_second_pacer_leaves_python_its_schedule_on_stop() -> None:
+    """Two daemons in one process (tests): whichever stops last, the threshold is Python's."""
+    before = gc.get_threshold()
+    first, second = FullCollections(), FullCollections()
+    first.start()
+    second.start()
+    second.stop()
+    first.stop()
+    assert gc.get_threshold() == before
+    first.start()
+    second.start()
+    first.stop()
+    second.stop()
+    assert gc.get_threshold() == before

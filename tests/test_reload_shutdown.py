@@ -9,10 +9,8 @@ and the open window is in the store's `windows` table.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
-import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -262,7 +260,9 @@ async def test_sigterm_during_a_rollup_rolls_it_back_and_stores_the_open_window(
     with the open window stored, not spooled. APScheduler's shutdown left it to unwind
     after the store had closed, as the process ended: its rollback was cut off
     ("Exception during reset"), which can leave aiosqlite's worker thread, not a daemon
-    thread, keeping the process alive (CI once: SIGTERM, then killed after 20 s)."""
+    thread, keeping the process alive (the likely cause of a CI run's SIGTERM that was
+    killed after 20 s). The open window is stored only if the rollback let go of the lock
+    before the last write."""
     targets = Targets()
     targets.add_pages("t")
     await targets.start()
@@ -281,8 +281,8 @@ async def test_sigterm_during_a_rollup_rolls_it_back_and_stores_the_open_window(
     await spectax.start()
     try:
         await spectax.wait_log("rollup holds the write lock")
-        # three pages: tokens in the open window from the second on
-        await wait_until(lambda: targets.requests.get("t", 0) >= 3, 10, "three scrapes", [spectax])
+        # three pages, then the third again: by the fourth request the third is counted
+        await wait_until(lambda: targets.requests.get("t", 0) >= 4, 10, "four scrapes", [spectax])
         counted = tokens(await spectax.metrics(), "t")
         assert counted
         began = time.monotonic()
@@ -296,5 +296,3 @@ async def test_sigterm_during_a_rollup_rolls_it_back_and_stores_the_open_window(
     assert stored_output_tokens(tmp_path / "state", "t") == counted
     spool = tmp_path / "state" / "spool.jsonl"
     assert not spool.exists() or not spool.read_text().strip(), "spooled, not stored"
-    with contextlib.closing(sqlite3.connect(tmp_path / "state" / "spectax.sqlite")) as db:
-        assert db.execute("SELECT COUNT(*) FROM held").fetchone() == (0,), "not rolled back"

@@ -187,6 +187,7 @@ class Daemon:
     async def stop(self) -> None:
         """Graceful stop: no new scrapes, running ones finish or are cancelled, windows flushed."""
         self._ready = False
+        self._full_collections.stop()  # first: Python's own gc schedule back whatever follows
         self._jobs.pause()
         await self._scrapes.stop()
         await self.fleet.stop()
@@ -203,7 +204,6 @@ class Daemon:
         if self.session is not None:
             await self.session.close()
         await self.writer.close()
-        self._full_collections.stop()
         self.stopped.set()
 
     def _render_page(self) -> tuple[int, bytes]:

@@ -27,6 +27,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 log = logging.getLogger(__name__)
 TICK_SECONDS = 0.05
+UNWIND_SECONDS = 2.0  # for a cancelled job's cleanup (a rollback) at a stop
 
 
 class ScrapeSchedule:
@@ -101,10 +102,10 @@ class Jobs:
     own to `scheduler`). A stop lets the runs in flight finish, bounded, and cancels the
     rest before the store closes.
 
-    APScheduler's `shutdown(wait=False)` leaves a running coroutine job to be cancelled
-    when the event loop ends, after the store has closed: on SQLite its connection's
-    rollback was cut off ("Exception during reset") and could leave aiosqlite's worker
-    thread, which is not a daemon thread, holding the process after SIGTERM.
+    APScheduler's `shutdown(wait=False)` cancels a running coroutine job and awaits
+    nothing: the job unwound while the store closed under it and the process ended, and on
+    SQLite its connection's rollback was cut off ("Exception during reset"), which could
+    leave aiosqlite's worker thread, not a daemon thread, holding the process after SIGTERM.
     """
 
     def __init__(self) -> None:
@@ -137,12 +138,16 @@ class Jobs:
 
     async def finish(self, grace: float) -> None:
         """Wait up to `grace` s for the runs in flight, then cancel the rest and let them
-        unwind (a transaction rolls back) before returning."""
+        unwind (a transaction rolls back), UNWIND_SECONDS at most, before returning."""
         if self._running:
             _, pending = await asyncio.wait(set(self._running), timeout=grace)
             for task in pending:
                 log.warning("stopping: %s cut short after %g s", task.get_name(), grace)
                 task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+            if pending:  # a cleanup that shields itself must not hold the stop for good
+                _, stuck = await asyncio.wait(pending, timeout=UNWIND_SECONDS)
+                for task in stuck:
+                    name = task.get_name()
+                    log.error("stopping: %s did not unwind in %g s", name, UNWIND_SECONDS)
         if self.scheduler.running:
             self.scheduler.shutdown(wait=False)
