@@ -35,7 +35,7 @@ from spectax.exposition.collector import ReloadStatus, SnapshotCollector, StoreS
 from spectax.gc_pacing import FullCollections
 from spectax.profiles import REFRESH_SECONDS, ProfileBook, baseline_profile_name
 from spectax.reload import endpoint_changes, read_new_configuration, sources_changed
-from spectax.schedule import Jobs, ScrapeSchedule
+from spectax.schedule import Jobs, ScrapeSchedule, finish_tasks
 from spectax.scrape import ScrapeError, fetch, lift_open_files_limit, metrics_url, scrape_session
 from spectax.sources.fleet import Fleet
 from spectax.status import StatusHistory, render_status_page
@@ -191,10 +191,7 @@ class Daemon:
         self._jobs.pause()
         await self._scrapes.stop()
         await self.fleet.stop()
-        if in_flight := self._scrapes.in_flight:
-            _, pending = await asyncio.wait(in_flight, timeout=self._grace)
-            for task in pending:
-                task.cancel()
+        await finish_tasks(self._scrapes.in_flight, self._grace)
         await self.billing.stop()  # reads in flight are cancelled: the next run reads again
         await self._jobs.finish(self._grace)  # before the store closes under them
         open_windows = (monitor.flush() for monitor in self.monitors.values())

@@ -139,15 +139,23 @@ class Jobs:
     async def finish(self, grace: float) -> None:
         """Wait up to `grace` s for the runs in flight, then cancel the rest and let them
         unwind (a transaction rolls back), UNWIND_SECONDS at most, before returning."""
-        if self._running:
-            _, pending = await asyncio.wait(set(self._running), timeout=grace)
-            for task in pending:
-                log.warning("stopping: %s cut short after %g s", task.get_name(), grace)
-                task.cancel()
-            if pending:  # a cleanup that shields itself must not hold the stop for good
-                _, stuck = await asyncio.wait(pending, timeout=UNWIND_SECONDS)
-                for task in stuck:
-                    name = task.get_name()
-                    log.error("stopping: %s did not unwind in %g s", name, UNWIND_SECONDS)
+        for task in await finish_tasks(self._running, grace):
+            log.warning("stopping: %s cut short after %g s", task.get_name(), grace)
         if self.scheduler.running:
             self.scheduler.shutdown(wait=False)
+
+
+async def finish_tasks(tasks: Iterable[asyncio.Task[Any]], grace: float) -> set[asyncio.Task[Any]]:
+    """Wait up to `grace` s for `tasks`, then cancel the rest and give them UNWIND_SECONDS
+    to unwind (a transaction rolls back); a cleanup that shields itself must not hold a
+    stop for good. Returns the tasks that were cancelled."""
+    if not (tasks := set(tasks)):
+        return set()
+    _, pending = await asyncio.wait(tasks, timeout=grace)
+    for task in pending:
+        task.cancel()
+    if pending:
+        _, stuck = await asyncio.wait(pending, timeout=UNWIND_SECONDS)
+        for task in stuck:
+            log.error("stopping: %s did not unwind in %g s", task.get_name(), UNWIND_SECONDS)
+    return pending

@@ -39,6 +39,7 @@ from spectax.billing.registry import SourceSpec, default_specs
 from spectax.billing.types import BillingError, Source
 from spectax.health import LogOnce
 from spectax.logs import blank_secrets
+from spectax.schedule import finish_tasks
 from spectax.store import Store, StoreError
 from spectax.units import from_timestamp, now_utc
 
@@ -120,13 +121,7 @@ class BillingService:
 
     async def stop(self) -> None:
         self._remove_jobs()
-        if self._in_flight:
-            _, pending = await asyncio.wait(self._in_flight, timeout=STOP_GRACE_SECONDS)
-            for task in pending:
-                task.cancel()
-            for task in pending:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+        await finish_tasks(self._in_flight, STOP_GRACE_SECONDS)
         for name in list(self._sources):
             await self._close_source(name)
 

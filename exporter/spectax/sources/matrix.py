@@ -26,7 +26,9 @@ from typing import Any
 #: One series: its labels, the timestamps of its samples and their values, as sent.
 Series = tuple[dict[str, str], list[str], list[str]]
 
+_HEAD = '{"status":"success","data":{"resultType":"matrix","result":['
 _METRIC = '{"metric":'
+_VALUES, _CLOSE = ',"values":[', "]]}"
 _STAMPS = re.compile(r"[0-9]+(?:\.[0-9]+)?(?:,[0-9]+(?:\.[0-9]+)?)*")  # t,t,...
 _LARGEST_LABELS = 1 << 20  # a series' labels: more than this is no Prometheus answer
 
@@ -39,8 +41,6 @@ class MatrixDecoder:
     """Feed it an answer's bytes as they come; it returns the series completed so far."""
 
     def __init__(self) -> None:
-        self._head = '{"status":"success","data":{"resultType":"matrix","result":['
-        self._values, self._close = ',"values":[', "]]}"
         self._utf8 = codecs.getincrementaldecoder("utf-8")()
         self._buffer = ""  # the text not decoded yet (in streaming mode: less than a series)
         self._streaming: bool | None = None  # None until the head has been seen
@@ -55,15 +55,14 @@ class MatrixDecoder:
             return []
         self._buffer += text
         if self._streaming is None:
-            head = self._head
-            if len(self._buffer) < len(head) and head.startswith(self._buffer):
+            if len(self._buffer) < len(_HEAD) and _HEAD.startswith(self._buffer):
                 return []
-            self._streaming = self._buffer.startswith(head)
+            self._streaming = self._buffer.startswith(_HEAD)
             if not self._streaming:
                 self._rest.append(self._buffer)
                 self._buffer = ""
                 return []
-            self._buffer = self._buffer[len(head) :]
+            self._buffer = self._buffer[len(_HEAD) :]
         return self._series()
 
     def finish(self) -> tuple[Any, list[Series], str]:
@@ -74,7 +73,7 @@ class MatrixDecoder:
             if not self._ended:
                 raise MatrixError("the answer ended inside its result")
             rest = "".join(self._rest)
-            return json.loads(self._head + rest), [], rest
+            return json.loads(_HEAD + rest), [], rest
         text = self._buffer + "".join(self._rest)
         try:
             body = json.loads(text)
@@ -116,21 +115,21 @@ class MatrixDecoder:
                 if len(buffer) - at > _LARGEST_LABELS:
                     raise MatrixError("a series' labels do not end") from None
                 break  # not all in yet
-            if len(buffer) - end < len(self._values) + 2:
+            if len(buffer) - end < len(_VALUES) + 2:
                 break
-            if not buffer.startswith(self._values, end):
+            if not buffer.startswith(_VALUES, end):
                 raise MatrixError(f"unexpected {buffer[at : at + 80]!r} in the result")
             labels = _labels(labels)
-            first = end + len(self._values)
+            first = end + len(_VALUES)
             if buffer.startswith("]}", first):  # no samples
                 out.append((labels, [], []))
                 at = first + 2
                 continue
-            last = buffer.find(self._close, first)  # values hold numbers only: no "]" inside
+            last = buffer.find(_CLOSE, first)  # values hold numbers only: no "]" inside
             if last < 0:
                 break
             out.append((labels, *_samples(buffer[first : last + 1])))
-            at = last + len(self._close)
+            at = last + len(_CLOSE)
         self._buffer = buffer[at:]
         return out
 
