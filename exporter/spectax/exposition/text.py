@@ -42,7 +42,8 @@ Fragments = tuple[bytes | None, ...]
 
 
 class TextEncoder:
-    """Renders the page and keeps what it formatted: per endpoint, and the last whole body."""
+    """Renders the page and keeps what it formatted: per endpoint, and the last whole body
+    until an endpoint's snapshot changes (in fleet mode, between windows, every read)."""
 
     def __init__(self, endpoint_samples: EndpointSamples):
         self._endpoint_samples = endpoint_samples
@@ -93,6 +94,10 @@ class TextEncoder:
         cached = self._fragments_by_endpoint.get(name)
         if cached is not None and cached[0] is snap:
             return cached[1]
+        # A snapshot changed, so the kept body is stale: let it go now rather than at the
+        # next read (in direct mode every scrape changes one, and the body, 9 MB at 2,000
+        # endpoints, and its key's 2,000 old snapshots, would wait for the next join).
+        self._last_body = (None, b"")
         lines: dict[str, list[str]] = {}
         self._endpoint_samples(line_writer(lines), name, snap)
         fragment = tuple(
