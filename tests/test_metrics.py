@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from conftest import page
 from spectax.config import validate
 from spectax.endpoint import EndpointMonitor
-from spectax.exposition import FAMILIES, SnapshotCollector, StoreStatus
+from spectax.exposition import FAMILIES, Page, SnapshotCollector, StoreStatus
 from spectax.web import make_app
 
 
@@ -183,10 +183,11 @@ async def test_prometheus_gets_the_prerendered_text_format_gzipped() -> None:
     registry.register(collector)
     rendered: list[bytes] = []
 
-    def render_page() -> tuple[int, bytes]:
-        generation, body = collector.render_page()
+    def render_page() -> Page:
+        page = collector.render_page()
+        body = b"".join(page.parts)
         rendered.append(body)
-        return generation, body
+        return Page(page.generation, [body])
 
     app = make_app(registry, lambda: True, lambda: [], render_page=render_page)
     runner = web.AppRunner(app)

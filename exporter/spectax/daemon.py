@@ -32,6 +32,7 @@ from spectax.config import ConfigError, Settings
 from spectax.endpoint import CALIBRATION_POINTS, EndpointMonitor, EndpointSnapshot, endpoint_states
 from spectax.endpoint_config import EndpointConfig
 from spectax.exposition.collector import ReloadStatus, SnapshotCollector, StoreStatus
+from spectax.exposition.text import Page
 from spectax.gc_pacing import FullCollections
 from spectax.profiles import REFRESH_SECONDS, ProfileBook, baseline_profile_name
 from spectax.reload import endpoint_changes, read_new_configuration, sources_changed
@@ -203,8 +204,8 @@ class Daemon:
         await self.writer.close()
         self.stopped.set()
 
-    def _render_page(self) -> tuple[int, bytes]:
-        """`/metrics`' body; a full gc pass follows it shortly if one is due."""
+    def _render_page(self) -> Page:
+        """`/metrics`' page; a full gc pass follows it shortly if one is due."""
         self._full_collections.after_read()
         return self.collector.render_page()
 

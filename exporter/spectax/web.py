@@ -13,11 +13,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import gzip
 import hashlib
 import html
 import ssl
-from collections.abc import Awaitable, Callable, Sequence
+import zlib
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 import bcrypt
 from aiohttp import web
@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from spectax import __version__
+from spectax.exposition.text import Page
 from spectax.webconfig import WebConfig, WebConfigError
 
 REGISTRY_KEY = web.AppKey("registry", CollectorRegistry)
@@ -34,8 +35,8 @@ READY_KEY: web.AppKey[Callable[[], bool]] = web.AppKey("ready")
 ENDPOINTS_KEY: web.AppKey[EndpointStates] = web.AppKey("endpoints")
 Reload = Callable[[], Awaitable[None]]
 RELOAD_KEY: web.AppKey[Reload | None] = web.AppKey("reload")
-# The text page and its generation (the same number, the same body): SnapshotCollector.render_page
-RenderPage = Callable[[], tuple[int, bytes]]
+# The text page, a part at a time, and its generation: SnapshotCollector.render_page
+RenderPage = Callable[[], Page]
 TEXT_KEY: web.AppKey[RenderPage | None] = web.AppKey("render_page")
 STATUS_KEY: web.AppKey[Callable[[], str] | None] = web.AppKey("status_page")
 
@@ -92,16 +93,19 @@ async def metrics(request: web.Request) -> web.Response:
     format is pre-rendered per snapshot (`render_page`) while OpenMetrics goes
     through prometheus_client's generic encoder, which is many times slower with
     thousands of endpoints. OpenMetrics is served to clients that take nothing else.
-    Compressed when the client accepts gzip, once per distinct body.
+    Compressed when the client accepts gzip, once per distinct page. The page is joined or
+    compressed in a worker thread, a part at a time: the event loop (the scrapes) is held
+    only while the parts are gathered, and the page is never whole in memory when gzipped.
     """
     accept = request.headers.get("Accept", "")
     render = request.app[TEXT_KEY]
     if render is not None and _takes_classic_text(accept):
-        generation, body = render()
+        page = render()
         if "gzip" not in request.headers.get("Accept-Encoding", ""):
+            body = await asyncio.to_thread(b"".join, page.parts)
             return web.Response(body=body, headers={"Content-Type": TEXT_CONTENT_TYPE})
         headers = {"Content-Type": TEXT_CONTENT_TYPE, "Content-Encoding": "gzip"}
-        compressed = await _gzipped(request.app[GZIP_KEY], generation, body)
+        compressed = await _gzipped(request.app[GZIP_KEY], page)
         return web.Response(body=compressed, headers=headers)
     encoder, content_type = choose_encoder(accept)
     body = encoder(request.app[REGISTRY_KEY])
@@ -114,14 +118,23 @@ def _takes_classic_text(accept: str) -> bool:
     return not types or any(t in CLASSIC_TYPES for t in types)
 
 
-async def _gzipped(cache: LastGzip, generation: int, body: bytes) -> bytes:
-    """`body` compressed in a worker thread (zlib releases the GIL, scrapes go on);
-    the last result is kept by its generation, not its body, since every scraper between
-    two snapshots gets the same body."""
-    if cache.generation != generation:
-        compressed = await asyncio.to_thread(gzip.compress, body, 1, mtime=0)
-        cache.generation, cache.gzip = generation, compressed
+async def _gzipped(cache: LastGzip, page: Page) -> bytes:
+    """`page` compressed in a worker thread (zlib releases the GIL, scrapes go on); the
+    last result is kept by its generation, not its body, since every scraper between two
+    snapshots gets the same page."""
+    if cache.generation != page.generation:
+        compressed = await asyncio.to_thread(gzip_parts, page.parts)
+        cache.generation, cache.gzip = page.generation, compressed
     return cache.gzip
+
+
+def gzip_parts(parts: Iterable[bytes]) -> bytes:
+    """One gzip member of `parts` in order, at level 1 (a 9 MB page: ~30 ms, 0.5 MB), its
+    header's time 0 so that the same page compresses to the same bytes."""
+    compressor = zlib.compressobj(1, zlib.DEFLATED, 16 + zlib.MAX_WBITS)  # 16+: gzip framing
+    out = [compressor.compress(part) for part in parts]
+    out.append(compressor.flush())
+    return b"".join(out)
 
 
 async def reload_handler(request: web.Request) -> web.Response:

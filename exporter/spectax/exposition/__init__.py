@@ -7,11 +7,12 @@
 
 from spectax.exposition.collector import ReloadStatus, SnapshotCollector, StoreStatus
 from spectax.exposition.families import FAMILIES, Family
-from spectax.exposition.text import TextEncoder
+from spectax.exposition.text import Page, TextEncoder
 
 __all__ = [
     "FAMILIES",
     "Family",
+    "Page",
     "ReloadStatus",
     "SnapshotCollector",
     "StoreStatus",

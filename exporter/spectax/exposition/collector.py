@@ -24,7 +24,7 @@ from spectax.economics import Assessment, Capacity
 from spectax.endpoint import EndpointSnapshot
 from spectax.engines import not_exposed
 from spectax.exposition.families import FAMILIES, AddSample, Family
-from spectax.exposition.text import TextEncoder
+from spectax.exposition.text import Page, TextEncoder
 from spectax.scrape import REASONS
 
 
@@ -83,14 +83,14 @@ class SnapshotCollector(Collector):
         yield from families.values()
 
     def render_text(self) -> bytes:
-        """The text exposition (format 0.0.4) of what `collect()` yields, fast at fleet scale:
-        each endpoint's lines are formatted once per snapshot (see `text.py`)."""
-        return self._text.render(self._spectax_samples, self._snapshots())
+        """The text exposition (format 0.0.4) of what `collect()` yields, whole."""
+        return b"".join(self.render_page().parts)
 
-    def render_page(self) -> tuple[int, bytes]:
-        """`render_text()` and its generation: the same number, the same body."""
-        body = self.render_text()
-        return self._text.generation, body
+    def render_page(self) -> Page:
+        """The text exposition, fast at fleet scale: each endpoint's lines are formatted once
+        per snapshot, and the page is made a family at a time off the event loop (see
+        `text.py`)."""
+        return self._text.render(self._spectax_samples, self._snapshots())
 
     def prerender(self, name: str, snap: EndpointSnapshot) -> None:
         """Format an endpoint's lines as soon as its snapshot changes, in the scrape that
