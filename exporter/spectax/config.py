@@ -222,7 +222,25 @@ def validate(raw: Any, source: str = "<config>") -> Settings:
         raise ConfigError(source, problems)
     named = {e.name: (e.price and e.price.gpu) or e.gpu for e in config.endpoints}  # as priced
     gpus = {name: known for name, gpu in named.items() if (known := gpu_spec(gpu))}
-    return Settings(config, prices, usd_per_hour, target_auth, billing, gpus)
+    return Settings(_shared_parts(config), prices, usd_per_hour, target_auth, billing, gpus)
+
+
+def _shared_parts(config: Config) -> Config:
+    """`config` with endpoints that say the same price or speculation sharing one object of
+    it, as the replicas of a fleet do (frozen models, equal by value): each object with its
+    dict and field set is ~0.6 kB, ~2.6 MB at 2,000 endpoints."""
+    shared: dict[object, Any] = {}
+
+    def one(part: Any) -> Any:
+        return None if part is None else shared.setdefault(part, part)
+
+    endpoints = [
+        endpoint.model_copy(
+            update={"price": one(endpoint.price), "speculation": one(endpoint.speculation)}
+        )
+        for endpoint in config.endpoints
+    ]
+    return config.model_copy(update={"endpoints": endpoints})
 
 
 @dataclass(frozen=True)
