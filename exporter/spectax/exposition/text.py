@@ -40,6 +40,7 @@ LINE_TEMPLATES = {name: line_template(family) for name, family in FAMILIES.items
 # a dict per endpoint cost ~1 KB more, ~2 MB at 2,000 endpoints.
 FAMILY_NAMES = tuple(FAMILIES)
 Fragments = tuple[bytes | None, ...]
+FAMILIES_PER_PART = 6  # how much of the page a worker joins and compresses at a time
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,13 +115,21 @@ class TextEncoder:
 
 
 def _parts(heads: list[bytes], fragments: list[Fragments]) -> Iterator[bytes]:
-    """Each family's header and spectax's own lines, then every endpoint's lines in it
-    (~170 KB at 2,000 endpoints). `zip(*fragments)` turns the endpoints' tuples into the
-    families' columns in C."""
+    """The page in parts of FAMILIES_PER_PART families: each family's header and spectax's
+    own lines, then every endpoint's lines in it. `zip(*fragments)` turns the endpoints'
+    tuples into the families' columns in C. ~1 MB parts at 2,000 endpoints, not one a
+    family: the worker thread that joins and compresses them waits for the GIL each time
+    it comes back from zlib, up to the switch interval (5 ms) while the scrapes hold it,
+    and ~10 returns cost a read less of that than ~100 (bench/README "Direct mode's
+    memory")."""
     columns = zip(*fragments, strict=True) if fragments else (() for _ in heads)
-    for head, column in zip(heads, columns, strict=True):
-        yield head
-        yield b"".join(filter(None, column))
+    batch: list[bytes] = []
+    for k, (head, column) in enumerate(zip(heads, columns, strict=True), 1):
+        batch.append(head)
+        batch.extend(filter(None, column))
+        if k % FAMILIES_PER_PART == 0 or k == len(heads):
+            yield b"".join(batch)
+            batch = []
 
 
 def _same(a: list[EndpointSnapshot], b: list[EndpointSnapshot]) -> bool:
