@@ -7,6 +7,7 @@ of intervals, so the two can never disagree.
 
 from __future__ import annotations
 
+from array import array
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -110,20 +111,26 @@ class SlidingWindow:
     def __init__(self, length: float):
         self.length = length
         self._intervals: deque[PackedInterval] = deque()
+        # each kept interval's start and end, in the same order: when it leaves, unpacked
+        self._starts = array("d")
+        self._ends = array("d")
         self._total: Window | None = None
         self._presence: dict[str, int] = {}
         self._changes = 0
 
     def add(self, interval: Interval) -> None:
         self._intervals.append(pack_interval(interval))
+        self._starts.append(interval.start)
+        self._ends.append(interval.end)
         self._total = (
             interval_window(interval) if self._total is None else self._total.add(interval)
         )
         for model in interval.models:
             self._presence[model] = self._presence.get(model, 0) + 1
         horizon = interval.end - self.length
-        while self._intervals and self._intervals[0][1] <= horizon:  # [1]: its end
+        while self._intervals and self._ends[0] <= horizon:
             leaving = unpack_interval(self._intervals.popleft())
+            del self._starts[0], self._ends[0]  # a window's few dozen: shifting them is cheap
             self._total = self._total.remove(leaving, self._presence)
         self._changes += 1
         if self._changes >= self.REBUILD_EVERY:
@@ -133,8 +140,7 @@ class SlidingWindow:
     def total(self) -> Window | None:
         if not self._intervals or self._total is None:
             return None
-        start, end = self._intervals[0][0], self._intervals[-1][1]  # first start, last end
-        return replace(self._total, start=start, end=end)
+        return replace(self._total, start=self._starts[0], end=self._ends[-1])
 
 
 def aligned_start(t: float, length: float) -> float:
