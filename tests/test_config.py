@@ -54,6 +54,25 @@ def test_good_config_resolves_prices_and_defaults(tmp_path: Path) -> None:
     assert config.endpoint("plain").ridge_batch == 32
 
 
+def test_replicas_that_say_the_same_price_and_speculation_share_them(tmp_path: Path) -> None:
+    """A fleet's replicas repeat one price and one speculation block: each endpoint keeps
+    what it said, and equal blocks are one object (memory at 2,000 endpoints)."""
+    replica = "{{name: r{i}, url: 'http://h:{port}', price: {{usd_per_hour: 3.99}}, "
+    replica += "speculation: {{method: draft_model, draft_cost_ratio: 0.1}}}}"
+    lines = [replica.format(i=i, port=8000 + i) for i in range(3)]
+    lines.append(
+        "{name: odd, url: 'http://h:9', price: {usd_per_hour: 2}, speculation: {method: ngram}}"
+    )
+    text = "endpoints:\n" + "".join(f"  - {line}\n" for line in lines)
+    config = load_config(write(tmp_path, text)).config
+    r0, r1, r2, odd = config.endpoints
+    assert r0.price is r1.price is r2.price and r0.speculation is r2.speculation
+    assert r0.price is not None and r0.price.usd_per_hour == Decimal("3.99")
+    assert odd.price is not None and odd.price.usd_per_hour == Decimal(2)
+    assert odd.speculation is not None and odd.speculation.method == "ngram"
+    assert [e.name for e in config.endpoints] == ["r0", "r1", "r2", "odd"]
+
+
 def test_defaults_without_a_file(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("STATE_DIRECTORY", raising=False)
     config = load_config(None).config
