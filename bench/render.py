@@ -35,6 +35,7 @@ def main() -> None:
     parser.add_argument("--endpoints", type=int, default=2000)
     parser.add_argument("--reads", type=int, default=20)
     args = parser.parse_args()
+    args.reads = max(args.reads, 1)
     endpoints = [
         {
             "name": f"replica-{i:05d}",

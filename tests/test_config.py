@@ -55,8 +55,9 @@ def test_good_config_resolves_prices_and_defaults(tmp_path: Path) -> None:
 
 
 def test_replicas_that_say_the_same_price_and_speculation_share_them(tmp_path: Path) -> None:
-    """A fleet's replicas repeat one price and one speculation block: each endpoint keeps
-    what it said, and equal blocks are one object (memory at 2,000 endpoints)."""
+    """A fleet's replicas repeat one price and one speculation block: equal blocks (by
+    value) are one object (memory at 2,000 endpoints), and each endpoint's is still worth
+    what it said."""
     replica = "{{name: r{i}, url: 'http://h:{port}', price: {{usd_per_hour: 3.99}}, "
     replica += "speculation: {{method: draft_model, draft_cost_ratio: 0.1}}}}"
     lines = [replica.format(i=i, port=8000 + i) for i in range(3)]

@@ -223,6 +223,41 @@ async def test_prometheus_gets_the_prerendered_text_format_gzipped() -> None:
     assert len(rendered) == 3
 
 
+async def test_a_page_of_many_endpoints_is_served_whole_from_its_parts() -> None:
+    """The page is joined or gzipped a few families at a time in a worker thread: what a
+    client gets, gzipped or not, is the whole page, every family once, in order."""
+    ms = monitors(
+        *({"name": f"r{i:02d}", "url": f"http://h:{i + 1}", "speculation": SPEC} for i in range(12))
+    )
+    for m in ms.values():
+        m.observe_page(0, page("spec_ngram_0_before_traffic.txt"), 0.01)
+        m.observe_page(60, page("spec_ngram_3_after.txt"), 0.01)
+    collector = SnapshotCollector(
+        lambda: {n: m.snapshot for n, m in ms.items()}, lambda: StoreStatus(0, 0)
+    )
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    assert len(list(collector.render_page().parts)) > 1  # the worker gets it in parts
+    whole = collector.render_text()
+    app = make_app(registry, lambda: True, lambda: [], render_page=collector.render_page)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    host, port = runner.addresses[0][:2]
+    try:
+        async with aiohttp.ClientSession(auto_decompress=False) as session:
+            for encoding in ("gzip", "identity"):
+                headers = {"Accept": PROMETHEUS_ACCEPT, "Accept-Encoding": encoding}
+                async with session.get(f"http://{host}:{port}/metrics", headers=headers) as r:
+                    raw = await r.read()
+                assert (gzip.decompress(raw) if encoding == "gzip" else raw) == whole
+    finally:
+        await runner.cleanup()
+    text = whole.decode()
+    assert [text.count(f"# TYPE {name} ") for name in FAMILIES] == [1] * len(FAMILIES)
+    assert _samples(text) == _samples(generate_latest(registry).decode())
+
+
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value

@@ -207,9 +207,9 @@ def test_the_sliding_window_holds_nothing_the_garbage_collector_must_scan() -> N
     window = SlidingWindow(300)
     for i in range(25):
         window.add(replace(_interval(i * 15, (i + 1) * 15, 10 + i), spend_usd=spend))
-    # A tuple is untracked once the collector finds only untracked values in it: nested
-    # tuples (interval, models, model) can take one pass per level, and young objects are
-    # seen by several passes on their way to the oldest generation.
+    # A packed interval is bytes, which the collector never tracks; a tuple is untracked
+    # only once a pass finds nothing tracked in it, and a class instance never is. The
+    # passes give a tuple-based packing its fair chance before the check.
     for _ in range(3):
         gc.collect()
     kept = list(window._intervals)

@@ -232,11 +232,15 @@ def _shared_parts(config: Config) -> Config:
     shared: dict[object, Any] = {}
 
     def one(part: Any) -> Any:
-        return None if part is None else shared.setdefault(part, part)
+        return shared.setdefault(part, part)
 
     endpoints = [
         endpoint.model_copy(
-            update={"price": one(endpoint.price), "speculation": one(endpoint.speculation)}
+            update={
+                field: one(part)
+                for field in ("price", "speculation")
+                if (part := getattr(endpoint, field)) is not None
+            }
         )
         for endpoint in config.endpoints
     ]
