@@ -107,9 +107,10 @@ def prometheus_config(rule_files: list[Path], spectax_port: int, am_port: int) -
     return config
 
 
-def alertmanager_config(receiver: WebhookReceiver) -> dict[str, Any]:
+def alertmanager_config(receiver: WebhookReceiver, group_wait: str = "0s") -> dict[str, Any]:
     """alerts/alertmanager.example.yml with every receiver replaced by this test's webhook
-    (one path per receiver name) and no grouping delays; routes and inhibitions as shipped."""
+    (one path per receiver name) and no grouping delays (`group_wait`: the first
+    notification's); routes and inhibitions as shipped."""
     config = yaml.safe_load((ALERTS / "alertmanager.example.yml").read_text(encoding="utf-8"))
     config["receivers"] = [
         {"name": r["name"], "webhook_configs": [{"url": receiver.url(r["name"])}]}
@@ -117,7 +118,7 @@ def alertmanager_config(receiver: WebhookReceiver) -> dict[str, Any]:
     ]
 
     def no_delays(route: dict[str, Any]) -> None:
-        route["group_wait"] = "0s"
+        route["group_wait"] = group_wait
         route["group_interval"] = "1s"
         for child in route.get("routes", []):
             no_delays(child)
