@@ -29,7 +29,7 @@ from e2e import Spectax, free_port, value, write_config
 from ops_helpers import Targets
 from spectax.engines.base import EngineSample, ParseError
 from spectax.engines.vllm import MAX_MODELS, parse
-from spectax.scrape import ScrapeError, fetch
+from spectax.scrape import ScrapeError, fetch, scrape_session
 
 FIXTURES = sorted((Path(__file__).parent / "fixtures" / "vllm-0.32.0").glob("*.txt"))
 PAGES = [p.read_text() for p in FIXTURES if p.name != "INDEX.txt"]
@@ -142,6 +142,33 @@ async def test_fetch_bounds_a_trickling_body() -> None:
                 await fetch(session, targets.url("t"), 0.5, 1_000_000)
             assert error.value.reason == "timeout"
             assert time.monotonic() - began < 0.9
+    finally:
+        await targets.stop()
+
+
+async def test_a_scrape_leaves_no_connection_open_to_its_target() -> None:
+    """A target that would keep the connection alive for minutes still sees it closed once
+    its page is read: the daemon holds no idle connection per target between scrapes."""
+    targets = Targets()
+    transports: list[asyncio.BaseTransport] = []
+
+    async def serve(request: web.Request) -> web.Response:
+        assert request.transport is not None
+        transports.append(request.transport)
+        return web.Response(text=PAGES[0])
+
+    targets.add("t", serve)
+    await targets.start()  # aiohttp's server keeps an idle connection for 75 s
+    try:
+        async with scrape_session() as session:
+            for _ in range(2):
+                assert await fetch(session, targets.url("t"), 5.0, 1_000_000) == PAGES[0]
+                for _ in range(50):
+                    if transports[-1].is_closing():
+                        break
+                    await asyncio.sleep(0.02)
+                assert transports[-1].is_closing(), "the scrape's connection is still open"
+        assert len(transports) == 2 and transports[0] is not transports[1]
     finally:
         await targets.stop()
 
