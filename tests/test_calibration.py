@@ -128,7 +128,7 @@ def test_cold_start_on_serverless_is_timed_and_priced() -> None:
     assert snap.last_cold_start_seconds == pytest.approx(12)
     # 12 s x 2 GPUs x 36 USD/h = 0.24 USD, of which loading the 4 GB draft took 4 s: 0.08 USD
     assert snap.cold_start_usd_total == Decimal("0.24")
-    window = snap.window
+    window = m.window()
     assert window is not None and window.draft_load_usd == Decimal("0.08")
     # the busy interval (42 s) and the cold start are both on the invoice
     assert snap.spend_usd_total == Decimal("0.84") + Decimal("0.24")
@@ -314,11 +314,9 @@ def test_refits_stay_staggered_after_a_restart() -> None:
 
 def test_measured_speedup_reads_the_control_window() -> None:
     control = monitor(billing_mode="provisioned")
-    m = EndpointMonitor(
-        monitor().config, Decimal(1), 60.0, control_window=lambda: control.snapshot.window
-    )
+    m = EndpointMonitor(monitor().config, Decimal(1), 60.0, control_window=control.window)
     early = EndpointMonitor(  # a 5-minute window, only a minute of it seen yet
-        monitor().config, Decimal(1), 300.0, control_window=lambda: control.snapshot.window
+        monitor().config, Decimal(1), 300.0, control_window=control.window
     )
     control.observe_page(0, page("nospec_0_before_traffic.txt"), 0.01)
     control.observe_page(60, page("nospec_3_after.txt"), 0.01)
@@ -326,11 +324,13 @@ def test_measured_speedup_reads_the_control_window() -> None:
         monitor_.observe_page(0, page("spec_ngram_0_before_traffic.txt"), 0.01)
         monitor_.observe_page(60, page("spec_ngram_3_after.txt"), 0.01)
     assert early.snapshot.assessments["tiny-llama"].speedup_measured_ratio is None
-    ours = m.snapshot.window.time_per_output_token("tiny-llama")
-    theirs = control.snapshot.window.time_per_output_token("tiny-llama")
+    ours, theirs = m.window(), control.window()
+    assert ours is not None and theirs is not None
+    ours_tpot = ours.time_per_output_token("tiny-llama")
+    theirs_tpot = theirs.time_per_output_token("tiny-llama")
     a = m.snapshot.assessments["tiny-llama"]
-    assert a.speedup_measured_ratio == pytest.approx(theirs / ours)
-    assert a.verdict == ("pays" if theirs / ours > 1 else "tax")
+    assert a.speedup_measured_ratio == pytest.approx(theirs_tpot / ours_tpot)
+    assert a.verdict == ("pays" if theirs_tpot / ours_tpot > 1 else "tax")
 
 
 def test_a_restart_during_the_last_fetch_of_the_old_process_is_still_timed() -> None:

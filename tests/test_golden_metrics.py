@@ -67,7 +67,7 @@ def demo_page() -> str:
             endpoint,
             settings.usd_per_hour.get(endpoint.name),
             settings.config.window,
-            control_window=(lambda c=control: monitors[c].snapshot.window) if control else None,
+            control_window=(lambda c=control: monitors[c].window()) if control else None,
         )
     servers = {name: SimulatedVllm(profile, START) for name, profile in DEMO_PROFILES.items()}
     for scrape in range(SCRAPES):

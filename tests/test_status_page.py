@@ -170,9 +170,10 @@ def test_each_card_shows_kv_cache_headroom_and_what_the_draft_takes() -> None:
     assert "draft takes" not in shown["plain"] and "draft takes" not in shown["draft"]
     # The draft-model server against the plain one as its control: measured.
     draft = monitors["draft"].snapshot
-    assert draft.window is not None
-    control = monitors["plain"].snapshot.window
-    capacities = window_capacities(draft.window, control)
+    draft_window = monitors["draft"].window()
+    assert draft_window is not None
+    control = monitors["plain"].window()
+    capacities = window_capacities(draft_window, control)
     config = draft.config.model_copy(update={"control": "plain"})
     snap = dataclasses.replace(draft, capacities=capacities, config=config)
     card = cards(render_status_page({"draft": snap}, history, 180.0))["draft"]

@@ -68,7 +68,6 @@ class EndpointSnapshot:
     step_model: StepModel = field(default_factory=StepModel)  # the counterfactual in force
     assessments: dict[str, Assessment] = field(default_factory=dict)
     capacities: dict[str, Capacity] = field(default_factory=dict)  # the KV cache, per model
-    window: Window | None = None
 
 
 ControlLookup = Callable[[], Window | None]
@@ -152,6 +151,11 @@ class EndpointMonitor:
             return StepModel(roofline, h, "roofline")
         return StepModel(config.ridge_batch, h, "configured")
 
+    def window(self) -> Window | None:
+        """The sliding window's sum, what the live gauges are of: unpacked at each call (it
+        waits packed between scrapes), so not kept in the snapshot."""
+        return self._sliding.total()
+
     def control_curve(self) -> PlainCurve | None:
         """The control's plain curve, when this endpoint has a control and it is fitted."""
         return self._control_curve() if self._control_curve is not None else None
@@ -165,7 +169,7 @@ class EndpointMonitor:
         if control is None:
             return {}
         return {
-            "control_window": lambda: (m := monitors().get(control)) and m.snapshot.window,
+            "control_window": lambda: (m := monitors().get(control)) and m.window(),
             "control_curve": lambda: (m := monitors().get(control)) and m.calibration.fit,
         }
 
@@ -211,8 +215,8 @@ class EndpointMonitor:
                 self.config.name,
             )
         previous = self._last
-        closed = self._observe(now, sample, None)
-        self._publish(now, sample, duration)
+        closed, window = self._observe(now, sample, None)
+        self._publish(now, sample, duration, window)
         if previous is None:  # the baseline: a crash before the first window closes resumes here
             return pending_write(self.config.name, [], (now, sample))
         if not closed:
@@ -225,9 +229,9 @@ class EndpointMonitor:
         """Feed a whole window (fleet mode); one the store already has is skipped."""
         if self._last is not None and interval.end <= self._last[0]:
             return None
-        closed = self._observe(interval.end, sample, interval)
+        closed, window = self._observe(interval.end, sample, interval)
         self.calibrate(due := self._aligned.due(interval.end))
-        self._publish(interval.end, sample, 0.0)
+        self._publish(interval.end, sample, 0.0, window)
         return pending_write(self.config.name, map(self._assessed, closed + due), self._last)
 
     def observe_failure(self, error: ScrapeError, duration: float) -> None:
@@ -295,11 +299,14 @@ class EndpointMonitor:
         self._clean_models = frozenset(names)
         return False
 
-    def _observe(self, now: float, sample: EngineSample, fed: Interval | None) -> list[Window]:
-        """Add the interval since the last sample, or `given`; returns the windows it closed."""
+    def _observe(
+        self, now: float, sample: EngineSample, fed: Interval | None
+    ) -> tuple[list[Window], Window | None]:
+        """Add the interval since the last sample, or `fed`; returns the windows it closed and
+        the sliding window's sum (None before the second sample)."""
         last, self._last = self._last, (now, sample)
         if last is None and fed is None:
-            return []
+            return [], None
         interval = fed or interval_between(last[1], sample, last[0], now)  # type: ignore[index]
         cold_start = None
         if interval.restarted:
@@ -313,7 +320,7 @@ class EndpointMonitor:
                 f", {cold_start:.1f} s" if cold_start is not None else "",
             )
         interval = economics.price_interval(interval, self._tariff, cold_start)
-        self._sliding.add(interval)
+        window = self._sliding.add(interval)
         totals = dict(self.snapshot.tokens_total)
         for model, counts in interval.models.items():
             before = totals.get(model, (0.0, 0.0, 0.0))
@@ -331,7 +338,7 @@ class EndpointMonitor:
         )
         closed = self._aligned.add(interval)
         self.calibrate(closed)
-        return closed
+        return closed, window
 
     def _assessed(self, window: Window, closed: bool = True) -> AssessedWindow:
         """A history window with its economics, under the parameters now in force; a closed
@@ -356,8 +363,9 @@ class EndpointMonitor:
             draft_cost_ratio=spec.cost_ratio if spec else None,
         )
 
-    def _publish(self, now: float, sample: EngineSample, duration: float) -> None:
-        window = self._sliding.total()
+    def _publish(
+        self, now: float, sample: EngineSample, duration: float, window: Window | None
+    ) -> None:
         control = self._control_window() if self._control_window is not None else None
         # Measure against the control only over full windows on both sides: just after a
         # (re)start, the few requests that finished say more about warm-up than speculation.
@@ -379,7 +387,6 @@ class EndpointMonitor:
             scrape_duration_seconds=duration,
             last_success_timestamp=now,
             last_error=None,
-            window=window,
             assessments=assessments,
             capacities=capacities,
             step_model=params.step_model,

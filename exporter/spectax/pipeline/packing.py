@@ -1,13 +1,18 @@
-"""The sliding window's memory layout: intervals packed while they wait to leave the window.
+"""The sliding window's memory layout: intervals packed while they wait to leave the window,
+and the window's running total packed between scrapes (spectax.pipeline.windows).
 
 With 2,000 endpoints and 20 intervals each in the default 5-minute window, 40,000
 intervals wait. A packed interval is one bytes object, which the garbage collector never
 tracks (its full passes, a pause in scraping and in serving /metrics, skip them): the
 interval's fields (times, flags, money as the Decimals' exact text, each model's counts)
-marshalled and compressed with zlib at level 1. A vLLM interval's counts are mostly small
-whole numbers and zeros, as doubles: ~1.5 KB of objects compress to ~0.25 KB (bench/README
-"Direct mode's memory"), for tens of µs of CPU in a scrape. The sliding window keeps each
-interval's start and end beside it, in arrays, to know when it leaves without unpacking.
+marshalled and deflated at level 1 against a preset dictionary: the first interval this
+process packed. Every interval has the same layout (the same type codes, model names, bound
+numbers, mostly the same small whole numbers), so what is left to compress is what changed
+since: a vLLM interval's ~1.5 KB of objects take ~0.1 KB, where compressed alone they took
+~0.25 KB (bench/README "Direct mode's memory"), for ~10 µs of CPU in a scrape. The packed
+bytes are meaningful only to this process, beside its dictionary; they are never stored.
+The sliding window keeps each interval's start and end beside it, in arrays, to know when
+it leaves without unpacking.
 
 The layout of a model's counts follows the declared counters: one double per number (None
 as NaN: counter deltas are finite), per histogram its sum, count, number of buckets, the
@@ -41,40 +46,76 @@ MAX_BOUND_LISTS = 1024
 _BOUND_LISTS: list[tuple[float, ...]] = []  # the histograms' bounds, by number
 _BOUND_NUMBERS: dict[tuple[float, ...], int] = {}
 
+
+class Deflater:
+    """Marshalled tuples of one layout, deflated against the first one it packed.
+
+    Raw deflate (no zlib header and checksum: 6 bytes of ~100) at level 1, with that first
+    tuple as the preset dictionary: every later one is mostly the same bytes. The
+    dictionary is set once and never changed, so whatever this process packed it can
+    unpack; the bytes mean nothing to another process, and are never stored."""
+
+    def __init__(self) -> None:
+        self._dictionary = b""
+
+    def pack(self, fields: tuple[Any, ...]) -> bytes:
+        raw = marshal.dumps(fields)
+        if not self._dictionary:
+            self._dictionary = raw
+        deflate = zlib.compressobj(1, zlib.DEFLATED, -zlib.MAX_WBITS, zdict=self._dictionary)
+        return deflate.compress(raw) + deflate.flush()
+
+    def unpack(self, packed: bytes) -> tuple[Any, ...]:
+        inflate = zlib.decompressobj(-zlib.MAX_WBITS, zdict=self._dictionary)
+        fields: tuple[Any, ...] = marshal.loads(inflate.decompress(packed) + inflate.flush())
+        return fields
+
+
+_INTERVALS = Deflater()
+
 #: The marshalled tuple (start, end, restarted, busy, spend_usd, cold_start_usd,
-#: draft_load_usd, ((model, packed counts), ...)), compressed; the money as the Decimals'
+#: draft_load_usd, ((model, packed counts), ...)), deflated; the money as the Decimals'
 #: exact text.
 PackedInterval = bytes
 
 
 def pack_interval(interval: Interval) -> PackedInterval:
-    fields = (
-        interval.start,
-        interval.end,
-        interval.restarted,
-        interval.busy,
-        str(interval.spend_usd),
-        str(interval.cold_start_usd),
-        str(interval.draft_load_usd),
-        tuple((name, pack_counts(counts)) for name, counts in interval.models.items()),
+    return _INTERVALS.pack(
+        (
+            interval.start,
+            interval.end,
+            interval.restarted,
+            interval.busy,
+            str(interval.spend_usd),
+            str(interval.cold_start_usd),
+            str(interval.draft_load_usd),
+            pack_models(interval.models),
+        )
     )
-    return zlib.compress(marshal.dumps(fields), 1)
 
 
 def unpack_interval(packed: PackedInterval) -> Interval:
-    start, end, restarted, busy, spend_usd, cold_start_usd, draft_load_usd, models = marshal.loads(
-        zlib.decompress(packed)
+    start, end, restarted, busy, spend_usd, cold_start_usd, draft_load_usd, models = (
+        _INTERVALS.unpack(packed)
     )
     return Interval(
         start=start,
         end=end,
-        models={name: unpack_counts(counts) for name, counts in models},
+        models=unpack_models(models),
         restarted=restarted,
         busy=busy,
         spend_usd=Decimal(spend_usd),
         cold_start_usd=Decimal(cold_start_usd),
         draft_load_usd=Decimal(draft_load_usd),
     )
+
+
+def pack_models(models: dict[str, Counts]) -> tuple[tuple[str, bytes], ...]:
+    return tuple((name, pack_counts(counts)) for name, counts in models.items())
+
+
+def unpack_models(packed: tuple[tuple[str, bytes], ...]) -> dict[str, Counts]:
+    return {name: unpack_counts(counts) for name, counts in packed}
 
 
 def pack_counts(counts: Counts) -> bytes:

@@ -15,7 +15,14 @@ from decimal import Decimal
 
 from spectax.pipeline.counts import Counts
 from spectax.pipeline.intervals import Interval
-from spectax.pipeline.packing import PackedInterval, pack_interval, unpack_interval
+from spectax.pipeline.packing import (
+    Deflater,
+    PackedInterval,
+    pack_interval,
+    pack_models,
+    unpack_interval,
+    unpack_models,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +91,44 @@ class Window:
         )
 
 
+_WINDOWS = Deflater()
+
+
+def pack_window(window: Window) -> bytes:
+    """A window as one bytes object (spectax.pipeline.packing): ~0.2 KB, not ~2.5 KB of
+    objects, and nothing for the garbage collector to walk."""
+    return _WINDOWS.pack(
+        (
+            window.start,
+            window.end,
+            window.seconds,
+            window.busy_seconds,
+            window.restarts,
+            str(window.spend_usd),
+            str(window.cold_start_usd),
+            str(window.draft_load_usd),
+            pack_models(window.models),
+        )
+    )
+
+
+def unpack_window(packed: bytes) -> Window:
+    start, end, seconds, busy, restarts, spend, cold_start, draft_load, models = _WINDOWS.unpack(
+        packed
+    )
+    return Window(
+        start=start,
+        end=end,
+        seconds=seconds,
+        busy_seconds=busy,
+        restarts=restarts,
+        spend_usd=Decimal(spend),
+        cold_start_usd=Decimal(cold_start),
+        draft_load_usd=Decimal(draft_load),
+        models=unpack_models(models),
+    )
+
+
 def interval_window(interval: Interval) -> Window:
     return Window(start=interval.start, end=interval.end).add(interval)
 
@@ -103,7 +148,8 @@ class SlidingWindow:
     about one subtraction per scrape, instead of re-adding the whole window),
     and rebuilt from the intervals every `REBUILD_EVERY` changes so float
     sums cannot drift. A model leaves the sum with its last interval. The
-    intervals wait packed (spectax.pipeline.packing).
+    intervals wait packed, and so does the sum between two scrapes
+    (spectax.pipeline.packing): unpacked, it was ~2.5 KB an endpoint, 5 MB at 2,000.
     """
 
     REBUILD_EVERY = 256
@@ -114,16 +160,19 @@ class SlidingWindow:
         # each kept interval's start and end, in the same order: when it leaves, unpacked
         self._starts = array("d")
         self._ends = array("d")
-        self._total: Window | None = None
+        self._total: bytes | None = None  # the sum, from the first start to the last end
         self._presence: dict[str, int] = {}
         self._changes = 0
 
-    def add(self, interval: Interval) -> None:
+    def add(self, interval: Interval) -> Window:
+        """Take in the newest interval; returns the new sum (as `total()` would)."""
         self._intervals.append(pack_interval(interval))
         self._starts.append(interval.start)
         self._ends.append(interval.end)
-        self._total = (
-            interval_window(interval) if self._total is None else self._total.add(interval)
+        total = (
+            interval_window(interval)
+            if self._total is None
+            else unpack_window(self._total).add(interval)
         )
         for model in interval.models:
             self._presence[model] = self._presence.get(model, 0) + 1
@@ -131,16 +180,18 @@ class SlidingWindow:
         while self._intervals and self._ends[0] <= horizon:
             leaving = unpack_interval(self._intervals.popleft())
             del self._starts[0], self._ends[0]  # a window's few dozen: shifting them is cheap
-            self._total = self._total.remove(leaving, self._presence)
+            total = total.remove(leaving, self._presence)
         self._changes += 1
         if self._changes >= self.REBUILD_EVERY:
             self._changes = 0
-            self._total = sum_intervals(unpack_interval(kept) for kept in self._intervals)
+            total = sum_intervals(unpack_interval(kept) for kept in self._intervals)
+        total = replace(total, start=self._starts[0], end=self._ends[-1])
+        self._total = pack_window(total)
+        return total
 
     def total(self) -> Window | None:
-        if not self._intervals or self._total is None:
-            return None
-        return replace(self._total, start=self._starts[0], end=self._ends[-1])
+        """The sum of the intervals in the window, unpacked anew at each call."""
+        return unpack_window(self._total) if self._intervals and self._total else None
 
 
 def aligned_start(t: float, length: float) -> float:
