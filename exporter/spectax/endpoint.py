@@ -250,10 +250,11 @@ class EndpointMonitor:
         """The open (partial) window and the cursor: for the store after every scrape, so that
         a restart (kill -9, a reboot) resumes the window where the last scrape left it even
         when the engine restarted meanwhile, and at a graceful stop."""
-        if self._aligned.open is None or self._last is None:
+        open_window = self._aligned.open
+        if open_window is None or self._last is None:
             return None
-        open_window = self._assessed(self._aligned.open, closed=False)
-        return pending_write(self.config.name, [open_window], self._last)
+        assessed = self._assessed(open_window, closed=False)
+        return pending_write(self.config.name, [assessed], self._last)
 
     def close_due(self, now: float) -> PendingWrite | None:
         """Close the open window once its end has passed although no scrape succeeded."""

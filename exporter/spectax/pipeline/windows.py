@@ -7,6 +7,7 @@ of intervals, so the two can never disagree.
 
 from __future__ import annotations
 
+import math
 from array import array
 from collections import deque
 from collections.abc import Iterable
@@ -204,29 +205,43 @@ class AlignedWindows:
 
     Whole intervals are never split across windows, so counter sums stay
     exact integers; an interval that spans a boundary (a scrape gap) lands in
-    the later window. `add()` returns the windows it closed.
+    the later window. `add()` returns the windows it closed. The open window waits packed
+    between scrapes, as the sliding window's sum does (~2.7 KB of objects an endpoint).
     """
 
     def __init__(self, length: float, open_window: Window | None = None):
         self.length = length
-        self.open: Window | None = open_window
+        self._open: bytes | None = None
+        self._open_end = math.inf
+        if open_window is not None:
+            self._keep(open_window)
+
+    @property
+    def open(self) -> Window | None:
+        """The open window, unpacked anew at each call."""
+        return unpack_window(self._open) if self._open is not None else None
 
     def add(self, interval: Interval) -> list[Window]:
         start = aligned_start(interval.end, self.length)
         if interval.end == start and interval.seconds > 0:
             start -= self.length  # an interval ending on the boundary belongs to the earlier window
         closed: list[Window] = []
-        if self.open is not None and self.open.start != start:
-            closed.append(self.open)
-            self.open = None
-        if self.open is None:
-            self.open = Window(start=start, end=start + self.length)
-        self.open = self.open.add(interval)
+        current = self.open
+        if current is not None and current.start != start:
+            closed.append(current)
+            current = None
+        if current is None:
+            current = Window(start=start, end=start + self.length)
+        self._keep(current.add(interval))
         return closed
 
     def due(self, now: float) -> list[Window]:
         """Close the open window once its end has passed, even when no scrape arrives."""
-        if self.open is not None and now >= self.open.end:
-            closed, self.open = self.open, None
+        if self._open is not None and now >= self._open_end:
+            closed = unpack_window(self._open)
+            self._open, self._open_end = None, math.inf
             return [closed]
         return []
+
+    def _keep(self, window: Window) -> None:
+        self._open, self._open_end = pack_window(window), window.end
