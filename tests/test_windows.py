@@ -244,3 +244,37 @@ def test_every_declared_counter_is_stored_in_its_columns_and_read_back() -> None
     for table in (WindowRow, HourlyRow, DailyRow):
         assert set(columns) <= set(table.__table__.columns.keys()), table.__tablename__
     assert counts_from_row(WindowRow(**columns)) == counts
+
+
+@pytest.mark.parametrize(
+    "engine, directory",
+    [
+        ("vllm", "vllm-0.32.0"),
+        ("sglang", "sglang-0.5.23"),
+        ("tgi", "tgi-3.3.6"),
+        ("trtllm", "trtllm-050f80d"),
+        ("llamacpp", "llamacpp-11434.0.0"),
+    ],
+)
+def test_every_recorded_pages_sample_comes_back_from_its_packing(
+    engine: str, directory: str
+) -> None:
+    """Between scrapes an endpoint keeps its last page's sample packed (the cursor the next
+    interval starts from): unpacked, it must be the sample that was parsed, field for field,
+    histograms, per-position counts and settings included."""
+    from pathlib import Path
+
+    from spectax.engines.base import ParseError
+    from spectax.pipeline.packing import pack_sample, unpack_sample
+
+    parse_page = get_parser(engine)
+    pages = sorted((Path(__file__).parent / "fixtures" / directory).glob("*.txt"))
+    checked = 0
+    for path in pages:
+        try:
+            parsed = parse_page(path.read_text())
+        except ParseError:
+            continue  # INDEX.txt and the like
+        assert unpack_sample(pack_sample(parsed)) == parsed, path.name
+        checked += bool(parsed.models)
+    assert checked >= 2

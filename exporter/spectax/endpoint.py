@@ -33,6 +33,7 @@ from spectax.engines.base import EngineSample, ParseError
 from spectax.gpus import GpuSpec, RooflinePrior
 from spectax.health import LogOnce
 from spectax.pipeline.intervals import Interval, interval_between
+from spectax.pipeline.packing import pack_sample, unpack_sample
 from spectax.pipeline.windows import AlignedWindows, SlidingWindow, Window
 from spectax.scrape import ScrapeError
 from spectax.store import Restored
@@ -98,7 +99,12 @@ class EndpointMonitor:
         self._health = LogOnce(log, "endpoint", config.name)
         self._clean_models: frozenset[str] = frozenset()  # checked for secrets ...
         self._clean_against = -1  # ... when this many secrets were registered
-        self._last = restored.cursor
+        # The last page's time and sample, packed (spectax.pipeline.packing): the next
+        # interval starts from it; its draft overhead (TensorRT-LLM's) kept apart, unpacked.
+        self._last: tuple[float, bytes] | None = None
+        self._draft_overhead: float | None = None
+        if restored.cursor is not None:
+            self._keep_cursor(*restored.cursor)
         self._sliding = SlidingWindow(window_seconds)
         self._aligned = AlignedWindows(window_seconds, restored.open_window)
         self._control_window = control_window
@@ -177,9 +183,7 @@ class EndpointMonitor:
         """The parameters to assess `window` under (its own roofline, if it is the source)."""
         spec = self.config.speculation
         # TensorRT-LLM measures its draft overhead: the c it implies beats a configured one.
-        models = self._last[1].models.values() if self._last else ()
-        overhead = max((m.draft_overhead for m in models if m.draft_overhead), default=None)
-        measured = economics.draft_cost_from_overhead(overhead, window)
+        measured = economics.draft_cost_from_overhead(self._draft_overhead, window)
         return economics.Parameters(
             draft_cost_ratio=measured if measured is not None else spec.cost_ratio if spec else 0.0,
             step_model=self.step_model(window),
@@ -214,10 +218,10 @@ class EndpointMonitor:
                 "--disable-log-stats?); spend is still accrued",
                 self.config.name,
             )
-        previous = self._last
-        closed, window = self._observe(now, sample, None)
+        first = self._last is None
+        previous, closed, window = self._observe(now, sample, None)
         self._publish(now, sample, duration, window)
-        if previous is None:  # the baseline: a crash before the first window closes resumes here
+        if first:  # the baseline: a crash before the first window closes resumes here
             return pending_write(self.config.name, [], (now, sample))
         if not closed:
             return None
@@ -229,10 +233,10 @@ class EndpointMonitor:
         """Feed a whole window (fleet mode); one the store already has is skipped."""
         if self._last is not None and interval.end <= self._last[0]:
             return None
-        closed, window = self._observe(interval.end, sample, interval)
+        _, closed, window = self._observe(interval.end, sample, interval)
         self.calibrate(due := self._aligned.due(interval.end))
         self._publish(interval.end, sample, 0.0, window)
-        return pending_write(self.config.name, map(self._assessed, closed + due), self._last)
+        return pending_write(self.config.name, map(self._assessed, closed + due), self.cursor())
 
     def observe_failure(self, error: ScrapeError, duration: float) -> None:
         self._health.failed("scrape failed (%s): %s", error.reason, error)
@@ -254,7 +258,7 @@ class EndpointMonitor:
         if open_window is None or self._last is None:
             return None
         assessed = self._assessed(open_window, closed=False)
-        return pending_write(self.config.name, [assessed], self._last)
+        return pending_write(self.config.name, [assessed], self.cursor())
 
     def close_due(self, now: float) -> PendingWrite | None:
         """Close the open window once its end has passed although no scrape succeeded."""
@@ -262,7 +266,7 @@ class EndpointMonitor:
         if not closed or self._last is None:
             return None
         self.calibrate(closed)
-        return pending_write(self.config.name, map(self._assessed, closed), self._last)
+        return pending_write(self.config.name, map(self._assessed, closed), self.cursor())
 
     def calibrate(self, windows: Iterable[Window]) -> None:
         """Feed closed windows (at start-up: the store's recent ones) to the plain curve's
@@ -300,14 +304,25 @@ class EndpointMonitor:
         self._clean_models = frozenset(names)
         return False
 
+    def cursor(self) -> tuple[float, EngineSample] | None:
+        """The last page's time and sample, where a restart resumes: unpacked at each call."""
+        return None if self._last is None else (self._last[0], unpack_sample(self._last[1]))
+
+    def _keep_cursor(self, now: float, sample: EngineSample) -> None:
+        self._last = (now, pack_sample(sample))
+        overheads = (m.draft_overhead for m in sample.models.values() if m.draft_overhead)
+        self._draft_overhead = max(overheads, default=None)
+
     def _observe(
         self, now: float, sample: EngineSample, fed: Interval | None
-    ) -> tuple[list[Window], Window | None]:
-        """Add the interval since the last sample, or `fed`; returns the windows it closed and
-        the sliding window's sum (None before the second sample)."""
-        last, self._last = self._last, (now, sample)
+    ) -> tuple[tuple[float, EngineSample] | None, list[Window], Window | None]:
+        """Add the interval since the last sample, or `fed`; returns the last sample (the
+        cursor before), the windows it closed and the sliding window's sum (None before the
+        second sample)."""
+        last = self.cursor()
+        self._keep_cursor(now, sample)
         if last is None and fed is None:
-            return [], None
+            return None, [], None
         interval = fed or interval_between(last[1], sample, last[0], now)  # type: ignore[index]
         cold_start = None
         if interval.restarted:
@@ -339,7 +354,7 @@ class EndpointMonitor:
         )
         closed = self._aligned.add(interval)
         self.calibrate(closed)
-        return closed, window
+        return last, closed, window
 
     def _assessed(self, window: Window, closed: bool = True) -> AssessedWindow:
         """A history window with its economics, under the parameters now in force; a closed

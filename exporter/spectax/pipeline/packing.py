@@ -1,5 +1,6 @@
-"""The sliding window's memory layout: intervals packed while they wait to leave the window,
-and the window's running total packed between scrapes (spectax.pipeline.windows).
+"""What an endpoint keeps between scrapes, packed: the intervals waiting to leave the sliding
+window, the window's running total and the open history window (spectax.pipeline.windows),
+and the last page's sample, the cursor the next interval starts from.
 
 With 2,000 endpoints and 20 intervals each in the default 5-minute window, 40,000
 intervals wait. A packed interval is one bytes object, which the garbage collector never
@@ -32,12 +33,13 @@ import math
 import zlib
 from array import array
 from collections.abc import Callable, Sequence
+from dataclasses import fields
 from decimal import Decimal
 from itertools import chain
 from operator import attrgetter, call
 from typing import Any
 
-from spectax.engines.base import COUNTERS, Histogram
+from spectax.engines.base import COUNTERS, EngineSample, Histogram, ModelSample
 from spectax.pipeline.counts import GAUGES, Counts, SpanKind
 from spectax.pipeline.intervals import Interval
 
@@ -110,6 +112,42 @@ def unpack_interval(packed: PackedInterval) -> Interval:
     )
 
 
+_SAMPLES = Deflater()
+_sample_fields = attrgetter(*(f.name for f in fields(ModelSample)))
+#: Where the histograms are among a model sample's fields: packed as (sum, count, the
+#: number of the bound list or the bounds, the counts' bytes).
+_SAMPLE_HISTOGRAMS = tuple(
+    i
+    for i, f in enumerate(fields(ModelSample))
+    if f.name in {c.name for c in COUNTERS if c.kind == "histogram"}
+)
+
+
+def pack_sample(sample: EngineSample) -> bytes:
+    """A page's sample as one bytes object: ~0.2 KB, not ~2.2 KB of objects."""
+    models = []
+    for name, model in sample.models.items():
+        values = list(_sample_fields(model))
+        for i in _SAMPLE_HISTOGRAMS:
+            if (h := values[i]) is not None:
+                values[i] = (h.sum, h.count, _bound_list_ref(h.bounds), h.counts)
+        models.append((name, tuple(values)))
+    return _SAMPLES.pack((sample.engine, sample.process_start_time_seconds, tuple(models)))
+
+
+def unpack_sample(packed: bytes) -> EngineSample:
+    engine, process_start, models = _SAMPLES.unpack(packed)
+    unpacked = {}
+    for name, fields_packed in models:
+        values = list(fields_packed)
+        for i in _SAMPLE_HISTOGRAMS:
+            if (h := values[i]) is not None:
+                total, count, bounds, counts = h
+                values[i] = Histogram.of(total, count, _bound_list(bounds), counts)
+        unpacked[name] = ModelSample(*values)
+    return EngineSample(engine, unpacked, process_start)
+
+
 def pack_models(models: dict[str, Counts]) -> tuple[tuple[str, bytes], ...]:
     return tuple((name, pack_counts(counts)) for name, counts in models.items())
 
@@ -149,19 +187,29 @@ def _put_optional(value: float | None) -> tuple[float]:
     return (_NAN if value is None else value,)
 
 
+def _bound_list_ref(bounds: tuple[float, ...]) -> int | tuple[float, ...]:
+    """The number of a bound list in the table, or the bounds themselves once it is full."""
+    number = _BOUND_NUMBERS.get(bounds)
+    if number is None and len(_BOUND_LISTS) < MAX_BOUND_LISTS:
+        number = _BOUND_NUMBERS[bounds] = len(_BOUND_LISTS)
+        _BOUND_LISTS.append(bounds)
+    return bounds if number is None else number
+
+
+def _bound_list(ref: int | tuple[float, ...]) -> tuple[float, ...]:
+    return _BOUND_LISTS[ref] if isinstance(ref, int) else ref
+
+
 def _put_histogram(value: Histogram | None) -> Sequence[float]:
     """Sum, count, the number of buckets, the number of the bound list (-1: the bounds
     follow), then each bucket's count."""
     if value is None:
         return (_NAN, _NAN, 0.0)
     head = (value.sum, value.count, float(len(value.bounds)))
-    number = _BOUND_NUMBERS.get(value.bounds)
-    if number is None and len(_BOUND_LISTS) < MAX_BOUND_LISTS:
-        number = _BOUND_NUMBERS[value.bounds] = len(_BOUND_LISTS)
-        _BOUND_LISTS.append(value.bounds)
-    if number is None:
-        return (*head, -1.0, *value.bounds, *value.bucket_counts())
-    return (*head, float(number), *value.bucket_counts())
+    ref = _bound_list_ref(value.bounds)
+    if isinstance(ref, tuple):
+        return (*head, -1.0, *ref, *value.bucket_counts())
+    return (*head, float(ref), *value.bucket_counts())
 
 
 def _put_positions(value: tuple[float, ...]) -> tuple[float, ...]:
