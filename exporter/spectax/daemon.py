@@ -27,9 +27,10 @@ from pathlib import Path
 import aiohttp
 from prometheus_client import CollectorRegistry
 
+from spectax.allocator import one_malloc_arena
 from spectax.billing.coordinator import BillingService
 from spectax.config import ConfigError, Settings
-from spectax.endpoint import CALIBRATION_POINTS, EndpointMonitor, EndpointSnapshot, endpoint_states
+from spectax.endpoint import CALIBRATION_POINTS, EndpointMonitor, EndpointSnapshot
 from spectax.endpoint_config import EndpointConfig
 from spectax.exposition.collector import ReloadStatus, SnapshotCollector, StoreStatus
 from spectax.exposition.text import Page
@@ -39,7 +40,7 @@ from spectax.reload import endpoint_changes, read_new_configuration, sources_cha
 from spectax.schedule import Jobs, ScrapeSchedule, finish_tasks
 from spectax.scrape import ScrapeError, fetch, lift_open_files_limit, metrics_url, scrape_session
 from spectax.sources.fleet import Fleet
-from spectax.status import StatusHistory, render_status_page
+from spectax.status import StatusHistory, endpoint_states, render_status_page
 from spectax.store import Store
 from spectax.store.pending import PendingWrite
 from spectax.store.writer import StoreWriter
@@ -145,6 +146,7 @@ class Daemon:
         the database refuses is quarantined, not retried), then drains behind;
         the monitors resume from the store overlaid with what is still queued.
         """
+        one_malloc_arena()  # before any thread is started: spectax.allocator
         app = make_app(
             self.registry,
             lambda: self._ready,

@@ -33,7 +33,7 @@ from spectax.engines.base import EngineSample, ParseError
 from spectax.gpus import GpuSpec, RooflinePrior
 from spectax.health import LogOnce
 from spectax.pipeline.intervals import Interval, interval_between
-from spectax.pipeline.packing import pack_sample, unpack_sample
+from spectax.pipeline.packing import Cursor
 from spectax.pipeline.windows import AlignedWindows, SlidingWindow, Window
 from spectax.scrape import ScrapeError
 from spectax.store import Restored
@@ -99,22 +99,16 @@ class EndpointMonitor:
         self._health = LogOnce(log, "endpoint", config.name)
         self._clean_models: frozenset[str] = frozenset()  # checked for secrets ...
         self._clean_against = -1  # ... when this many secrets were registered
-        # The last page's time and sample, packed (spectax.pipeline.packing): the next
-        # interval starts from it; its draft overhead (TensorRT-LLM's) kept apart, unpacked.
-        self._last: tuple[float, bytes] | None = None
-        self._draft_overhead: float | None = None
-        if restored.cursor is not None:
-            self._keep_cursor(*restored.cursor)
+        self._last = Cursor.of(*restored.cursor) if restored.cursor is not None else None
         self._sliding = SlidingWindow(window_seconds)
         self._aligned = AlignedWindows(window_seconds, restored.open_window)
         self._control_window = control_window
         self._control_curve = control_curve
         self._profile = profile
         self._baseline = baseline
-        # The step overheads its windows implied against the control's curve: their median
-        # is the h of the profile this endpoint teaches (config `profile:` with a `control:`).
-        # An array, not a deque(maxlen=...): an empty deque is 760 bytes, ~1.5 MB at 2,000
-        # endpoints that mostly never learn a profile.
+        # The step overheads its windows implied against the control's curve: their median is
+        # the h of the profile this endpoint teaches (config `profile:` with a `control:`). An
+        # array: an empty deque is 760 bytes, ~1.5 MB at 2,000 endpoints that mostly never learn.
         self.implied_overheads = array("d")
         self.calibration = PlainCalibration(
             config.name, CALIBRATION_POINTS, config.calibration_min_windows
@@ -183,7 +177,8 @@ class EndpointMonitor:
         """The parameters to assess `window` under (its own roofline, if it is the source)."""
         spec = self.config.speculation
         # TensorRT-LLM measures its draft overhead: the c it implies beats a configured one.
-        measured = economics.draft_cost_from_overhead(self._draft_overhead, window)
+        overhead = self._last.draft_overhead if self._last is not None else None
+        measured = economics.draft_cost_from_overhead(overhead, window)
         return economics.Parameters(
             draft_cost_ratio=measured if measured is not None else spec.cost_ratio if spec else 0.0,
             step_model=self.step_model(window),
@@ -231,7 +226,7 @@ class EndpointMonitor:
 
     def observe_interval(self, interval: Interval, sample: EngineSample) -> PendingWrite | None:
         """Feed a whole window (fleet mode); one the store already has is skipped."""
-        if self._last is not None and interval.end <= self._last[0]:
+        if self._last is not None and interval.end <= self._last.time:
             return None
         _, closed, window = self._observe(interval.end, sample, interval)
         self.calibrate(due := self._aligned.due(interval.end))
@@ -306,12 +301,7 @@ class EndpointMonitor:
 
     def cursor(self) -> tuple[float, EngineSample] | None:
         """The last page's time and sample, where a restart resumes: unpacked at each call."""
-        return None if self._last is None else (self._last[0], unpack_sample(self._last[1]))
-
-    def _keep_cursor(self, now: float, sample: EngineSample) -> None:
-        self._last = (now, pack_sample(sample))
-        overheads = (m.draft_overhead for m in sample.models.values() if m.draft_overhead)
-        self._draft_overhead = max(overheads, default=None)
+        return None if self._last is None else self._last.unpacked()
 
     def _observe(
         self, now: float, sample: EngineSample, fed: Interval | None
@@ -320,7 +310,7 @@ class EndpointMonitor:
         cursor before), the windows it closed and the sliding window's sum (None before the
         second sample)."""
         last = self.cursor()
-        self._keep_cursor(now, sample)
+        self._last = Cursor.of(now, sample)
         if last is None and fed is None:
             return None, [], None
         interval = fed or interval_between(last[1], sample, last[0], now)  # type: ignore[index]
@@ -407,9 +397,3 @@ class EndpointMonitor:
             capacities=capacities,
             step_model=params.step_model,
         )
-
-
-def endpoint_states(snapshots: Mapping[str, EndpointSnapshot]) -> list[tuple[str, bool, str]]:
-    """For the landing page, scraped and fleet endpoints alike; a target that echoes a
-    credential into its page is blanked."""
-    return [(n, s.up, logs.blank_secrets(s.last_error or "")) for n, s in snapshots.items()]

@@ -7,6 +7,6 @@ Nothing here does I/O: the handler only formats what is already in memory.
 """
 
 from spectax.status.history import StatusHistory
-from spectax.status.page import render_status_page
+from spectax.status.page import endpoint_states, render_status_page
 
-__all__ = ["StatusHistory", "render_status_page"]
+__all__ = ["StatusHistory", "endpoint_states", "render_status_page"]

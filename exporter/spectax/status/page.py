@@ -329,3 +329,9 @@ def _usd(value: float | None, unpriced: bool, signed: bool = False, unit: str = 
 
 def _clock(at: float) -> str:
     return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def endpoint_states(snapshots: Mapping[str, EndpointSnapshot]) -> list[tuple[str, bool, str]]:
+    """For the landing page, scraped and fleet endpoints alike; a target that echoes a
+    credential into its page is blanked."""
+    return [(n, s.up, logs.blank_secrets(s.last_error or "")) for n, s in snapshots.items()]
