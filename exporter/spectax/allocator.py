@@ -5,7 +5,7 @@ own (up to eight a core), and each arena keeps what its thread freed for that th
 spectax's other threads are the `/metrics` worker (it joins and compresses the page about
 a megabyte at a time, web.py), SQLite's and the resolver's: at 2,000 endpoints their
 arenas held ~5 MiB of the daemon's peak memory that the main arena would have reused
-(bench/README "One malloc arena"). One arena costs them no lock worth the name: the event
+(bench/README "Under 150 MiB"). One arena costs them no lock worth the name: the event
 loop allocates while it holds the GIL, and the worker compresses outside it, in buffers
 allocated once. It is what `MALLOC_ARENA_MAX=1` does; an operator's own setting of that
 variable is left in force.

@@ -68,8 +68,8 @@ def scrape_session() -> aiohttp.ClientSession:
     No keep-alive: a scrape closes its connection when the page is read. vLLM's server
     (uvicorn) drops an idle connection after 5 s, before the next scrape of a 15 s
     interval could use it, and until aiohttp noticed, each dead connection sat in its
-    pool: ~9 MiB of the daemon's peak memory at 2,000 endpoints (bench/README "No idle
-    connections"). The price is a new connection (and TLS handshake) per scrape, which
+    pool: ~9 MiB of the daemon's peak memory at 2,000 endpoints (bench/README "Under
+    150 MiB"). The price is a new connection (and TLS handshake) per scrape, which
     those targets cost anyway."""
     return aiohttp.ClientSession(
         timeout=aiohttp.ClientTimeout(total=None),

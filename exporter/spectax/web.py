@@ -133,7 +133,7 @@ def gzip_parts(parts: Iterable[bytes]) -> bytes:
     """One gzip member of `parts` in order, its header's time 0 so that the same page
     compresses to the same bytes. ISA-L's deflate at level 1, not zlib's: a 9 MB page in
     ~5 ms rather than ~22, a little smaller, and the GIL released as zlib's is (the read's
-    largest cost at 2,000 endpoints: bench/README "The page compressed by ISA-L")."""
+    largest cost at 2,000 endpoints: bench/README "Under 150 MiB")."""
     compressor = isal_zlib.compressobj(1, zlib.DEFLATED, 16 + zlib.MAX_WBITS)  # 16+: gzip
     out = [compressor.compress(part) for part in parts]
     out.append(compressor.flush())
