@@ -123,6 +123,10 @@ class Profile:
     plain: PlainCurve | None = None
     points: int = 0
     mean_abs_error_ratio: float | None = None
+    #: The speculative method it was learned with (ngram, eagle, draft_model, ...); None
+    #: when not recorded. h and c are the method's: another method takes only B* and the
+    #: plain curve from it.
+    method: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

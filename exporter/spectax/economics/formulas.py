@@ -66,6 +66,30 @@ def draft_cost_ratio_for(
     return None
 
 
+#: The least a speculative step can cost beyond a plain one's fixed part, as a share of it
+#: (h_min, docs/economics.md "The floor under h"). Every method runs its proposer and the
+#: rejection sampler on every step, whether it drafts or not: 1% of a step is a floor far
+#: under every h measured (0.3-2.5 on live vLLM here, bench/README.md), never a guess of h.
+MIN_STEP_OVERHEAD_RATIO = 0.01
+
+
+def step_overhead_floor(
+    method: str | None, draft_params: float | None = None, target_params: float | None = None
+) -> float:
+    """h_min for a method: `MIN_STEP_OVERHEAD_RATIO`, or more for a drafter of known size.
+
+    A draft model (or an EAGLE/MTP/Medusa head) runs a forward pass over the tokens the
+    target accepted on every step, to keep its own state in step: one read of its weights
+    a step, whatever K. Memory-bound, a pass costs its weight reads, so h is at least the
+    drafter's share of the target's weights, `draft_params / target_params` (the drafting
+    passes themselves are `c`, per draft token). None of it without a speculative method.
+    """
+    if method is None:
+        return 0.0
+    share = draft_params / target_params if draft_params and target_params else 0.0
+    return max(MIN_STEP_OVERHEAD_RATIO, share)
+
+
 # ---------------------------------------------------------------- §2 speculation
 
 
