@@ -127,10 +127,11 @@ def test_a_window_without_drafts_pays_the_overhead(b, b_star, c, h, g) -> None:
 
 
 @settings(max_examples=15, deadline=None)
-@given(b_star=st.floats(4.0, 512.0), h=st.floats(0.0, 3.0), tau=st.floats(1.5, 4.0))
+@given(b_star=st.floats(4.0, 512.0), h=st.floats(0.01, 3.0), tau=st.floats(1.5, 4.0))
 def test_fit_sweep_recovers_noise_free_parameters(b_star, h, tau) -> None:
     """A sweep from 1 to 4096 requests spans every ridge in the box; K = 4 > h keeps the
-    curve from being flat (at K = h, S does not depend on B and B* cannot be read)."""
+    curve from being flat (at K = h, S does not depend on B and B* cannot be read). h from
+    its floor (0.01, `MIN_STEP_OVERHEAD_RATIO`): the fit never goes under it."""
     rows = [
         SweepRow(b, F.speedup_per_step(tau, 4, b, b_star, 0.0, h), tau, 4)
         for b in (2**i for i in range(13))
