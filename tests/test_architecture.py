@@ -18,7 +18,14 @@ import pytest
 
 SOURCE = Path(__file__).parent.parent / "exporter"
 PACKAGE = SOURCE / "spectax"
-MAX_LINES = 400
+MAX_FUNCTION_LINES = 100
+#: Functions over the budget when it was set (issue 33 cuts them): their length then, a ceiling.
+OVER_BUDGET = {
+    "engines/vllm.py:parse": 183,
+    "report/build.py:build_report": 102,
+    "report/recommend.py:_recommend": 179,
+    "simulate/page.py:_build_segments": 282,
+}
 DATA_FILES = ("store/migrations/", "simulate/profiles.py")  # data, not code: no length cap
 
 
@@ -146,17 +153,22 @@ def test_imports_follow_the_house_rules(name: str) -> None:
     assert not broken, "\n".join(broken)
 
 
-def test_no_source_file_is_over_400_lines() -> None:
-    """A file that long holds more than one concern; data files are exempt."""
-    too_long = []
+def test_no_function_is_over_its_budget() -> None:
+    """A function longer than 100 lines does more than one thing; a file may be as long as
+    its one concern needs (a file cap once moved code "so X stays under 400 lines"). The
+    functions already over it may shrink, never grow; none may join them."""
+    over = []
     for path in sorted(PACKAGE.rglob("*.py")):
         inside = path.relative_to(PACKAGE).as_posix()
         if inside.startswith(DATA_FILES):
             continue
-        lines = len(path.read_text(encoding="utf-8").splitlines())
-        if lines > MAX_LINES:
-            too_long.append(f"exporter/spectax/{inside}: {lines} lines (at most {MAX_LINES})")
-    assert not too_long, "\n".join(too_long)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                budget = OVER_BUDGET.get(f"{inside}:{node.name}", MAX_FUNCTION_LINES)
+                if lines > budget:
+                    over.append(f"exporter/spectax/{inside}:{node.name}: {lines} lines ({budget})")
+    assert not over, "\n".join(over)
 
 
 def test_the_reader_sees_every_kind_of_import() -> None:

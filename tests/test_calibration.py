@@ -12,6 +12,7 @@ import pytest
 from conftest import page
 from spectax.config import validate
 from spectax.economics import PlainCurve, fit_plain_curve, plain_point
+from spectax.economics.counterfactual import fit_or_refusal
 from spectax.economics.calibration import CHEAP_FIT_POINTS, REFIT_EVERY, StepPoint
 from spectax.endpoint import CALIBRATION_POINTS, EndpointMonitor
 from spectax.engines.base import Histogram
@@ -49,13 +50,16 @@ def test_sound_fit_gives_b_star_and_its_spread() -> None:
     assert fit.covers(8.0 / 2) and fit.covers(128.0 * 2) and not fit.covers(128.0 * 2.1)
 
 
-def test_points_at_one_load_give_a_flat_curve_used_only_near_it() -> None:
+def test_points_at_one_load_are_refused_not_stored_as_a_flat_curve() -> None:
     """A control at constant load says what plain decoding costs at that load, not how it
-    grows: a flat curve, read within 25% of the load it saw."""
-    fit = fit_plain_curve(points_on_line(0.02, 0.0, [31.0, 32, 33, 34] * 3), 8, 1.5)
-    assert fit is not None and fit.per_token_seconds == 0 and fit.ridge_batch is None
-    assert fit.seconds_per_token(32) == pytest.approx(0.02)
-    assert fit.covers(32 * 1.2) and not fit.covers(34 * 1.3)
+    grows: a flat line has B* = inf, which the demo once logged as "plain curve fitted" and
+    showed as a source. It is refused, with why."""
+    points = points_on_line(0.02, 0.0, [31.0, 32, 33, 34] * 3)
+    assert fit_plain_curve(points, 8, 1.5) is None
+    why = fit_or_refusal(points, 8, 1.5)
+    assert isinstance(why, str) and "did not spread" in why and "31.0-34.0" in why
+    level = points_on_line(0.02, 0.0, [8.0, 12, 16, 24, 32, 48, 64, 96, 128])  # slope 0
+    assert isinstance(fit_or_refusal(level, 8, 1.5), str)
 
 
 @pytest.mark.parametrize(
@@ -88,6 +92,11 @@ def test_only_windows_without_speculation_are_plain_points() -> None:
         time_per_output_token=Histogram(sum=0.4, count=20),
     )
     assert plain_point(Window(start=0, end=300, seconds=300, models={"m": speculating})) is None
+    # SGLang and TGI count verify steps but no drafted tokens: they speculate all the same
+    steps_only = Counts(
+        generation_tokens=1000, drafts=300, time_per_output_token=Histogram(sum=0.4, count=20)
+    )
+    assert plain_point(Window(start=0, end=300, seconds=300, models={"m": steps_only})) is None
     few = Counts(generation_tokens=10, time_per_output_token=Histogram(sum=0.1, count=3))
     assert plain_point(Window(start=0, end=300, seconds=300, models={"m": few})) is None
 

@@ -23,9 +23,17 @@ WORKED = [
 
 
 def known(b_star: float, h: float = 0.0) -> StepModel:
-    """Parameters known exactly (a sweep profile fitted without error): the band is the point,
-    so the verdict follows S alone, as §6's examples state it."""
-    return StepModel(ridge_batch=b_star, step_overhead_ratio=h, source="sweep", relative_error=0.0)
+    """Parameters known exactly (a sweep profile of this method fitted without error): the
+    band is the point, so the verdict follows S alone, as §6's examples state it. §6 is
+    §3's formula, h = 0: the floor under h is a property of a method, lowered here to 0."""
+    return StepModel(
+        ridge_batch=b_star,
+        step_overhead_ratio=h,
+        source="sweep",
+        relative_error=0.0,
+        step_overhead_floor=0.0,
+        overhead_known=True,
+    )
 
 
 PARAMS = Parameters(draft_cost_ratio=C, step_model=known(B_STAR))
@@ -349,8 +357,46 @@ def test_position_acceptance_and_recommendation_in_assess() -> None:
     res = E.assess_model("m", traffic(b=64, per_pos=per_pos), PARAMS, TEN_USD)
     assert res.position_acceptance_ratio == pytest.approx((0.95, 0.85, 0.7, 0.5))
     assert res.recommended_speculative_tokens == 2  # alpha* = 0.716667
+    assert res.recommended_speedup_ratio > res.speedup_in_force  # K = 2 beats the K = 4 run
     low = E.assess_model("m", traffic(b=1, per_pos=per_pos), PARAMS, TEN_USD)
-    assert low.recommended_speculative_tokens == 5  # all clear 0.0803; 0.5*0.5/0.7 does too
+    # Every position pays at B = 1, but a fifth was never drafted: its acceptance would be a
+    # guess (the old rule extrapolated one, 0.5 * 0.5 / 0.7, and said "raise K to 5").
+    assert (low.speculative_tokens, low.recommended_speculative_tokens) == (4, 4)
+    assert low.recommended_speedup_ratio == low.speedup_in_force
+
+
+def test_a_recommended_draft_length_predicts_at_the_window_own_speedup_when_kept() -> None:
+    """The per-step what-if at the K a window ran, with its share of drafting steps, is the
+    window's own modelled speedup: so "K = 2 beats K = 4" compares like with like."""
+    per_pos = (190.0, 170.0, 140.0, 100.0)
+    for b in (1.0, 8.0, 64.0):
+        for dr, f_steps in ((200.0, 400.0), (100.0, 400.0)):  # every step drafts, or a quarter
+            a = sum(per_pos) * dr / 200.0
+            g = f_steps + a
+            t = traffic(
+                g=g, a=a, dt=4 * dr, b=b, dr=dr, per_pos=tuple(x * dr / 200 for x in per_pos)
+            )
+            res = E.assess_model("m", t, PARAMS, TEN_USD)
+            tau = 1 + sum(res.position_acceptance_ratio)
+            again = E.speedup_per_step(tau, 4, b, B_STAR, C, 0.0, dr / (g - a))
+            assert again == pytest.approx(res.speedup_ratio)
+
+
+def test_a_measured_tax_recommends_turning_it_off_and_shows_no_impossible_break_even() -> None:
+    """assess --control on real n-gram pages once said TAX (measured 0.597), a break-even of
+    2.76 and "raise K to 5". With the h the measurement implies, no acceptance pays at this
+    load and no K observed beats plain decoding: break-even is not shown, K = 0."""
+    per_pos = (190.0, 170.0, 140.0, 100.0)
+    params = Parameters(draft_cost_ratio=0.0, step_model=StepModel(ridge_batch=B_STAR))
+    res = E.assess_model("m", traffic(b=1, per_pos=per_pos), params, TEN_USD, 0.597)
+    assert (res.verdict, res.verdict_basis) == ("tax", "measured")
+    assert res.breakeven_acceptance_ratio is None and res.no_acceptance_pays
+    assert res.recommended_speculative_tokens == 0
+    assert res.crossover_concurrency_requests is None  # it pays at no load
+    # the implied h is what makes the model say 0.597
+    h = res.step_overhead_ratio
+    assert E.modelled_speedup(G, 600.0, 800.0, 1.0, B_STAR, 0.0, h) == pytest.approx(0.597)
+    assert res.breakeven_step_overhead_ratio < h
 
 
 # ---------------------------------------------------------------- 5. draft cost ratio
@@ -395,12 +441,21 @@ def test_a_window_that_proposed_nothing_is_priced_as_a_tax(b, h) -> None:
 
 
 def test_configured_parameters_give_a_wide_band_and_an_honest_uncertain() -> None:
-    """With nothing measured, B* is known within x4 and h within [0, 3]: row 2 of §6 (S = 1.03
-    at the configured B* = 32 and h = 0) could be anything from a tax to a gain: uncertain."""
+    """With nothing measured, B* is known within x4 and h from its floor h_min to 3: row 2 of
+    §6 (S = 1.03 at the configured B* = 32 and h = 0, which the floor lifts to 0.01) could be
+    anything from a tax to a gain: uncertain."""
     configured = StepModel(ridge_batch=B_STAR, step_overhead_ratio=0.0)
     params = Parameters(draft_cost_ratio=C, step_model=configured)
     res = E.assess_model("m", traffic(b=64), params, TEN_USD)
-    assert res.speedup_ratio == pytest.approx(1.027397, abs=TOL)
+    h_min = E.MIN_STEP_OVERHEAD_RATIO
+    assert res.speedup_ratio == pytest.approx(E.modelled_speedup(G, 600, 800, 64, B_STAR, C, h_min))
+    corners = [
+        E.modelled_speedup(G, 600, 800, 64, b_star, C, h)
+        for b_star in (B_STAR / 4, B_STAR * 4)
+        for h in (h_min, 3.0)
+    ]
+    assert res.speedup_low_ratio == pytest.approx(min(corners))
+    assert res.speedup_high_ratio == pytest.approx(max(corners))
     assert res.speedup_low_ratio < 1 < res.speedup_high_ratio
     assert (res.verdict, res.verdict_basis, res.model_source) == (
         "uncertain",
@@ -458,5 +513,20 @@ def test_the_default_step_overhead_prices_a_window_that_proposed_nothing_as_a_ta
     res = E.assess_model("m", traffic(a=0.0, dt=0.0, dr=0.0, b=4.0), params, TEN_USD)
     r = B_STAR / 4.0
     assert res.speedup_ratio == pytest.approx((r + 1) / (r * 1.1 + 1))
-    assert res.speedup_high_ratio == pytest.approx(1.0)  # h = 0: it cost nothing at best
-    assert res.verdict == "uncertain" and res.speculation_savings_usd < 0
+    # h >= h_min: even at best (the floor, B* / 4) the proposer cost something: a tax, and
+    # the band's top says at least how much
+    best = (r / 4 + 1) / (r / 4 * (1 + E.MIN_STEP_OVERHEAD_RATIO) + 1)
+    assert res.speedup_high_ratio == pytest.approx(best) and best < 1
+    assert res.verdict == "tax" and res.speculation_savings_usd < 0
+
+
+@pytest.mark.parametrize("method", E.SPECULATIVE_METHODS)
+def test_every_method_has_a_floor_under_h_above_zero(method) -> None:
+    assert E.step_overhead_floor(method) >= E.MIN_STEP_OVERHEAD_RATIO > 0
+    # a draft model of known size: at least its share of the target's weight reads a step
+    assert E.step_overhead_floor(method, 7e9, 70e9) == pytest.approx(0.1)
+
+
+def test_a_band_that_touches_one_by_rounding_does_not_decide() -> None:
+    assert E.verdict_of_band(0.9999999999999999, 0.9999999999999999) == "uncertain"
+    assert E.verdict_of_band(0.5, 0.99) == "tax" and E.verdict_of_band(1.01, 2.0) == "pays"

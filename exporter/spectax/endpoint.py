@@ -72,6 +72,8 @@ class EndpointSnapshot:
 
 
 ControlLookup = Callable[[], Window | None]
+#: Profiles already logged as lent to an endpoint of another method.
+_TOLD_OTHER_METHOD: set[str] = set()
 CurveLookup = Callable[[], PlainCurve | None]
 ProfileLookup = Callable[[], Profile | None]
 
@@ -125,31 +127,58 @@ class EndpointMonitor:
         """The counterfactual in force, from the first source that has one (ECONOMICS.md §3b):
         the control's plain curve, this endpoint's own from before speculation, the profile
         its config names (learned from a control, or fitted to a sweep), the roofline of
-        `window` (the sliding one by default), the configuration."""
-        config = self.config
+        `window` (the sliding one by default), the configuration. h is never below the
+        method's floor, and a profile of another method lends only its B* and curve."""
+        config, spec = self.config, self.config.speculation
         h = config.step_overhead_ratio
+        floor = economics.step_overhead_floor(
+            spec.method if spec else None,
+            spec.draft_params if spec else None,
+            spec.target_params if spec else None,
+        )
         control = self.control_curve()
         if control is not None:
-            return StepModel(control.ridge_batch or config.ridge_batch, h, "control", control)
+            return StepModel(
+                control.ridge_batch or config.ridge_batch,
+                h,
+                "control",
+                control,
+                step_overhead_floor=floor,
+            )
         own = self.calibration.fit
         if own is None and self._baseline is not None:  # the fit kept in the store
             stored = self._baseline()
             own = stored.plain if stored is not None else None
-        if own is not None and config.speculation is not None:
-            return StepModel(own.ridge_batch or config.ridge_batch, h, "baseline", own)
+        if own is not None and spec is not None:
+            return StepModel(
+                own.ridge_batch or config.ridge_batch, h, "baseline", own, step_overhead_floor=floor
+            )
         profile = self._profile() if self._profile is not None else None
         if profile is not None:
+            same_method = profile.method is None or spec is None or profile.method == spec.method
+            if not same_method and profile.name not in _TOLD_OTHER_METHOD:
+                _TOLD_OTHER_METHOD.add(profile.name)  # said once a profile, not every window
+                log.warning(
+                    "endpoint %s: profile %r was learned with %s, this endpoint runs %s: its "
+                    "B* and plain curve are used, its step overhead and draft cost are not",
+                    config.name,
+                    profile.name,
+                    profile.method,
+                    spec.method if spec else None,
+                )
             return StepModel(
                 profile.ridge_batch,
-                profile.step_overhead_ratio,
+                profile.step_overhead_ratio if same_method else h,
                 "sweep" if profile.source == "sweep" else "profile",
                 profile.plain,
                 profile.name,
                 profile.mean_abs_error_ratio if profile.plain is None else None,
+                step_overhead_floor=floor,
+                overhead_known=same_method,
             )
         if (roofline := self.roofline.ridge_batch(window or self._sliding.total())) is not None:
-            return StepModel(roofline, h, "roofline")
-        return StepModel(config.ridge_batch, h, "configured")
+            return StepModel(roofline, h, "roofline", step_overhead_floor=floor)
+        return StepModel(config.ridge_batch, h, "configured", step_overhead_floor=floor)
 
     def window(self) -> Window | None:
         """The sliding window's sum, what the live gauges are of: unpacked at each call (it

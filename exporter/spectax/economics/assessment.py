@@ -13,8 +13,10 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from spectax.economics.counterfactual import (
+    VERDICT_TOLERANCE,
     Basis,
     Source,
+    SpeedupEstimate,
     StepModel,
     estimate_speedup,
     verdict_of_band,
@@ -22,18 +24,19 @@ from spectax.economics.counterfactual import (
 from spectax.economics.formulas import (
     acceptance_length,
     acceptance_ratio,
+    best_speculative_tokens,
     breakeven_acceptance,
+    breakeven_ridge_batch,
+    breakeven_step_overhead,
     cost_per_million,
     cost_per_million_without_speculation,
     crossover_concurrency,
     draft_compute_share,
     implied_step_overhead,
     position_acceptance,
-    recommended_speculative_tokens,
     rejected_share,
     relative_batch,
     speculation_savings_usd,
-    speedup_per_step,
     vram_opportunity_usd,
 )
 from spectax.economics.latency import Latency, assess_latency
@@ -133,6 +136,17 @@ class Assessment:
     rejected_usd: float | None
     vram_usd: float | None
     verdict: Verdict
+    #: The break-even acceptance would be above 1: the step overhead alone outweighs even
+    #: a draft that is always accepted, at this load ("no acceptance pays here").
+    no_acceptance_pays: bool = False
+    #: What a verdict turns on: the h at which the modelled speedup is 1 (at the B* in
+    #: force), and the B* above which it pays (at the h in force); None: not priced.
+    breakeven_step_overhead_ratio: float | None = None
+    breakeven_ridge_batch_requests: float | None = None
+    #: The draft length the window ran (per-position counters counted), and the predicted
+    #: speedup at the recommended one (equal to the speedup in force when it is "keep").
+    speculative_tokens: int | None = None
+    recommended_speedup_ratio: float | None = None
     latency: Latency | None = None  # quantiles, and speculation's effect on them
 
     @property
@@ -183,21 +197,17 @@ def assess_model(
     A window without output has no speedup or savings, one without drafts no
     acceptance: those are None rather than a 0 that looks like a real value.
     The speedup is the measured one when given, else the estimate from the
-    counterfactual in force (`estimate_speedup`); the verdict says which.
+    counterfactual in force (`estimate_speedup`); the verdict says which. Every figure
+    derived from it (break-even, crossover, the recommended K, the shares, the money)
+    uses the h that speedup implies, so no two of them can contradict each other.
     """
     g, c, step = traffic.output_tokens, params.draft_cost_ratio, params.step_model
-    b_star = step.ridge_batch
     # An engine without a drafted count (SGLang, TGI) speculates, but cannot be priced.
     speculating = traffic.draft_tokens is not None or traffic.drafts is not None
-    dt = traffic.draft_tokens or 0.0
-    a = traffic.accepted_tokens or 0.0
+    dt, a = traffic.draft_tokens or 0.0, traffic.accepted_tokens or 0.0
     dr = traffic.drafts or 0.0
     priced = traffic.draft_tokens is not None and g > 0
     drafting = priced and dt > 0
-
-    alpha = acceptance_ratio(a, dt) if drafting else None
-    tau = acceptance_length(a, dr) if speculating and g > 0 and dr > 0 else None
-    positions = position_acceptance(traffic.accepted_per_position, dr) if drafting else ()
     estimate = None
     if priced:
         estimate = estimate_speedup(
@@ -210,63 +220,25 @@ def assess_model(
             c=c,
             time_per_output_token=traffic.time_per_output_token,
         )
-    speedup = estimate.speedup if estimate else None
-    h = estimate.step_overhead_ratio if estimate else None
-    h_or_0 = h if h is not None else step.step_overhead_ratio
     # A measured speedup speaks for speculation only in a window that had output (with or
     # without a drafted count: SGLang and TGI get a measured verdict from a control).
     if not (speculating and g > 0):
         measured_speedup = None
-    in_force = measured_speedup if measured_speedup is not None else speedup
-    band = None
-    if measured_speedup is not None:
-        band = (measured_speedup, measured_speedup)
-    elif estimate is not None:
-        band = (estimate.low, estimate.high)
-    basis: Basis | None = "measured" if measured_speedup is not None else None
-    if basis is None and estimate is not None:
-        basis = estimate.basis
-    if basis is None and speculating and g > 0:  # no drafted count, no control: uncertain
-        basis = "default"  # on nothing better than defaults, so the on-call sees a verdict
+    band, basis = _band_and_basis(estimate, measured_speedup, speculating and g > 0)
+    h = estimate.step_overhead_ratio if estimate else None
     if measured_speedup is not None and priced:  # h as measured: break-even, crossover agree
-        h = implied_step_overhead(g, a, dt, traffic.concurrency, b_star, c, measured_speedup)
+        h = implied_step_overhead(
+            g, a, dt, traffic.concurrency, step.ridge_batch, c, measured_speedup
+        )
     if h is not None and not PLAUSIBLE_STEP_OVERHEAD[0] <= h <= PLAUSIBLE_STEP_OVERHEAD[1]:
         h = None  # the other parameters (c, B*) are off, not the step: do not pretend
-    h_or_0 = h if h is not None else step.step_overhead_ratio
-
-    r = relative_batch(b_star, traffic.concurrency)
-    steps_per_draft = (g - a) / dt if drafting else 0.0
-    breakeven = crossover = None
-    if drafting:
-        breakeven = breakeven_acceptance(traffic.concurrency, b_star, c, h_or_0, steps_per_draft)
-        assert alpha is not None
-        crossover = crossover_concurrency(alpha, b_star, c, h_or_0, steps_per_draft)
-    recommended = None
-    if positions:
-        # Each position is worth drafting on its own merit (the marginal bar has no h: the
-        # overhead is paid per step, not per position); then the whole is worth it or not.
-        k = recommended_speculative_tokens(
-            positions, breakeven_acceptance(traffic.concurrency, b_star, c)
-        )
-        tau_k = 1.0 + sum(positions[:k])
-        if k and speedup_per_step(tau_k, k, traffic.concurrency, b_star, c, h_or_0) <= 1.0:
-            k = 0
-        recommended = k
-    shares = None
-    if priced:
-        shares = (
-            draft_compute_share(g, a, dt, r, c, h_or_0),
-            rejected_share(g, a, dt, r, c, h_or_0),
-        )
-
-    spend, busy = money.spend_usd, money.busy_spend_usd
-    savings = counterfactual = None
-    if in_force is not None and spend is not None and busy is not None:
-        savings = speculation_savings_usd(busy, in_force, money.draft_load_usd)
-        counterfactual = cost_per_million_without_speculation(
-            spend, busy, in_force, g, money.draft_load_usd
-        )
-    overhead = shares if shares and busy is not None else None
+    in_force = (
+        measured_speedup
+        if measured_speedup is not None
+        else (estimate.speedup if estimate else None)
+    )
+    derived = _derived(traffic, params, h if h is not None else step.step_overhead, in_force)
+    cash = _money_figures(traffic, params, money, in_force, derived.shares, speculating)
     return Assessment(
         model=model,
         output_tokens=g,
@@ -276,40 +248,153 @@ def assess_model(
         accepted_tokens=traffic.accepted_tokens,
         concurrency_requests=traffic.concurrency,
         restarted=traffic.restarted,
-        acceptance_ratio=alpha,
-        acceptance_length_tokens=tau,
-        position_acceptance_ratio=positions,
-        breakeven_acceptance_ratio=breakeven,
-        speedup_ratio=speedup,
+        acceptance_ratio=acceptance_ratio(a, dt) if drafting else None,
+        acceptance_length_tokens=(
+            acceptance_length(a, dr) if speculating and g > 0 and dr > 0 else None
+        ),
+        position_acceptance_ratio=derived.positions,
+        breakeven_acceptance_ratio=derived.breakeven,
+        speedup_ratio=estimate.speedup if estimate else None,
         speedup_measured_ratio=measured_speedup,
         speedup_low_ratio=band[0] if band else None,
         speedup_high_ratio=band[1] if band else None,
         verdict_basis=basis,
         model_source=step.source,
         step_overhead_ratio=h if priced else None,
-        crossover_concurrency_requests=crossover,
-        recommended_speculative_tokens=recommended,
-        draft_compute_share_ratio=shares[0] if shares else None,
-        rejected_share_ratio=shares[1] if shares else None,
-        seconds=money.seconds,
-        spend_usd=spend,
-        busy_spend_usd=busy,
-        cost_per_million_output_tokens_usd=(
-            cost_per_million(spend, g) if spend is not None else None
-        ),
-        cost_per_million_output_tokens_no_speculation_usd=counterfactual,
-        cost_per_million_tokens_usd=(
-            cost_per_million(spend, g + traffic.prompt_tokens) if spend is not None else None
-        ),
-        speculation_savings_usd=savings,
-        draft_compute_usd=busy * overhead[0] if busy is not None and overhead else None,
-        rejected_usd=busy * overhead[1] if busy is not None and overhead else None,
-        vram_usd=(
-            vram_opportunity_usd(spend, params.draft_weight_bytes, params.gpu_memory_bytes)
-            if speculating and spend is not None
-            else None
-        ),
+        crossover_concurrency_requests=derived.crossover,
+        recommended_speculative_tokens=derived.recommended,
+        draft_compute_share_ratio=derived.shares[0] if derived.shares else None,
+        rejected_share_ratio=derived.shares[1] if derived.shares else None,
         verdict=verdict_for(traffic, band, measured_speedup),
+        no_acceptance_pays=derived.no_acceptance_pays,
+        breakeven_step_overhead_ratio=derived.breakeven_h,
+        breakeven_ridge_batch_requests=derived.breakeven_b_star,
+        speculative_tokens=derived.k_now,
+        recommended_speedup_ratio=derived.recommended_speedup,
+        seconds=money.seconds,
+        spend_usd=cash.spend,
+        busy_spend_usd=cash.busy,
+        cost_per_million_output_tokens_usd=cash.cost_per_million,
+        cost_per_million_output_tokens_no_speculation_usd=cash.cost_per_million_without,
+        cost_per_million_tokens_usd=cash.cost_per_million_all,
+        speculation_savings_usd=cash.savings,
+        draft_compute_usd=cash.draft_compute,
+        rejected_usd=cash.rejected,
+        vram_usd=cash.vram,
+    )
+
+
+def _band_and_basis(
+    estimate: SpeedupEstimate | None, measured: float | None, speculated: bool
+) -> tuple[tuple[float, float] | None, Basis | None]:
+    """The band of the speedup in force and what it rests on: a measurement is its own band;
+    an engine without a drafted count and no control is on nothing better than defaults
+    (basis default, no band: uncertain), so the on-call still sees a verdict."""
+    if measured is not None:
+        return (measured, measured), "measured"
+    if estimate is not None:
+        return (estimate.low, estimate.high), estimate.basis
+    return None, "default" if speculated else None
+
+
+@dataclass(frozen=True, slots=True)
+class _Derived:
+    """What follows from the counters once the speedup and its h are settled."""
+
+    positions: tuple[float, ...] = ()
+    breakeven: float | None = None
+    no_acceptance_pays: bool = False
+    crossover: float | None = None
+    k_now: int | None = None
+    recommended: int | None = None
+    recommended_speedup: float | None = None
+    shares: tuple[float, float] | None = None
+    breakeven_h: float | None = None
+    breakeven_b_star: float | None = None
+
+
+def _derived(traffic: Traffic, params: Parameters, h: float, in_force: float | None) -> _Derived:
+    """Break-even, crossover, the draft length to run and the shares, all at B* and h."""
+    g, c, b_star = traffic.output_tokens, params.draft_cost_ratio, params.step_model.ridge_batch
+    dt, a, dr = traffic.draft_tokens, traffic.accepted_tokens or 0.0, traffic.drafts or 0.0
+    if dt is None or g <= 0:
+        return _Derived()
+    b, r = traffic.concurrency, relative_batch(b_star, traffic.concurrency)
+    turns_on = _Derived(
+        shares=(draft_compute_share(g, a, dt, r, c, h), rejected_share(g, a, dt, r, c, h)),
+        breakeven_h=breakeven_step_overhead(g, a, dt, b, b_star, c),
+        breakeven_b_star=breakeven_ridge_batch(g, a, dt, b, c, h),
+    )
+    if dt <= 0:
+        return turns_on
+    steps_per_draft = (g - a) / dt
+    breakeven = breakeven_acceptance(b, b_star, c, h, steps_per_draft)
+    positions = position_acceptance(traffic.accepted_per_position, dr)
+    k_now = recommended = speedup = None
+    if positions and in_force is not None and g > a:
+        k_now = len(positions)
+        recommended, speedup = best_speculative_tokens(positions, b, b_star, c, h, dr / (g - a))
+        if recommended == 0 or speedup <= max(in_force, 1.0) * (1.0 + VERDICT_TOLERANCE):
+            # Nothing observed beats what runs now: keep it when it pays, else turn it off.
+            recommended, speedup = (k_now, in_force) if in_force > 1.0 else (0, 1.0)
+    return replace(
+        turns_on,
+        positions=positions,
+        # Above 1 the overhead alone outweighs even a draft that is always accepted.
+        breakeven=breakeven if breakeven <= 1.0 else None,
+        no_acceptance_pays=breakeven > 1.0,
+        crossover=crossover_concurrency(a / dt, b_star, c, h, steps_per_draft),
+        k_now=k_now,
+        recommended=recommended,
+        recommended_speedup=speedup,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _MoneyFigures:
+    spend: float | None = None
+    busy: float | None = None
+    cost_per_million: float | None = None
+    cost_per_million_without: float | None = None
+    cost_per_million_all: float | None = None
+    savings: float | None = None
+    draft_compute: float | None = None
+    rejected: float | None = None
+    vram: float | None = None
+
+
+def _money_figures(
+    traffic: Traffic,
+    params: Parameters,
+    money: Money,
+    in_force: float | None,
+    shares: tuple[float, float] | None,
+    speculating: bool,
+) -> _MoneyFigures:
+    """The window's money at the speedup in force: spend, cost per million, savings, and
+    the draft overhead in dollars (the busy spend times each share)."""
+    g, spend, busy = traffic.output_tokens, money.spend_usd, money.busy_spend_usd
+    if spend is None:
+        return _MoneyFigures(busy=busy)
+    savings = counterfactual = None
+    if in_force is not None and busy is not None:
+        savings = speculation_savings_usd(busy, in_force, money.draft_load_usd)
+        counterfactual = cost_per_million_without_speculation(
+            spend, busy, in_force, g, money.draft_load_usd
+        )
+    vram = None
+    if speculating:
+        vram = vram_opportunity_usd(spend, params.draft_weight_bytes, params.gpu_memory_bytes)
+    return _MoneyFigures(
+        spend=spend,
+        busy=busy,
+        cost_per_million=cost_per_million(spend, g),
+        cost_per_million_without=counterfactual,
+        cost_per_million_all=cost_per_million(spend, g + traffic.prompt_tokens),
+        savings=savings,
+        draft_compute=busy * shares[0] if busy is not None and shares else None,
+        rejected=busy * shares[1] if busy is not None and shares else None,
+        vram=vram,
     )
 
 

@@ -72,8 +72,8 @@ def plain_point(window: Window, min_requests: int = MIN_REQUESTS) -> StepPoint |
     speculated or too few requests finished for their time per token to mean much."""
     output = prompt = running = tpot_sum = tpot_count = 0.0
     for model, counts in window.models.items():
-        if counts.draft_tokens is not None:
-            return None
+        if counts.draft_tokens is not None or counts.drafts is not None:
+            return None  # speculating (SGLang and TGI count drafts but no drafted tokens)
         output += counts.generation_tokens
         prompt += counts.prompt_tokens
         running += window.concurrency(model)

@@ -29,6 +29,7 @@ from typing import Literal
 
 from spectax.economics.formulas import (
     DEFAULT_RIDGE_BATCH,
+    MIN_STEP_OVERHEAD_RATIO,
     implied_step_overhead,
     modelled_speedup,
 )
@@ -47,8 +48,10 @@ BASIS_OF_SOURCE: dict[Source, Basis] = {
 }
 #: Where the step overhead h may lie when nothing measured it: on live vLLM here the
 #: implied h ran from 0.3 (n-gram on repetitive text) to 2.5 (n-gram on chat traffic,
-#: which proposed nothing); bench/README.md, "Model check against measurement".
-DEFAULT_STEP_OVERHEAD_RANGE = (0.0, 3.0)
+#: which proposed nothing); bench/README.md, "Model check against measurement". The low
+#: end is the method's floor h_min (`StepModel.step_overhead_floor`), never 0: the proposer
+#: and the rejection sampler run on every step.
+DEFAULT_STEP_OVERHEAD_HIGH = 3.0
 #: The h assumed when nothing measured it. Not 0: that would call a window that proposed
 #: nothing "no effect", when every one measured was a tax. Small: on a GPU the proposer and
 #: the rejection sampler are a few percent of a step's weight reads. CPU vLLM here, where
@@ -141,6 +144,16 @@ class StepModel:
     #: Relative half-width of §3b's speedup when it comes from a fitted profile (its
     #: mean |error| on the sweep it was fitted to); None: draw the band over ranges.
     relative_error: float | None = None
+    #: h_min, the least h this endpoint's method allows (`formulas.step_overhead_floor`).
+    step_overhead_floor: float = MIN_STEP_OVERHEAD_RATIO
+    #: Whether h was measured for this method (a profile or sweep of the same method): its
+    #: range is then its point. A profile of another method lends only B* and its curve.
+    overhead_known: bool = False
+
+    @property
+    def step_overhead(self) -> float:
+        """The h in force: the one given, never below the method's floor."""
+        return max(self.step_overhead_ratio, self.step_overhead_floor)
 
     @property
     def basis(self) -> Basis:
@@ -158,12 +171,13 @@ class StepModel:
         return (self.ridge_batch / f, self.ridge_batch * f)
 
     def step_overhead_range(self) -> tuple[float, float]:
-        """Where h may lie: known from a profile or sweep; otherwise only its plausible range
-        (a plain curve alone says nothing of the speculative step's overhead)."""
-        if self.source in ("profile", "sweep"):
-            return (self.step_overhead_ratio, self.step_overhead_ratio)
-        low, high = DEFAULT_STEP_OVERHEAD_RANGE
-        return (min(low, self.step_overhead_ratio), max(high, self.step_overhead_ratio))
+        """Where h may lie: known from a profile or sweep of this method; otherwise from the
+        method's floor to the plausible top (a plain curve alone says nothing of the
+        speculative step's overhead)."""
+        h = self.step_overhead
+        if self.overhead_known:
+            return (h, h)
+        return (self.step_overhead_floor, max(DEFAULT_STEP_OVERHEAD_HIGH, h))
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,21 +237,14 @@ def estimate_speedup(
         assert value is not None
         return value
 
-    speedup = s(model.ridge_batch, model.step_overhead_ratio)
+    h = model.step_overhead
+    speedup = s(model.ridge_batch, h)
     basis: Basis = "profile" if model.source in ("profile", "sweep") else "default"
-    if basis == "profile" and model.relative_error is not None:
+    if basis == "profile" and model.relative_error is not None and model.overhead_known:
         e = model.relative_error
-        return SpeedupEstimate(
-            speedup, speedup * (1 - e), speedup * (1 + e), basis, model.step_overhead_ratio
-        )
-    corners = [s(b, h) for b in model.ridge_batch_range() for h in model.step_overhead_range()]
-    return SpeedupEstimate(
-        speedup,
-        min(*corners, speedup),
-        max(*corners, speedup),
-        basis,
-        model.step_overhead_ratio,
-    )
+        return SpeedupEstimate(speedup, speedup * (1 - e), speedup * (1 + e), basis, h)
+    corners = [s(b, x) for b in model.ridge_batch_range() for x in model.step_overhead_range()]
+    return SpeedupEstimate(speedup, min(*corners, speedup), max(*corners, speedup), basis, h)
 
 
 def roofline_estimates(window: Window) -> tuple[float, float, float, float] | None:
@@ -254,11 +261,16 @@ def roofline_estimates(window: Window) -> tuple[float, float, float, float] | No
     return (flops, read, tokens, steps) if flops > 0 and steps > 0 else None
 
 
+#: How far from 1 a band's end must be to decide: rounding, not physics (a window that
+#: proposed nothing under h = 0 once came out 0.9999999999999999 and flipped to tax).
+VERDICT_TOLERANCE = 1e-9
+
+
 def verdict_of_band(low: float, high: float) -> Literal["pays", "tax", "uncertain"]:
     """pays when even the low end is above 1, tax when even the high end is below."""
-    if low > 1.0:
+    if low > 1.0 + VERDICT_TOLERANCE:
         return "pays"
-    if high < 1.0:
+    if high < 1.0 - VERDICT_TOLERANCE:
         return "tax"
     return "uncertain"
 
@@ -286,9 +298,10 @@ def fit_or_refusal(
 ) -> PlainCurve | str:
     """A plain curve through (tokens per step, seconds per output token) points, or why not.
 
-    Theil-Sen (median pairwise slope) when the points spread in tokens per
-    step; otherwise (one load level) a flat curve, used only near that load.
-    A fit with a negative intercept or slope is refused: it is noise (or a
+    Theil-Sen (median pairwise slope), so a few odd windows cannot drag it. Refused, with
+    the reason, rather than stored as a source: fewer points than `min_points`; loads that
+    do not spread by `min_spread` (a flat line has B* = inf: it says nothing of how a step
+    grows with its batch); a negative intercept or a slope not above 0 (noise, or a
     machine so loaded that a step's fixed cost drowns in it).
     """
     if len(points) < min_points:
@@ -297,26 +310,25 @@ def fit_or_refusal(
     low, high = min(xs), max(xs)
     if low <= 0:
         return "a window without tokens per step"
-    a = b = 0.0
-    if high >= min_spread * low:
-        slopes = [
-            (q[1] - p[1]) / (q[0] - p[0])
-            for i, p in enumerate(points)
-            for q in points[i + 1 :]
-            if q[0] != p[0]
-        ]
-        b = statistics.median(slopes)
-        a = statistics.median(y - b * x for x, y in points)
-        if a <= 0 or b < 0:
-            return (
-                f"a = {a * 1e3:.3f} ms, b = {b * 1e3:.4f} ms/token from {len(points)} windows "
-                f"({low:.1f}-{high:.1f} tokens per step): a step's fixed cost and its cost "
-                "per token must both be positive"
-            )
-    else:
-        a = statistics.median(y for _, y in points)
-        if a <= 0:
-            return "time per output token of 0"
+    if high < min_spread * low:
+        return (
+            f"the windows' loads did not spread ({low:.1f}-{high:.1f} tokens per step, "
+            f"{min_spread:g}x needed): a flat line cannot tell B*"
+        )
+    slopes = [
+        (q[1] - p[1]) / (q[0] - p[0])
+        for i, p in enumerate(points)
+        for q in points[i + 1 :]
+        if q[0] != p[0]
+    ]
+    b = statistics.median(slopes)
+    a = statistics.median(y - b * x for x, y in points)
+    if a <= 0 or b <= 0:
+        return (
+            f"a = {a * 1e3:.3f} ms, b = {b * 1e3:.4f} ms/token from {len(points)} windows "
+            f"({low:.1f}-{high:.1f} tokens per step): a step's fixed cost and its cost "
+            "per token must both be positive"
+        )
     relative = sorted(y / (a + b * x) - 1.0 for x, y in points)
     q_low, q_high = BAND_QUANTILES
     residuals = (_quantile(relative, q_low), _quantile(relative, q_high))

@@ -212,18 +212,47 @@ def speedup_per_step(
     ridge_batch: float,
     c: float,
     h: float = 0.0,
+    drafting_share: float = 1.0,
 ) -> float:
-    """S = tau*(r + 1) / (r*(1 + h) + 1 + K + c*K*(r + 1)) (ECONOMICS.md §3b).
+    """S = e*(r + 1) / (r*(1 + h) + 1 + f*K + c*f*K*(r + 1)) (ECONOMICS.md §3b), with
+    e = 1 + f*(tau - 1) tokens emitted per request-step.
 
-    The per-step form of `modelled_speedup` when every step drafts K tokens
-    and emits tau: what-if planning from a tau and a K rather than counters.
-    K = 0 is plain decoding: S = 1 whatever tau says.
+    The per-step form of `modelled_speedup`: what-if planning from a tau and a K rather
+    than counters. `drafting_share` f is the share of request-steps that carry a draft
+    (1 when every step drafts K; n-gram drafts only where its lookup hits, Dr / (G - A)),
+    so that at the K and tau a window ran this equals its `modelled_speedup`.
+    K = 0 is plain decoding: S = 1 whatever tau says (speculation off pays no overhead).
     """
     if speculative_tokens <= 0:
         return 1.0
     r = relative_batch(ridge_batch, concurrency)
-    k = speculative_tokens
-    return acceptance_length * (r + 1.0) / (r * (1.0 + h) + 1.0 + k + c * k * (r + 1.0))
+    k, f = speculative_tokens, drafting_share
+    emitted = 1.0 + f * (acceptance_length - 1.0)
+    return emitted * (r + 1.0) / (r * (1.0 + h) + 1.0 + f * k + c * f * k * (r + 1.0))
+
+
+def best_speculative_tokens(
+    position_acceptance_ratios: Sequence[float],
+    concurrency: float,
+    ridge_batch: float,
+    c: float,
+    h: float,
+    drafting_share: float,
+) -> tuple[int, float]:
+    """(K, S): the draft length among those observed (1 to the positions counted) with the
+    highest predicted speedup, and that speedup; (0, 1.0) when none beats plain decoding.
+
+    Only observed positions count: the acceptance of a position never drafted is a guess,
+    and a recommendation resting on it would be one too. Each K is priced whole, with the
+    overhead h it pays per step, not position by position against a bar.
+    """
+    best, best_speedup = 0, 1.0
+    for k in range(1, len(position_acceptance_ratios) + 1):
+        tau = 1.0 + sum(position_acceptance_ratios[:k])
+        s = speedup_per_step(tau, k, concurrency, ridge_batch, c, h, drafting_share)
+        if s > best_speedup:
+            best, best_speedup = k, s
+    return best, best_speedup
 
 
 def breakeven_acceptance(
@@ -295,6 +324,43 @@ def implied_step_overhead(
     t_spec = gpu_time_without_speculation(output_tokens, r) / speedup
     rest = steps + draft_tokens + c * draft_tokens * (r + 1.0)
     return (t_spec - rest) / (steps * r) - 1.0
+
+
+def breakeven_step_overhead(
+    output_tokens: float,
+    accepted: float,
+    draft_tokens: float,
+    concurrency: float,
+    ridge_batch: float,
+    c: float,
+) -> float | None:
+    """h*: the step overhead at which the window's modelled speedup is exactly 1. Speculation
+    paid iff a speculative step's fixed cost was under (1 + h*) times a plain one's."""
+    return implied_step_overhead(
+        output_tokens, accepted, draft_tokens, concurrency, ridge_batch, c, 1.0
+    )
+
+
+def breakeven_ridge_batch(
+    output_tokens: float,
+    accepted: float,
+    draft_tokens: float,
+    concurrency: float,
+    c: float,
+    h: float,
+) -> float | None:
+    """B*x: the ridge batch above which the window's modelled speedup is over 1, at h.
+
+    T_spec = T_ns at r* = (Dt*(1 + c) - A) / (A - h*(G - A) - c*Dt), with r = B*/B: a
+    larger B* (a more memory-bound GPU) leaves more idle compute for the drafts. None when
+    no B* makes it pay (the denominator is not positive: the accepted tokens do not cover
+    the overhead and the drafting even for free weight reads).
+    """
+    steps = output_tokens - accepted
+    denominator = accepted - h * steps - c * draft_tokens
+    if output_tokens <= 0 or denominator <= 0:
+        return None
+    return max(concurrency, 1.0) * (draft_tokens * (1.0 + c) - accepted) / denominator
 
 
 def recommended_speculative_tokens(
