@@ -12,8 +12,8 @@ import pytest
 from conftest import page
 from spectax.config import validate
 from spectax.economics import PlainCurve, fit_plain_curve, plain_point
-from spectax.economics.counterfactual import fit_or_refusal
 from spectax.economics.calibration import CHEAP_FIT_POINTS, REFIT_EVERY, StepPoint
+from spectax.economics.counterfactual import fit_or_refusal
 from spectax.endpoint import CALIBRATION_POINTS, EndpointMonitor
 from spectax.engines.base import Histogram
 from spectax.pipeline.counts import Counts
