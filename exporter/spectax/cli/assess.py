@@ -16,10 +16,11 @@ import math
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from decimal import Decimal
 from typing import Any
 
-from spectax import economics
+from spectax import economics, settle
 from spectax.billing.prices import PriceTable, PriceTableError
 from spectax.cli.assess_notes import (
     FIGURES,
@@ -33,7 +34,7 @@ from spectax.cli.files import read_text
 from spectax.engines import ENGINES, detect, get_parser, not_exposed
 from spectax.engines.base import EngineSample, ParseError
 from spectax.pipeline.intervals import interval_between
-from spectax.pipeline.windows import sum_intervals
+from spectax.pipeline.windows import Window, sum_intervals
 from spectax.scrape import ScrapeError, fetch, metrics_url, scrape_session
 
 PROVISIONED_NOTE = (
@@ -50,6 +51,7 @@ class AssessError(ValueError):
 class Assessed:
     assessment: economics.Assessment
     notes: tuple[Note, ...]
+    capacity: economics.Capacity | None = None
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,11 @@ class AssessOptions:
     no_seconds_reason: str = "pass --seconds S, the time between the two pages"
 
 
+#: The span a window is given when the time between the pages is unknown: concurrency is
+#: then the pages' mean running requests, and nothing is priced (no money without a span).
+NOMINAL_SECONDS = 1.0
+
+
 def assess_pages(
     before_text: str,
     after_text: str,
@@ -72,25 +79,72 @@ def assess_pages(
     control: tuple[str, str] | None = None,
     engine: str | None = None,
 ) -> list[Assessed]:
-    """Assess per model; `control` is a (before, after) pair from the same model served
-    without speculation, over the same span, for the measured speedup. `engine` None:
-    the one whose metric prefix the AFTER page carries (vLLM when none does)."""
+    """Assess per model, as the daemon assesses a window (`economics.assess_window`: the same
+    figures, latency and KV-cache capacity included); `control` is a (before, after) pair
+    from the same model served without speculation, over the same span, for the measured
+    speedup. `engine` None: the one whose metric prefix the AFTER page carries (vLLM when
+    none does)."""
     engine = engine or detect(after_text) or "vllm"
     parse = get_parser(engine)
     before, after = parse(before_text), parse(after_text)
     if not after.has_engine_metrics:
         raise AssessError("the AFTER page has no engine metrics (vLLM --disable-log-stats?)")
-    seconds = options.seconds if options.seconds is not None else 0.0
+    seconds = options.seconds if options.seconds is not None else NOMINAL_SECONDS
     interval = interval_between(before, after, 0.0, seconds)
     if not interval.models:
         raise AssessError("the pages share no model: were they taken from the same server?")
+    # The user's B, or the pages' mean running requests; either floored at 1 request (a step
+    # serves at least one; a note says so), as the formulas take it.
+    given = {m: c.running_seconds / seconds for m, c in interval.models.items()}
+    if options.concurrency is not None:
+        given = dict.fromkeys(given, options.concurrency)
+    models = {
+        m: replace(c, running_seconds=max(given[m], 1.0) * seconds)
+        for m, c in interval.models.items()
+    }
+    interval = replace(interval, models=models)
+    tariff = economics.Tariff(
+        Decimal(repr(options.usd_per_hour)) if options.usd_per_hour is not None else None,
+        options.gpus,
+        "provisioned",  # the whole span is busy when anything ran: all of it is priced
+    )
+    if options.seconds is not None:
+        interval = economics.price_interval(interval, tariff)
     window = sum_intervals([interval])
     control_window = None
     if control is not None:
         control_before, control_after = parse(control[0]), parse(control[1])
-        control_window = sum_intervals([interval_between(control_before, control_after, 0, 1)])
+        control_window = sum_intervals(
+            [interval_between(control_before, control_after, 0.0, seconds)]
+        )
         if not control_window.models:
             raise AssessError("the control pages have no engine metrics in common")
+    params = _parameters(options, engine, after, window)
+    spend = economics.spend_by_model(window, tariff) if options.seconds is not None else {}
+    assessments = economics.assess_window(window, params, spend, control_window)
+    capacities = economics.window_capacities(window, control_window)
+    results = []
+    for model, a in sorted(assessments.items()):
+        notes = notes_for(
+            a,
+            options.seconds is not None,
+            options.usd_per_hour is not None,
+            options.no_seconds_reason,
+            given[model],
+            finished_requests(window, control_window, model),
+            (engine, ENGINES[engine].capabilities),
+            params.step_model,
+        )
+        results.append(Assessed(a, notes, capacities.get(model)))
+    return results
+
+
+def _parameters(
+    options: AssessOptions, engine: str, after: EngineSample, window: Window
+) -> economics.Parameters:
+    """The draft cost and the counterfactual the pages are judged under: two pages give no
+    plain curve and no stored profile, so it is the one configured here (source
+    "configured", basis "default"), with the method's floor under h."""
     # c prices drafted tokens: moot where none are counted; measured where the engine times
     # its drafter (TensorRT-LLM), unless given.
     overheads = [m.draft_overhead for m in after.models.values() if m.draft_overhead]
@@ -99,35 +153,12 @@ def assess_pages(
     c = _draft_cost_ratio(options, priceable and measured_c is None)
     if measured_c is not None and options.draft_cost_ratio is None:
         c = measured_c
-    # Two pages give no plain curve and no stored profile: the counterfactual is the one
-    # configured here (source "configured", basis "default"), whatever B* and h are given.
     step = economics.StepModel(
-        ridge_batch=options.ridge_batch, step_overhead_ratio=options.step_overhead_ratio
+        ridge_batch=options.ridge_batch,
+        step_overhead_ratio=options.step_overhead_ratio,
+        step_overhead_floor=economics.MIN_STEP_OVERHEAD_RATIO,
     )
-    params = economics.Parameters(draft_cost_ratio=c, step_model=step)
-    spend = None
-    if options.usd_per_hour is not None and options.seconds is not None:
-        spend = economics.spend_estimate_usd(options.usd_per_hour, options.gpus, options.seconds)
-    money = economics.Money(seconds, spend, spend)
-    results = []
-    for model, counts in sorted(interval.models.items()):
-        concurrency = options.concurrency
-        if concurrency is None:
-            concurrency = _mean_running(before, after, model)
-        traffic = economics.traffic_of(counts, max(concurrency, 1.0), interval.restarted)
-        measured = economics.measured_speedup(window, control_window, model)
-        a = economics.assess_model(model, traffic, params, money, measured)
-        notes = notes_for(
-            a,
-            options.seconds is not None,
-            options.usd_per_hour is not None,
-            options.no_seconds_reason,
-            concurrency,
-            finished_requests(window, control_window, model),
-            (engine, ENGINES[engine].capabilities),
-        )
-        results.append(Assessed(a, notes))
-    return results
+    return economics.Parameters(draft_cost_ratio=c, step_model=step)
 
 
 def _speculates(sample: EngineSample) -> bool:
@@ -135,7 +166,16 @@ def _speculates(sample: EngineSample) -> bool:
 
 
 def to_json(results: Sequence[Assessed]) -> str:
-    objects = [{**json_object(r.assessment), "notes": [n.text for n in r.notes]} for r in results]
+    objects = [
+        {
+            **json_object(r.assessment),
+            **_verdict_advice(r.assessment),
+            "latency": _latency_object(r.assessment.latency),
+            "capacity": _capacity_object(r.capacity),
+            "notes": [n.text for n in r.notes],
+        }
+        for r in results
+    ]
     return json.dumps(objects, indent=2)
 
 
@@ -146,14 +186,69 @@ def to_text(results: Sequence[Assessed]) -> str:
     for result in results:
         a, data = result.assessment, json_object(result.assessment)
         lines.append(f"verdict: {a.verdict.upper()}{_how(a)}   model: {a.model}")
+        advice = _verdict_advice(a)
+        if advice["turns_on"]:
+            lines.append(f"  it turns on: {advice['turns_on']}")
+            lines.extend(f"  to settle it: {step}" for step in advice["settle"])
         for key in FIGURES:
             marks = [f"[{i}]" for i, n in enumerate(result.notes, 1) if key in n.keys]
             lines.append(f"  {key:<{width}}  {' '.join([_show(data[key]), *marks])}")
+        lines.extend(_latency_lines(a.latency, width))
+        capacity = _capacity_object(result.capacity)
+        lines.extend(f"  {k:<{width}}  {_show(v)}" for k, v in capacity.items())
         lines.extend(f"  [{i}] {n.text}" for i, n in enumerate(result.notes, 1))
         lines.append("")
     if results:
         lines.append(PROVISIONED_NOTE)
     return "\n".join(lines)
+
+
+def _verdict_advice(a: economics.Assessment) -> dict[str, Any]:
+    """What an uncertain verdict turns on and what would settle it (spectax.settle, as the
+    status page and the report say it)."""
+    target = settle.Target(name="ENDPOINT", model=a.model, has_control=False)
+    return {"turns_on": settle.turns_on(a), "settle": list(settle.settle_steps(target, a))}
+
+
+def _latency_object(latency: economics.Latency | None) -> dict[str, Any]:
+    """The quantiles per latency metric, and speculation's effect on them (> 1: slower)."""
+    if latency is None:
+        return {}
+    return {
+        "quantiles_seconds": {m: q.by_label() for m, q in sorted(latency.quantiles.items())},
+        "ratios": {f"{m} {label}": v for (m, label), v in sorted(latency.ratios.items())},
+        "basis": latency.basis,
+    }
+
+
+def _latency_lines(latency: economics.Latency | None, width: int) -> list[str]:
+    if latency is None:
+        return []
+    lines = []
+    for metric, q in sorted(latency.quantiles.items()):
+        shown = ", ".join(f"{k} {_show(v)}" for k, v in q.by_label().items())
+        lines.append(f"  {metric + ' (s)':<{width}}  {shown}")
+    for (metric, label), ratio in sorted(latency.ratios.items()):
+        key = f"{metric} {label} ratio"
+        lines.append(f"  {key:<{width}}  {ratio:.3f} (with / without speculation, {latency.basis})")
+    return lines
+
+
+def _capacity_object(capacity: economics.Capacity | None) -> dict[str, Any]:
+    """The KV-cache figures the daemon exports, as far as two pages give them."""
+    if capacity is None:
+        return {}
+    figures = {
+        "kv_cache_blocks": capacity.kv_cache_blocks,
+        "kv_headroom_ratio": capacity.kv_headroom_ratio,
+        "concurrency_capacity_requests": capacity.concurrency_capacity_requests,
+        "draft_blocks": capacity.draft_blocks,
+        "draft_blocks_basis": capacity.draft_blocks_basis,
+        "draft_kv_share_ratio": capacity.draft_kv_share_ratio,
+        "concurrency_capacity_no_draft_requests": capacity.concurrency_capacity_no_draft_requests,
+        "preemptions_per_hour": capacity.preemptions_per_hour,
+    }
+    return {k: v for k, v in figures.items() if v is not None}
 
 
 def _how(a: economics.Assessment) -> str:
@@ -249,10 +344,12 @@ def add_parser(commands: Any) -> None:
 
 def assess_command(args: argparse.Namespace) -> int:
     try:
-        if not 0 <= args.step_overhead_ratio < math.inf:
+        floor = economics.MIN_STEP_OVERHEAD_RATIO
+        if not floor <= args.step_overhead_ratio < math.inf:
             raise AssessError(
-                f"--step-overhead-ratio {args.step_overhead_ratio:g}: give h >= 0 (0: a "
-                "speculative step costs what a plain one does, before its tokens)"
+                f"--step-overhead-ratio {args.step_overhead_ratio:g}: give h >= {floor:g}, the "
+                "least a speculative step costs beyond a plain one (the proposer and the "
+                "rejection sampler run on every step: docs/economics.md, the floor under h)"
             )
         if args.seconds is not None and not 0 < args.seconds < math.inf:
             raise AssessError(

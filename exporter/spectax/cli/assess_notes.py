@@ -17,7 +17,8 @@ from spectax import economics
 from spectax.engines import Capability
 from spectax.pipeline.windows import Window
 
-JSON_KEYS = (
+#: The assessment's own figures, in the order `assess` shows them.
+ASSESSMENT_KEYS = (
     "model",
     "output_tokens",
     "prompt_tokens",
@@ -30,6 +31,7 @@ JSON_KEYS = (
     "acceptance_length_tokens",
     "position_acceptance_ratio",
     "breakeven_acceptance_ratio",
+    "no_acceptance_pays",
     "speedup_ratio",
     "speedup_measured_ratio",
     "speedup_low_ratio",
@@ -38,7 +40,11 @@ JSON_KEYS = (
     "model_source",
     "step_overhead_ratio",
     "crossover_concurrency_requests",
+    "speculative_tokens",
     "recommended_speculative_tokens",
+    "recommended_speedup_ratio",
+    "breakeven_step_overhead_ratio",
+    "breakeven_ridge_batch_requests",
     "draft_compute_share_ratio",
     "rejected_share_ratio",
     "spend_usd",
@@ -46,16 +52,20 @@ JSON_KEYS = (
     "cost_per_million_output_tokens_no_speculation_usd",
     "speculation_savings_usd",
     "verdict",
-    "notes",
 )
-FIGURES = JSON_KEYS[1:-2]  # the lines of the text output between the verdict and the notes
+#: A JSON object: the figures, what an uncertain verdict turns on and what would settle it
+#: (spectax.settle), the latency and KV-cache figures the daemon exports, and the notes.
+JSON_KEYS = (*ASSESSMENT_KEYS, "turns_on", "settle", "latency", "capacity", "notes")
+FIGURES = ASSESSMENT_KEYS[1:-1]  # the lines of the text output between the verdict and the notes
 SPECULATION_KEYS = ("drafts", "draft_tokens", "accepted_tokens", "breakeven_acceptance_ratio")
 DRAFTING_KEYS = (
     "acceptance_ratio",
     "acceptance_length_tokens",
     "speedup_ratio",
     "crossover_concurrency_requests",
+    "speculative_tokens",
     "recommended_speculative_tokens",
+    "recommended_speedup_ratio",
     "draft_compute_share_ratio",
     "rejected_share_ratio",
 )
@@ -81,18 +91,35 @@ ABSENT_KEYS = {
         "verdict_basis",
         "step_overhead_ratio",
         "crossover_concurrency_requests",
+        "speculative_tokens",
         "recommended_speculative_tokens",
+        "recommended_speedup_ratio",
+        "breakeven_step_overhead_ratio",
+        "breakeven_ridge_batch_requests",
         "draft_compute_share_ratio",
         "rejected_share_ratio",
     ),
-    "per_position": ("position_acceptance_ratio", "recommended_speculative_tokens"),
+    "per_position": (
+        "position_acceptance_ratio",
+        "speculative_tokens",
+        "recommended_speculative_tokens",
+        "recommended_speedup_ratio",
+    ),
 }
-VERDICT_KEYS = ("speedup_low_ratio", "speedup_high_ratio", "verdict_basis", "model_source")
+VERDICT_KEYS = (
+    "speedup_low_ratio",
+    "speedup_high_ratio",
+    "verdict_basis",
+    "model_source",
+    "breakeven_step_overhead_ratio",
+    "breakeven_ridge_batch_requests",
+)
 # Speculation on, nothing proposed: no acceptance, yet a speedup, a verdict and savings (§3b).
 NO_DRAFTS = (
     "speculation is on but proposed nothing between the pages: no acceptance (nor break-even"
     " or crossover), yet every step paid the proposer's per-step cost, priced as"
-    " S = (r + 1)/(r(1 + h) + 1): at most 1, a tax for any h > 0 (ECONOMICS.md §3b)"
+    " S = (r + 1)/(r(1 + h) + 1), below 1 for every h at or above the method's floor h_min:"
+    " a tax (docs/economics.md, the floor under h)"
 )
 BETTER_BASIS = (
     "for a better basis give a control's pages (--control CBEFORE CAFTER, the same model"
@@ -131,6 +158,7 @@ def notes_for(
     concurrency: float,
     finished: tuple[float, float | None] | None,
     engine: tuple[str, Mapping[str, Capability]] = ("vllm", {}),
+    step: economics.StepModel | None = None,
 ) -> tuple[Note, ...]:
     """One note per reason a figure is "-" or was adjusted, naming the keys it explains;
     `engine` is the engine's name and its capabilities (what it does not expose, what
@@ -165,15 +193,7 @@ def notes_for(
                 f"concurrency {concurrency:g} taken as 1: a step serves at least one request",
             )
         )
-    seen = len(a.position_acceptance_ratio)
-    if seen and (a.recommended_speculative_tokens or 0) > seen:
-        notes.append(
-            Note(
-                ("recommended_speculative_tokens",),
-                f"K {a.recommended_speculative_tokens} is beyond the {seen} positions the pages"
-                f" show: position {seen + 1}'s acceptance is extrapolated from the last two",
-            )
-        )
+    notes.extend(_parameter_notes(a, step))
     not_drafting = WHY_NOT_DRAFTING.get(a.verdict)
     if not_drafting:
         why(
@@ -186,10 +206,16 @@ def notes_for(
     basis_note = _basis_note(a)
     if basis_note:
         notes.append(Note(("verdict_basis", "speedup_low_ratio", "speedup_high_ratio"), basis_note))
+    why(
+        ("breakeven_ridge_batch_requests",),
+        "no ridge batch makes this window pay: what was accepted does not cover the drafts and"
+        " the per-step overhead h, however memory-bound the GPU",
+    )
     crossover = a.crossover_concurrency_requests
     why(
         ("crossover_concurrency_requests",),
-        "acceptance never pays at any concurrency (alpha <= c)"
+        "this acceptance pays at no concurrency: what is accepted does not cover the drafts'"
+        " cost c and the per-step overhead h (alpha - c - h*q <= 0)"
         if crossover is None
         else "acceptance pays at any concurrency (B_x infinite)",
     )
@@ -218,6 +244,45 @@ def notes_for(
     return tuple(notes)
 
 
+def _parameter_notes(a: economics.Assessment, step: economics.StepModel | None) -> list[Note]:
+    """What the h in force is, where it came from, and what follows for break-even and K:
+    so a modelled speedup, an implied h and a break-even shown side by side never seem to
+    contradict each other."""
+    notes = []
+    h = a.step_overhead_ratio
+    if a.speedup_measured_ratio is not None and h is not None and step is not None:
+        notes.append(
+            Note(
+                ("speedup_ratio", "step_overhead_ratio"),
+                f"speedup_ratio is the model at the given B* = {step.ridge_batch:g} and"
+                f" h = {step.step_overhead:g}; the measured speedup implies h = {h:.3g},"
+                " and break-even, crossover, K and the money all use that",
+            )
+        )
+    if a.no_acceptance_pays:
+        notes.append(
+            Note(
+                ("breakeven_acceptance_ratio",),
+                "no acceptance pays here: at this load the per-step overhead"
+                + (f" (h = {h:.3g})" if h is not None else "")
+                + " alone outweighs even a draft that is always accepted",
+            )
+        )
+    k, k_now = a.recommended_speculative_tokens, a.speculative_tokens
+    if k is not None and k_now is not None:
+        if k == 0:
+            text = "K 0: turn speculation off: no K observed beats plain decoding"
+        elif k == k_now:
+            text = f"keep K {k}: no other K observed predicts a higher speedup"
+        else:
+            text = (
+                f"K {k} predicts {a.recommended_speedup_ratio:.3f}x against the"
+                f" {a.speedup_in_force or 0:.3f}x of the K {k_now} that ran"
+            )
+        notes.append(Note(("recommended_speculative_tokens",), text))
+    return notes
+
+
 def _basis_note(a: economics.Assessment) -> str | None:
     """Why the verdict is uncertain or rests on defaults, and how to get a better basis."""
     low, high = a.speedup_low_ratio, a.speedup_high_ratio
@@ -231,8 +296,8 @@ def _basis_note(a: economics.Assessment) -> str | None:
         )
     if a.verdict_basis == "default":
         return (
-            f"basis default: B* and h are configured guesses (B* within x4, h within its"
-            f" plausible range), yet even so the band ({band}) is on one side of 1;"
+            f"basis default: B* and h are configured guesses (B* within x4, h from its"
+            f" floor to 3), yet even so the band ({band}) is on one side of 1;"
             f" {BETTER_BASIS}"
         )
     return None
@@ -240,7 +305,7 @@ def _basis_note(a: economics.Assessment) -> str | None:
 
 def json_object(a: economics.Assessment) -> dict[str, Any]:
     data: dict[str, Any] = {}
-    for key in JSON_KEYS[:-1]:
+    for key in ASSESSMENT_KEYS:
         value = getattr(a, key)
         if isinstance(value, tuple):
             value = list(value)

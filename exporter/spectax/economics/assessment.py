@@ -333,7 +333,10 @@ def _derived(traffic: Traffic, params: Parameters, h: float, in_force: float | N
     k_now = recommended = speedup = None
     if positions and in_force is not None and g > a:
         k_now = len(positions)
-        recommended, speedup = best_speculative_tokens(positions, b, b_star, c, h, dr / (g - a))
+        fill = dt / (dr * k_now)  # the share of K a draft proposed
+        recommended, speedup = best_speculative_tokens(
+            positions, b, b_star, c, h, dr / (g - a), fill
+        )
         if recommended == 0 or speedup <= max(in_force, 1.0) * (1.0 + VERDICT_TOLERANCE):
             # Nothing observed beats what runs now: keep it when it pays, else turn it off.
             recommended, speedup = (k_now, in_force) if in_force > 1.0 else (0, 1.0)

@@ -238,18 +238,21 @@ def best_speculative_tokens(
     c: float,
     h: float,
     drafting_share: float,
+    fill: float = 1.0,
 ) -> tuple[int, float]:
     """(K, S): the draft length among those observed (1 to the positions counted) with the
     highest predicted speedup, and that speedup; (0, 1.0) when none beats plain decoding.
 
     Only observed positions count: the acceptance of a position never drafted is a guess,
     and a recommendation resting on it would be one too. Each K is priced whole, with the
-    overhead h it pays per step, not position by position against a bar.
+    overhead h it pays per step, not position by position against a bar. `fill` is the
+    share of its K a draft proposes (n-gram stops where its match ends: Dt / (Dr*K)); so at
+    the K that ran this is the window's own `modelled_speedup`.
     """
     best, best_speedup = 0, 1.0
     for k in range(1, len(position_acceptance_ratios) + 1):
         tau = 1.0 + sum(position_acceptance_ratios[:k])
-        s = speedup_per_step(tau, k, concurrency, ridge_batch, c, h, drafting_share)
+        s = speedup_per_step(tau, k * fill, concurrency, ridge_batch, c, h, drafting_share)
         if s > best_speedup:
             best, best_speedup = k, s
     return best, best_speedup
