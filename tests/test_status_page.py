@@ -32,10 +32,11 @@ from spectax.engines.vllm import parse
 from spectax.pipeline.counts import delta
 from spectax.pipeline.quantiles import bucket_quantile
 from spectax.scrape import ScrapeError
+from spectax.settle import Target, settle_steps, turns_on
 from spectax.simulate import DEMO_PROFILES, start_simulated_servers
 from spectax.simulate.fleet import demo_endpoints
 from spectax.status import StatusHistory, render_status_page
-from spectax.status.page import RUNBOOK_URL
+from spectax.status.page import DOCS_URL, RUNBOOK_URL
 from test_report import ARTIFACTS, Browser, _chromium, _save
 
 NGRAM = {"method": "ngram"}
@@ -116,11 +117,12 @@ def test_the_page_shows_each_endpoints_verdict_with_its_basis_and_figures() -> N
     shown = cards(html)
     verdicts = {n: re.findall(r'data-verdict="([^"]+)"', c) for n, c in shown.items()}
     # No control, history or profile: the defaults' band straddles 1 except for a draft
-    # as costly as the target; the idle n-gram window proposed nothing and is priced too.
+    # as costly as the target, and the idle n-gram window, which proposed nothing: its
+    # steps paid the proposer's floor h_min for no accepted token, a tax.
     assert verdicts == {
         "heavy-draft": ["tax"],
         "down": [],
-        "idle": ["uncertain"],
+        "idle": ["tax"],
         "ngram": ["uncertain"],
         "draft": ["uncertain"],
         "hostile": ["uncertain"],
@@ -129,8 +131,8 @@ def test_the_page_shows_each_endpoints_verdict_with_its_basis_and_figures() -> N
     for name, card in shown.items():  # what economics concluded, model by model
         for model, assessment in monitors[name].snapshot.assessments.items():
             assert f'data-model="{escape(model)}" data-verdict="{assessment.verdict}"' in card
-    # What needs a person comes first: the endpoint down, the tax, then the uncertain.
-    assert list(shown)[:3] == ["down", "heavy-draft", "draft"]
+    # What needs a person comes first: the endpoint down, the taxes, then the uncertain.
+    assert list(shown)[:4] == ["down", "heavy-draft", "idle", "draft"]
     assert "no_drafts" not in html
     ngram = monitors["ngram"].snapshot.assessments["tiny-llama"]
     card = shown["ngram"]
@@ -140,10 +142,12 @@ def test_the_page_shows_each_endpoints_verdict_with_its_basis_and_figures() -> N
     assert low is not None and high is not None and low < 1 < high
     assert 'data-verdict="uncertain" data-basis="default"' in card
     assert (
-        "basis default: B* and h guessed (no control, history or profile fitted yet)"
+        "on defaults: a guess (B* and h assumed; no control, history or profile fitted yet)"
         f" · band {low:.2f}×–{high:.2f}×" in card
     )
-    assert "configured · step overhead h 0.10 assumed (the band spans 0–3)" in card
+    assert (
+        "configured · step overhead h 0.10 assumed (the band spans the method's floor to 3)" in card
+    )
     assert f"${ngram.cost_per_million_output_tokens_usd:,.3f} actual" in card
     assert f"${ngram.cost_per_million_output_tokens_no_speculation_usd:,.3f} without" in card
     savings = ngram.per_hour(ngram.speculation_savings_usd)
@@ -210,11 +214,11 @@ def test_the_page_shows_p99_tpot_beside_the_verdict_with_its_slo_and_basis() -> 
 @pytest.mark.parametrize(
     ("basis", "source", "said"),
     [
-        ("measured", "control", "measured against ctl</span>"),
-        ("calibrated", "control", "basis calibrated on the control's step times · band"),
-        ("calibrated", "baseline", "basis calibrated on its own history · band"),
-        ("profile", "profile", "basis profile llama-h100 · band"),
-        ("profile", "sweep", "basis profile llama-h100 (benchmark sweep) · band"),
+        ("measured", "control", "measured against its control ctl</span>"),
+        ("calibrated", "control", "from its control's plain curve · band"),
+        ("calibrated", "baseline", "from its own plain curve before speculation · band"),
+        ("profile", "profile", "from a stored profile llama-h100 · band"),
+        ("profile", "sweep", "from a stored profile llama-h100 (a benchmark sweep) · band"),
     ],
 )
 def test_each_verdict_says_how_it_was_reached(basis: str, source: str, said: str) -> None:
@@ -240,6 +244,38 @@ def test_each_verdict_says_how_it_was_reached(basis: str, source: str, said: str
         assert "a measured speedup needs full windows" in card
 
 
+def test_an_uncertain_card_says_what_it_turns_on_and_what_would_settle_it() -> None:
+    """The words are settle.py's, for this endpoint: the same `spectax assess` prints."""
+    html, monitors, _ = fixture_page()
+    shown = cards(html)
+    ngram = monitors["ngram"].snapshot
+    a = ngram.assessments["tiny-llama"]
+    said = turns_on(a)
+    assert a.verdict == "uncertain" and said is not None
+    steps = settle_steps(Target("ngram", "tiny-llama", "http://h:1", method="ngram"), a)
+    assert [s.split(":", 1)[0] for s in steps] == ["a control", "a sweep", "a baseline"]
+    card = shown["ngram"]
+    assert f"it turns on this: {escape(said)}" in card
+    assert "What would settle it, cheapest first:" in card
+    assert all(f"<li>{escape(step)}</li>" in card for step in steps)
+    assert "control: ngram-control" in card and "--base-url http://h:1 " in card
+    assert "what is this?" in card
+    if DOCS_URL:
+        assert DOCS_URL.endswith("docs/economics.md#what-an-uncertain-verdict-turns-on")
+    for settled in ("heavy-draft", "idle", "plain"):  # a tax or no speculation: nothing to settle
+        assert "data-settle" not in shown[settled]
+
+
+def test_a_break_even_above_1_is_shown_as_no_acceptance_pays_here() -> None:
+    _, monitors, history = fixture_page()
+    snapshot = monitors["idle"].snapshot
+    (model, a), *_ = snapshot.assessments.items()
+    changed = dataclasses.replace(a, no_acceptance_pays=True, breakeven_acceptance_ratio=None)
+    fields = {**_fields(snapshot), "assessments": {model: changed}}
+    card = cards(render_status_page({"e": type(snapshot)(**fields)}, history, 180.0))["e"]
+    assert " vs no acceptance pays here</dd>" in card and "break-even —" not in card
+
+
 def test_a_hostile_model_name_is_shown_as_text_never_as_markup() -> None:
     html, _, _ = fixture_page()
     assert "<img" not in html
@@ -253,7 +289,8 @@ def test_the_page_is_self_contained_refreshes_itself_and_has_no_script() -> None
     refs = re.findall(r"""\b(?:src|href)\s*=\s*["']([^"']*)["']""", html)
     fetched = re.findall(r"""\bsrc\s*=\s*["']([^"']*)["']""", html)
     assert fetched == []  # a link is followed by a person; nothing is loaded with the page
-    assert {r for r in refs if not r.startswith(("/", "#", RUNBOOK_URL))} == {"data:,"}
+    local = ("/", "#", RUNBOOK_URL, *([DOCS_URL] if DOCS_URL else []))
+    assert {r for r in refs if not r.startswith(local)} == {"data:,"}
     assert "prefers-color-scheme:dark" in html
 
 

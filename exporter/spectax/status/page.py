@@ -12,11 +12,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from html import escape
+from pathlib import Path
 
-from spectax import __version__, economics, logs
+from spectax import __version__, economics, logs, settle
 from spectax.economics import Assessment, Capacity
 from spectax.endpoint import EndpointSnapshot
 from spectax.engines import not_exposed
+from spectax.settle import Target, settle_steps, turns_on
 from spectax.status.chart import chart
 from spectax.status.history import StatusHistory, main_assessment
 
@@ -27,6 +29,11 @@ REPORT_COMMAND = "spectax report --config YOUR-CONFIG.yml --format html --out re
 # A person glances at the page; the window it summarises is minutes long (5 min by
 # default), so a reload every 30 s is fresh enough and costs one request per open tab.
 REFRESH_SECONDS = 30
+# "What is this?" beside an uncertain verdict: the section of docs/economics.md that says
+# what a band straddling 1 means. The daemon serves no docs, so the link is to the file in
+# the source tree when spectax runs from one (as the README installs it), like the runbook's.
+_DOCS_FILE = Path(__file__).resolve().parents[3] / settle.DOCS.split("#", 1)[0]
+DOCS_URL = f"{_DOCS_FILE.as_uri()}#{settle.DOCS.split('#', 1)[1]}" if _DOCS_FILE.is_file() else None
 # 100 cards are ~4 screens already; past that /metrics (or Grafana) is the tool, and the
 # page stays quick to render at 2,000 endpoints. The worst come first, so none is hidden.
 MAX_ENDPOINTS = 100
@@ -86,6 +93,9 @@ path{fill:none;stroke-width:2;vector-effect:non-scaling-stroke}
 path.acceptance{stroke:var(--fg)}path.breakeven{stroke:var(--tax);stroke-dasharray:5 4}
 .key{display:inline-block;width:1.4rem;border-top:2px solid var(--fg);vertical-align:middle}
 .key.breakeven{border-top:2px dashed var(--tax);margin-left:.8rem}
+.settle{border-top:1px solid var(--line);margin-top:.5rem;padding-top:.3rem}
+.settle p{margin:.2rem 0}.settle ol{margin:.2rem 0;padding-left:1.4rem}
+.settle li{margin:.15rem 0;overflow-wrap:anywhere}
 """
 
 
@@ -194,7 +204,9 @@ def _model(snapshot: EndpointSnapshot, a: Assessment) -> str:
     without = _usd(a.cost_per_million_output_tokens_no_speculation_usd, unpriced)
     acceptance, breakeven = _ratio(a.acceptance_ratio), _ratio(a.breakeven_acceptance_ratio)
     figures = [("$ per million output tokens", actual)]
-    acceptance = f"{acceptance} vs break-even {breakeven}"
+    # A break-even above 1 is no acceptance at all: the step's overhead alone outweighs it.
+    against = "no acceptance pays here" if a.no_acceptance_pays else f"break-even {breakeven}"
+    acceptance = f"{acceptance} vs {against}"
     modelled = _times(a.speedup_ratio)
     if "draft_tokens" in not_exposed(config.engine):  # SGLang, TGI: no drafted count
         acceptance = modelled = f"not exposed by {escape(config.engine)}"
@@ -223,7 +235,37 @@ def _model(snapshot: EndpointSnapshot, a: Assessment) -> str:
         f'<div class="model" data-model="{escape(a.model)}" data-verdict="{a.verdict}" '
         f'data-basis="{a.verdict_basis or ""}">'
         f'<h3>{escape(a.model)}: <span class="v-{a.verdict}">{verdict}</span>{tax_link} '
-        f'<span class="muted">{basis}</span></h3><dl>{cells}</dl></div>'
+        f'<span class="muted">{basis}</span></h3><dl>{cells}</dl>{_settle(snapshot, a)}</div>'
+    )
+
+
+def _settle(snapshot: EndpointSnapshot, a: Assessment) -> str:
+    """For an uncertain verdict, what it turns on and what would settle it for this
+    endpoint, cheapest first: settle.py's words, the same `spectax assess` prints, so the
+    on-call reads one answer wherever they look; "" for a verdict that is settled."""
+    said = turns_on(a)
+    if said is None:
+        return ""
+    config = snapshot.config
+    target = Target(
+        name=config.name,
+        model=a.model,
+        url=config.url,
+        engine=config.engine,
+        method=config.speculation.method if config.speculation else None,
+        has_control=config.control is not None,
+    )
+    steps = "".join(f"<li>{escape(step)}</li>" for step in settle_steps(target, a))
+    what = (
+        f' (<a href="{escape(DOCS_URL)}">what is this?</a>)'
+        if DOCS_URL
+        else f" (what is this? <code>{escape(settle.DOCS)}</code>)"
+    )
+    return (
+        f'<div class="settle" data-settle="{escape(a.model)}">'
+        f"<p>Uncertain: it turns on this: {escape(said)}{what}.</p>"
+        + (f"<p>What would settle it, cheapest first:</p><ol>{steps}</ol>" if steps else "")
+        + "</div>"
     )
 
 
@@ -270,32 +312,36 @@ def _tail(snapshot: EndpointSnapshot, a: Assessment) -> str:
 
 
 def _basis(control: str | None, profile: str | None, a: Assessment) -> str:
-    """How the verdict was reached and how sure it is, beside it: a verdict on defaults
-    alone is a guess, and the reader must see that before acting on it."""
+    """What the verdict rests on, in words, and how sure it is, beside it: a verdict on
+    defaults alone is a guess, and the reader must see that before acting on it."""
     if a.verdict_basis is None:
         return "nothing to weigh"
     band = f" · band {_times(a.speedup_low_ratio)}–{_times(a.speedup_high_ratio)}"
     if a.verdict_basis == "measured":  # the band is the measured speedup itself
-        return f"measured against {escape(control or '')}"
+        return f"measured against its control {escape(control or '')}"
     waiting = (
         " (a measured speedup needs full windows and 10 finished requests each side)"
         if control
         else ""
     )
     said = {
-        "calibrated": "calibrated on "
-        + ("the control's step times" if a.model_source == "control" else "its own history"),
-        "profile": f"profile {escape(profile or '')}"
-        + (" (benchmark sweep)" if a.model_source == "sweep" else ""),
-        "default": "default: B* "
+        "calibrated": "from "
         + (
-            "from the roofline prior, h guessed"
+            "its control's plain curve"
+            if a.model_source == "control"
+            else "its own plain curve before speculation"
+        ),
+        "profile": f"from a stored profile {escape(profile or '')}"
+        + (" (a benchmark sweep)" if a.model_source == "sweep" else ""),
+        "default": "on defaults: a guess (B* "
+        + (
+            "from the roofline prior, h assumed"
             if a.model_source == "roofline"
-            else "and h guessed"
+            else "and h assumed"
         )
-        + " (no control, history or profile fitted yet)",
+        + "; no control, history or profile fitted yet)",
     }[a.verdict_basis]
-    return f"basis {said}{band}{waiting}"
+    return f"{said}{band}{waiting}"
 
 
 def _counterfactual(profile: str | None, a: Assessment) -> str:
@@ -303,7 +349,7 @@ def _counterfactual(profile: str | None, a: Assessment) -> str:
     named = f" {escape(profile)}" if profile and a.model_source in ("profile", "sweep") else ""
     h = "—" if a.step_overhead_ratio is None else f"{a.step_overhead_ratio:.2f}"
     if a.model_source in ("roofline", "configured") and a.verdict_basis != "measured":
-        h += " assumed (the band spans 0–3)"  # nothing measured h: its whole range counts
+        h += " assumed (the band spans the method's floor to 3)"  # nothing measured h
     return f"{a.model_source}{named} · step overhead h {h}"
 
 
