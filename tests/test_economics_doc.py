@@ -37,8 +37,8 @@ FIGURES = {
 
 
 def example(concurrency: float) -> Assessment:
-    """The example's window: EAGLE (c = 0.05), B* = 32 and h = 0 known (a sweep profile
-    that fits exactly: its band is its point), one GPU at $2.50/h, busy 5 min."""
+    """The example's window: EAGLE (c = 0.05), B* = 32 and h = 0.1 known (a sweep profile of
+    this method that fits exactly: its band is its point), one GPU at $2.50/h, busy 5 min."""
     traffic = economics.Traffic(
         output_tokens=2800,
         prompt_tokens=0,
@@ -51,7 +51,11 @@ def example(concurrency: float) -> Assessment:
     spend = economics.spend_estimate_usd(USD_PER_GPU_HOUR, 1, SECONDS)
     money = economics.Money(seconds=SECONDS, spend_usd=spend, busy_spend_usd=spend)
     known = economics.StepModel(
-        ridge_batch=32, step_overhead_ratio=0.0, source="sweep", relative_error=0.0
+        ridge_batch=32,
+        step_overhead_ratio=0.1,
+        source="sweep",
+        relative_error=0.0,
+        overhead_known=True,
     )
     params = economics.Parameters(draft_cost_ratio=0.05, step_model=known)
     return economics.assess_model("m", traffic, params, money)
