@@ -8,6 +8,7 @@ import itertools
 import json
 import math
 import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +114,13 @@ def test_predict_says_to_turn_speculation_off_when_it_never_pays(
     assert code == 0 and "turn speculation off" in out
 
 
+H_ZERO = ["--step-overhead-ratio", "0"]
+EAGLE_H = ["--method", "eagle", "--step-overhead-ratio", "0.005"]
+# A drafter an eighth of the target: it reads an eighth of the weights every step.
+DRAFT_H = ["--method", "draft_model", "--draft-params", "1e9", "--target-params", "8e9"]
+DRAFT_H += ["--step-overhead-ratio", "0.1"]
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [
@@ -131,6 +139,21 @@ def test_predict_says_to_turn_speculation_off_when_it_never_pays(
             ],
             "--draft-cost-ratio",
         ),
+        (["--acceptance-length", "2", "--num-speculative-tokens", "-1"], "K >= 0"),
+        (["--position-acceptance", "0.5,0.3", "--num-speculative-tokens", "1.5"], "whole"),
+        # h below the method's floor h_min, named (economics.step_overhead_floor)
+        (
+            ["--acceptance-length", "2", "--num-speculative-tokens", "3", *H_ZERO],
+            "below h_min 0.01",
+        ),
+        (
+            ["--acceptance-length", "2", "--num-speculative-tokens", "3", *EAGLE_H],
+            "below h_min 0.01, the floor for eagle",
+        ),
+        (
+            ["--acceptance-length", "2", "--num-speculative-tokens", "3", *DRAFT_H],
+            "below h_min 0.125, the floor for draft_model",
+        ),
     ],
 )
 def test_predict_refuses_what_it_cannot_compute_in_one_line(
@@ -141,17 +164,84 @@ def test_predict_refuses_what_it_cannot_compute_in_one_line(
     assert err.count("\n") == 1 and says in err
 
 
+def test_predict_at_k_zero_is_speculation_off_with_speedup_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = ["predict", "--acceptance-length", "1", "--num-speculative-tokens", "0"]
+    result = run_json(capsys, *args, "--concurrency", "1,8,64")
+    assert [row["speedup_ratio"] for row in result["rows"]] == [1.0, 1.0, 1.0]
+    assert {row["verdict"] for row in result["rows"]} == {"no_speculation"}
+    assert result["crossover"] == "no_speculation" and result["speculative_config"] is None
+    code, out, _ = run(capsys, *args, "--concurrency", "4")
+    assert code == 0 and "speculation off" in out
+
+
+def test_predict_takes_every_row_fit_takes_and_gives_it_the_fitted_speedup(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """K per request-step, as fit reads bench files: 2.6 when not every step of a K = 4
+    server drafted, 0 when none did. With the fitted B*, h and c, predict gives a drafting
+    row the fit's own modelled speedup; a row at K = 0 it takes as speculation off."""
+    rows = write_sweep(tmp_path / "s.csv", 24.0, 0.4, 0.0, [(2.1, 2.6), (1.0, 0)], seed=2)
+    assert {r.num_speculative_tokens for r in rows} == {2.6, 0}
+    fit = run_json(capsys, "fit", str(tmp_path / "s.csv"), "--method", "ngram")
+    for row in fit["rows"]:
+        result = run_json(
+            capsys,
+            "predict",
+            *("--acceptance-length", repr(row["acceptance_length"])),
+            *("--num-speculative-tokens", repr(row["num_speculative_tokens"])),
+            *("--ridge-batch", repr(fit["ridge_batch_requests"])),
+            *("--step-overhead-ratio", repr(fit["step_overhead_ratio"])),
+            *("--method", "ngram", "--concurrency", repr(row["concurrency"])),
+        )
+        speedup = result["rows"][0]["speedup_ratio"]
+        expected = row["modelled"] if row["num_speculative_tokens"] else 1.0
+        assert speedup == pytest.approx(expected, rel=1e-12)
+
+
+def test_predict_defaults_give_the_figure_assess_gives_on_its_defaults(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The same question, the same answer: B* = 32 and h = 0.1 (economics' defaults) in
+    both, tau and K per request-step from the same counters (G/(G - A), Dt/(G - A))."""
+    pages = Path(__file__).parent / "fixtures" / "vllm-0.32.0"
+    pair = [str(pages / "spec_ngram_2_mid.txt"), str(pages / "spec_ngram_3_after.txt")]
+    code = main(["assess", *pair, "--seconds", "60", "--method", "ngram", "--format", "json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    (assessed,) = json.loads(out)
+    g, a = assessed["output_tokens"], assessed["accepted_tokens"]
+    result = run_json(
+        capsys,
+        "predict",
+        *("--acceptance-length", repr(g / (g - a))),
+        *("--num-speculative-tokens", repr(assessed["draft_tokens"] / (g - a))),
+        # the pages ran one request at a time: 0 on both snapshots, a batch of at least 1
+        *("--method", "ngram", "--concurrency", repr(max(assessed["concurrency_requests"], 1))),
+    )
+    assert (result["ridge_batch_requests"], result["step_overhead_ratio"]) == (32.0, 0.1)
+    assert result["rows"][0]["speedup_ratio"] == pytest.approx(assessed["speedup_ratio"])
+
+
 # ---------------------------------------------------------------- fit: sweeps
 
 
 def write_sweep(
-    path: Path, bstar: float, h: float, c: float, design: list[tuple[float, int]], seed: int
+    path: Path,
+    bstar: float,
+    h: float,
+    c: float,
+    design: list[tuple[float, int]],
+    seed: int,
+    levels: tuple[int, ...] = LEVELS,
+    noise: float = 0.02,
 ) -> list[SweepRow]:
-    """A sweep generated by §3b itself, each speedup times (1 + N(0, 2%))."""
+    """A sweep generated by §3b itself, each speedup times (1 + N(0, noise)): 2% by default."""
     rng = random.Random(seed)
     rows = [
-        SweepRow(b, speedup_per_step(tau, k, b, bstar, c, h) * (1 + rng.gauss(0, 0.02)), tau, k)
-        for b in LEVELS
+        SweepRow(b, speedup_per_step(tau, k, b, bstar, c, h) * (1 + rng.gauss(0, noise)), tau, k)
+        for b in levels
         for tau, k in design
     ]
     lines = ["concurrency,speedup,acceptance_length,num_speculative_tokens"]
@@ -195,8 +285,18 @@ def test_fit_recovers_the_parameters_of_a_noisy_sweep(
     assert bstar / factor <= fit["ridge_batch_requests"] <= bstar * factor
     assert fit["step_overhead_ratio"] == pytest.approx(h, abs=h_tol)
     assert fit["draft_cost_ratio"] == pytest.approx(c, abs=c_tol)
-    assert fit["at_bound"] == []
+    assert fit["at_bound"] == [] and fit["not_pinned"] == []
     assert 0.008 <= fit["mean_abs_error_ratio"] <= 0.025  # the noise's own mean |e| is 1.6%
+    # Each true parameter lies in its 95% interval, and every interval inside physics.
+    truth = {"ridge_batch_requests": bstar, "step_overhead_ratio": h, "draft_cost_ratio": c}
+    for name, p in fit["parameters"].items():
+        assert p["pinned"] and p["low"] <= truth[name] <= p["high"], (name, p)
+    assert fit["parameters"]["step_overhead_ratio"]["low"] >= 0.01
+    assert (
+        set(fit["parameters"]) == set(truth)
+        if method == "draft_model"
+        else set(truth) - {"draft_cost_ratio"}
+    )
     found = (fit["ridge_batch_requests"], fit["step_overhead_ratio"], fit["draft_cost_ratio"])
     assert squared_error(rows, *found) <= squared_error(rows, bstar, h, c)
     assert len(fit["rows"]) == len(rows)
@@ -214,6 +314,59 @@ def test_fit_prints_rows_parameters_and_mean_error(
     assert "B* (ridge batch, requests)" in out and "mean |error|" in out
     assert "0.05 (fixed)" in out
     assert len([line for line in out.splitlines() if line.strip().startswith("256 ")]) == 1
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_draft_model_fit_never_leaves_the_physical_range(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, seed: int
+) -> None:
+    """One K at 1 to 8 requests, 3% noise: h and c trade off at small batch, and the old
+    search box's floor, h = -0.5, was where seeds 1 and 5 ended (at c = 0 seeds 0, 2, 3)."""
+    write_sweep(tmp_path / "s.csv", 16.0, 0.3, 0.3, [(1.8, 3)], seed, (1, 2, 4, 8), 0.03)
+    fit = run_json(capsys, "fit", str(tmp_path / "s.csv"), "--method", "draft_model")
+    assert fit["ridge_batch_requests"] >= 1.0
+    assert fit["step_overhead_ratio"] >= 0.01
+    assert fit["draft_cost_ratio"] >= 0.0
+    assert fit["step_overhead_floor"] == 0.01  # a draft model of unknown size: every method's
+    for name, p in fit["parameters"].items():
+        low, high = p["range"]
+        assert low <= p["low"] <= p["value"] <= p["high"] <= high, name
+    assert (low, high) == (0.0, 2.0)  # c's, the last
+
+
+def test_a_sweep_that_cannot_pin_h_says_so_and_what_would(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Every level far past a ridge at 8: h only weighs B*/B of a step there, so the error
+    hardly moves with it. The fit still gives a physical h, and says it is not the sweep's."""
+    write_sweep(tmp_path / "s.csv", 8.0, 0.5, 0.0, [(2.4, 4)], 3, (128, 256, 512, 1024), 0.02)
+    args = ["fit", str(tmp_path / "s.csv"), "--method", "ngram"]
+    fit = run_json(capsys, *args)
+    h = fit["parameters"]["step_overhead_ratio"]
+    assert "step_overhead_ratio" in fit["not_pinned"] and not h["pinned"]
+    assert fit["step_overhead_ratio"] >= 0.01
+    assert h["high"] - h["low"] > 2.0  # the 95% interval spans most of the range
+    assert "small batch" in h["why"]
+    code, out, _ = run(capsys, *args)
+    assert code == 0
+    assert "not pinned by this sweep:" in out
+    assert any(line.startswith("  h: ") and "small batch" in line for line in out.splitlines())
+
+
+def test_a_sweep_that_spans_the_ridge_pins_everything_and_says_nothing_is_free(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    write_sweep(tmp_path / "s.csv", 40.0, 0.3, 0.05, [(2.6, 3)], seed=1)
+    code, out, _ = run(capsys, "fit", str(tmp_path / "s.csv"), "--method", "eagle")
+    assert code == 0 and "95%:" in out and "not pinned" not in out
+
+
+def test_a_fit_of_a_few_rows_is_fast(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """The fit and its intervals: 18 rows, B*, h and c, ~0.5 s here; a few seconds at most."""
+    write_sweep(tmp_path / "s.csv", 100.0, 1.5, 0.15, [(1.8, 2), (2.4, 4)], seed=15)
+    started = time.perf_counter()
+    run_json(capsys, "fit", str(tmp_path / "s.csv"), "--method", "draft_model")
+    assert time.perf_counter() - started < 3.0
 
 
 VLLM_SCHEDULE = next(

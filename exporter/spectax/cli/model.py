@@ -38,35 +38,34 @@ class ModelError(ValueError):
 
 
 def predict(args: argparse.Namespace) -> dict[str, Any]:
-    """The JSON of `spectax model predict`, from its parsed arguments."""
+    """The JSON of `spectax model predict`, from its parsed arguments.
+
+    K is draft tokens per request-step, as `fit` reads it: fractional when not every step
+    drafted, 0 for speculation off (speedup 1). B* and h default to what `spectax assess`
+    and the daemon assume, so the same question gets the same figure everywhere.
+    """
     concurrencies = _numbers(args.concurrency, "--concurrency", positive=True)
     positions = (
         _numbers(args.position_acceptance, "--position-acceptance")
         if args.position_acceptance
         else None
     )
-    k = args.num_speculative_tokens
-    if positions is not None:
-        if any(not 0 <= p <= 1 for p in positions):
-            raise ModelError("--position-acceptance: each p_k is a share, between 0 and 1")
-        k = k if k is not None else len(positions)
-        if k > len(positions):
-            raise ModelError(
-                f"K = {k}: --position-acceptance gives only {len(positions)} positions"
-            )
-        tau = 1.0 + sum(positions[:k])
-    else:
-        if args.acceptance_length is None:
-            raise ModelError("give --acceptance-length TAU or --position-acceptance p0,p1,...")
-        if k is None:
-            raise ModelError("--acceptance-length needs --num-speculative-tokens K")
-        tau = args.acceptance_length
-    if k < 1 or not 1 <= tau <= k + 1:
-        raise ModelError(f"K = {k} and tau = {tau:g}: need K >= 1 and 1 <= tau <= K + 1")
+    k, tau = _acceptance(args, positions)
     if args.ridge_batch <= 0:
         raise ModelError("--ridge-batch: B* must be > 0")
     c, h, bstar = _draft_cost(args), args.step_overhead_ratio, args.ridge_batch
-    alpha, q = (tau - 1.0) / k, 1.0 / k
+    floor = step_overhead_floor(args)
+    if h < floor:
+        raise ModelError(
+            f"--step-overhead-ratio {h:g} is below h_min {floor:g}, the floor for "
+            f"{args.method or 'every speculative method'} ("
+            + (
+                "its proposer runs on every step)"
+                if floor == economics.MIN_STEP_OVERHEAD_RATIO
+                else "the drafter's share of the target's weights, read on every step)"
+            )
+        )
+    alpha, q = ((tau - 1.0) / k, 1.0 / k) if k > 0 else (None, None)
 
     def best_k(b: float) -> tuple[int, float]:
         assert positions is not None
@@ -83,15 +82,21 @@ def predict(args: argparse.Namespace) -> dict[str, Any]:
         row: dict[str, Any] = {
             "concurrency": b,
             "speedup_ratio": s,
-            "verdict": "pays" if s > 1.0 else "tax",
-            "breakeven_acceptance_ratio": formulas.breakeven_acceptance(b, bstar, c, h, q),
+            "verdict": "no_speculation" if k == 0 else "pays" if s > 1.0 else "tax",
+            "breakeven_acceptance_ratio": None
+            if q is None
+            else formulas.breakeven_acceptance(b, bstar, c, h, q),
         }
         if positions is not None:
             row["best_num_speculative_tokens"], row["best_speedup_ratio"] = best_k(b)
         rows.append(row)
-    crossover = formulas.crossover_concurrency(alpha, bstar, c, h, q)
+    crossover = (
+        None
+        if alpha is None or q is None
+        else formulas.crossover_concurrency(alpha, bstar, c, h, q)
+    )
 
-    def k_at(b: int) -> int:
+    def k_at(b: int) -> float:
         if positions is not None:
             return best_k(b)[0]
         return k if formulas.speedup_per_step(tau, k, b, bstar, c, h) > 1.0 else 0
@@ -104,9 +109,12 @@ def predict(args: argparse.Namespace) -> dict[str, Any]:
         "draft_cost_ratio": c,
         "ridge_batch_requests": bstar,
         "step_overhead_ratio": h,
+        "step_overhead_floor": floor,
         "rows": rows,
         "crossover_concurrency_requests": crossover if crossover not in (None, math.inf) else None,
-        "crossover": "never_pays"
+        "crossover": "no_speculation"
+        if k == 0
+        else "never_pays"
         if crossover is None
         else "never_tax"
         if crossover == math.inf
@@ -115,9 +123,33 @@ def predict(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def batch_schedule(k_by_batch: Sequence[int]) -> list[list[int]]:
+def _acceptance(args: argparse.Namespace, positions: list[float] | None) -> tuple[float, float]:
+    """(K, tau) from the arguments: as given, or tau from the first K positions' acceptance."""
+    k = args.num_speculative_tokens
+    if positions is not None:
+        if any(not 0 <= p <= 1 for p in positions):
+            raise ModelError("--position-acceptance: each p_k is a share, between 0 and 1")
+        k = k if k is not None else len(positions)
+        if k != int(k):
+            raise ModelError(f"K = {k:g}: with --position-acceptance K is a whole number")
+        if k > len(positions):
+            raise ModelError(
+                f"K = {k:g}: --position-acceptance gives only {len(positions)} positions"
+            )
+        return int(k), 1.0 + sum(positions[: int(k)])
+    if args.acceptance_length is None:
+        raise ModelError("give --acceptance-length TAU or --position-acceptance p0,p1,...")
+    if k is None:
+        raise ModelError("--acceptance-length needs --num-speculative-tokens K")
+    tau = args.acceptance_length
+    if k < 0 or not 1 <= tau <= k + 1:
+        raise ModelError(f"K = {k:g} and tau = {tau:g}: need K >= 0 and 1 <= tau <= K + 1")
+    return int(k) if k == int(k) else k, tau
+
+
+def batch_schedule(k_by_batch: Sequence[float]) -> list[list[float]]:
     """[[first, last, K], ...]: runs of equal K over batch sizes 1, 2, ..."""
-    ranges: list[list[int]] = []
+    ranges: list[list[float]] = []
     for b, k in enumerate(k_by_batch, start=1):
         if ranges and ranges[-1][2] == k:
             ranges[-1][1] = b
@@ -127,19 +159,24 @@ def batch_schedule(k_by_batch: Sequence[int]) -> list[list[int]]:
 
 
 def vllm_speculative_config(
-    schedule: list[list[int]], configured_k: int, method: str | None
+    schedule: list[list[float]], configured_k: float, method: str | None
 ) -> dict[str, Any] | None:
     """The `--speculative-config` that applies the schedule; None when it is the configured
-    one already, {} when speculation is to be off at every batch (start without it)."""
+    one already, {} when speculation is to be off at every batch (start without it).
+
+    A K per request-step that is not whole (not every step drafted) is not the server's
+    configured K, so no per-batch list is written from it: only "off" (the crossover line
+    says where it stops paying).
+    """
     ks = {k for _, _, k in schedule}
-    if ks == {configured_k}:
-        return None
     if ks == {0}:
-        return {}
+        return {} if configured_k else None
+    if ks == {configured_k} or configured_k != int(configured_k):
+        return None
     config: dict[str, Any] = {"method": method} if method else {}
-    config["num_speculative_tokens"] = max(ks)
+    config["num_speculative_tokens"] = int(max(ks))
     if len(ks) > 1:
-        config[VLLM_SCHEDULE_KEY] = schedule
+        config[VLLM_SCHEDULE_KEY] = [[int(v) for v in r] for r in schedule]
     return config
 
 
@@ -148,10 +185,22 @@ def _draft_cost(args: argparse.Namespace) -> float:
         return float(args.draft_cost_ratio)
     if args.method is None:
         return 0.0
-    c = economics.draft_cost_ratio_for(args.method)
+    c = economics.draft_cost_ratio_for(args.method, args.draft_params, args.target_params)
     if c is None:
-        raise ModelError(f"--method {args.method} needs --draft-cost-ratio C (its cost per token)")
+        raise ModelError(
+            f"--method {args.method} needs --draft-cost-ratio C (its cost per token), or "
+            "--draft-params and --target-params"
+        )
     return c
+
+
+def step_overhead_floor(args: argparse.Namespace) -> float:
+    """h_min of the method (`economics.step_overhead_floor`); without --method, the floor
+    of every method: whatever it is, a speculative server runs its proposer each step."""
+    return max(
+        economics.MIN_STEP_OVERHEAD_RATIO,
+        economics.step_overhead_floor(args.method, args.draft_params, args.target_params),
+    )
 
 
 def _numbers(text: str, flag: str, positive: bool = False) -> list[float]:
@@ -167,24 +216,28 @@ def _numbers(text: str, flag: str, positive: bool = False) -> list[float]:
 def predict_text(result: dict[str, Any]) -> str:
     r = result
     lines = [
-        f"§3b: tau {r['acceptance_length']:g}, K {r['num_speculative_tokens']}"
-        f" (acceptance {r['acceptance_ratio']:.3f}), c {r['draft_cost_ratio']:g},"
+        f"§3b: tau {r['acceptance_length']:g}, K {r['num_speculative_tokens']:g}"
+        + ("" if r["acceptance_ratio"] is None else f" (acceptance {r['acceptance_ratio']:.3f})")
+        + f", c {r['draft_cost_ratio']:g},"
         f" B* {r['ridge_batch_requests']:g}, h {r['step_overhead_ratio']:g}",
         "",
     ]
     best = "best_num_speculative_tokens" in r["rows"][0]
-    header = f"{'concurrency':>11}  {'speedup':>8}  {'verdict':<7}  {'break-even':>10}"
+    w = max(7, *(len(row["verdict"]) for row in r["rows"]))
+    header = f"{'concurrency':>11}  {'speedup':>8}  {'verdict':<{w}}  {'break-even':>10}"
     lines.append(header + (f"  {'best K':>6}  {'its speedup':>11}" if best else ""))
     for row in r["rows"]:
-        line = (
-            f"{row['concurrency']:>11g}  {row['speedup_ratio']:>8.6f}  {row['verdict']:<7}"
-            f"  {row['breakeven_acceptance_ratio']:>10.3f}"
+        breakeven = row["breakeven_acceptance_ratio"]
+        line = f"{row['concurrency']:>11g}  {row['speedup_ratio']:>8.6f}  {row['verdict']:<{w}}" + (
+            f"  {'-':>10}" if breakeven is None else f"  {breakeven:>10.3f}"
         )
         if best:
             line += f"  {row['best_num_speculative_tokens']:>6}  {row['best_speedup_ratio']:>11.6f}"
         lines.append(line)
     lines.append("")
-    if r["crossover"] == "never_pays":
+    if r["crossover"] == "no_speculation":
+        lines.append("K = 0: speculation off, a plain step at every concurrency (speedup 1)")
+    elif r["crossover"] == "never_pays":
         lines.append(
             "crossover: none, speculation is a tax at every concurrency at this acceptance"
         )
@@ -230,13 +283,26 @@ def add_parser(commands: Any) -> None:
         metavar="P0,P1,...",
         help="per-position acceptance: also the best K",
     )
-    p.add_argument("--num-speculative-tokens", type=int, metavar="K", help="draft tokens per step")
     p.add_argument(
-        "--ridge-batch", type=float, required=True, metavar="BSTAR", help="B* = a/b, plain"
+        "--num-speculative-tokens",
+        type=float,
+        metavar="K",
+        help="draft tokens per request-step (0: off; fractional when not every step drafts)",
+    )
+    p.add_argument(
+        "--ridge-batch",
+        type=float,
+        default=economics.DEFAULT_RIDGE_BATCH,
+        metavar="BSTAR",
+        help=f"B* = a/b, plain (default {economics.DEFAULT_RIDGE_BATCH:g}, as assess)",
     )
     _add_cost_options(p)
     p.add_argument(
-        "--step-overhead-ratio", type=float, default=0.0, metavar="H", help="h (default 0)"
+        "--step-overhead-ratio",
+        type=float,
+        default=economics.DEFAULT_STEP_OVERHEAD_RATIO,
+        metavar="H",
+        help=f"h (default {economics.DEFAULT_STEP_OVERHEAD_RATIO:g}, as assess; >= h_min)",
     )
     p.add_argument("--concurrency", required=True, metavar="1,2,4,...", help="running requests")
     p.add_argument(
@@ -268,6 +334,10 @@ def _add_cost_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--draft-cost-ratio", type=float, metavar="C", help="c: draft token / target token"
     )
+    p.add_argument(
+        "--draft-params", type=float, metavar="N", help="drafter's parameters: c and h_min"
+    )
+    p.add_argument("--target-params", type=float, metavar="N", help="target's parameters")
 
 
 def _usage(model: argparse.ArgumentParser) -> int:
@@ -291,15 +361,16 @@ def fit_command(args: argparse.Namespace) -> int:
     try:
         if args.save_profile and not args.config:
             raise ModelError("--save-profile needs --config (the storage_url to store it in)")
-        sweep, result = model_fit.fit(args, _draft_cost)
+        sweep, result = model_fit.fit(args, _draft_cost, step_overhead_floor(args))
     except (ModelError, InputError, economics.SweepError) as exc:
         print(f"spectax model fit: {exc}", file=sys.stderr)
         return 2
-    data = model_fit.fit_json(sweep, result)
+    data = model_fit.fit_json(sweep, result, args.method)
     print(json.dumps(data, indent=2) if args.format == "json" else model_fit.fit_text(data))
     if args.save_profile:
         url = load_config(args.config).config.database_url
-        profile = model_fit.profile_of_fit(args.save_profile, sweep, result)
+        profile = model_fit.profile_of_fit(args.save_profile, sweep, result, args.method)
         asyncio.run(model_fit.save_profile(url, profile))
-        print(f"saved profile {args.save_profile!r} (source sweep)", file=sys.stderr)
+        free = f"; not pinned: {', '.join(result.not_pinned)}" if result.not_pinned else ""
+        print(f"saved profile {args.save_profile!r} (source sweep{free})", file=sys.stderr)
     return 0

@@ -31,7 +31,7 @@ from spectax.economics.counterfactual import (
     fit_plain_curve,
     plain_tokens_per_step,
 )
-from spectax.economics.sweep import SweepFit, SweepRow, fit_sweep
+from spectax.economics.sweep import CONFIDENCE, Interval, SweepFit, SweepRow, fit_sweep
 
 CSV_COLUMNS = ("concurrency", "speedup", "acceptance_length", "num_speculative_tokens")
 BENCH_KEYS = ("mean_tpot_ms", "total_input_tokens", "total_output_tokens", "max_concurrency")
@@ -207,28 +207,95 @@ def plain_curve(runs: Sequence[BenchRun]) -> PlainCurve | None:
 
 
 def fit(
-    args: argparse.Namespace, draft_cost: Callable[[argparse.Namespace], float]
+    args: argparse.Namespace,
+    draft_cost: Callable[[argparse.Namespace], float],
+    step_overhead_floor: float,
 ) -> tuple[Sweep, SweepFit]:
-    """Read the files and fit. c is fitted with --fit-draft-cost, and for a draft model
-    when neither --draft-cost-ratio nor the rows give it (its cost depends on its size);
-    otherwise it is the one given, or the method's default (`draft_cost`)."""
+    """Read the files and fit, h at or above the method's floor. c is fitted with
+    --fit-draft-cost, and for a draft model when neither --draft-cost-ratio nor the rows
+    give it (its cost depends on its size); otherwise it is the one given, or the method's
+    default (`draft_cost`)."""
     sweep = read_sweep(args.files)
     rows_give_c = any(r.draft_cost_ratio is not None for r in sweep.rows)
     fit_c = args.fit_draft_cost or (
         args.method == "draft_model" and args.draft_cost_ratio is None and not rows_give_c
     )
     c = 0.0 if fit_c else draft_cost(args)
-    return sweep, fit_sweep(sweep.rows, fit_c, c)
+    return sweep, fit_sweep(sweep.rows, fit_c, c, step_overhead_floor)
 
 
-def fit_json(sweep: Sweep, result: SweepFit) -> dict[str, Any]:
+#: What each end of a parameter's range is, and what would pin a parameter the sweep does
+#: not (the module docstring of economics/sweep.py: h is read at small batch, c past the
+#: ridge, B* off the turn between them).
+RANGE_ENDS = {
+    "ridge_batch_requests": ("B* >= 1", "the search's top"),
+    "step_overhead_ratio": ("the method's floor h_min", "the search's top"),
+    "draft_cost_ratio": ("c >= 0", "the search's top"),
+}
+SETTLE = {
+    ("ridge_batch_requests", "high"): "the sweep may not reach the ridge: add higher concurrencies",
+    ("ridge_batch_requests", "low"): "every level may be past the ridge: add concurrency 1 and 2",
+    ("ridge_batch_requests", "flat"): "the sweep does not show where the speedup turns: add "
+    "levels below and above it",
+    ("step_overhead_ratio", None): "h is read at small batch: add levels well under B* (1, 2)",
+    ("draft_cost_ratio", None): "c is read past the ridge: add levels well over B*",
+}
+TRADE_OFF = "; with c fitted too, h and c trade off: two K at one level separate them"
+
+
+def parameter_json(interval: Interval, c_fitted: bool) -> dict[str, Any]:
+    """One fitted parameter: its value, 95% interval, range and, when the sweep does not
+    pin it, why (at a bound, or the error flat to one) and what would."""
+    return {
+        "value": interval.value,
+        "low": interval.low,
+        "high": interval.high,
+        "range": list(interval.bounds),
+        "pinned": interval.pinned,
+        "why": None if interval.pinned else why_not_pinned(interval, c_fitted),
+    }
+
+
+def why_not_pinned(interval: Interval, c_fitted: bool) -> str:
+    """One clause: where the sweep leaves the parameter free, and what would pin it."""
+    lo, hi = interval.bounds
+    low_end, high_end = RANGE_ENDS[interval.name]
+    at_low = interval.at_bound and interval.value - lo <= hi - interval.value
+    if interval.at_bound:
+        where = f"at {low_end} ({lo:g})" if at_low else f"at {high_end} ({hi:g})"
+    elif interval.high_open:
+        where = f"the error is flat up to {high_end} ({hi:g})"
+    else:
+        where = f"the error is flat down to {low_end} ({lo:g})"
+    if interval.name == "ridge_batch_requests":
+        side = "flat" if not interval.at_bound else "low" if at_low else "high"
+        settle = SETTLE[interval.name, side]
+    else:
+        settle = SETTLE[interval.name, None]
+        if interval.name == "step_overhead_ratio" and c_fitted:
+            settle += TRADE_OFF
+    return f"{where}: {settle}"
+
+
+def fit_json(sweep: Sweep, result: SweepFit, method: str | None = None) -> dict[str, Any]:
     plain = sweep.plain
     return {
+        "method": method,
         "ridge_batch_requests": result.ridge_batch,
         "step_overhead_ratio": result.step_overhead_ratio,
+        "step_overhead_floor": result.step_overhead_floor,
         "draft_cost_ratio": result.draft_cost_ratio,
         "draft_cost_fitted": result.draft_cost_fitted,
         "at_bound": list(result.bounded),
+        "not_pinned": list(result.not_pinned),
+        "confidence": {
+            "level": CONFIDENCE,
+            "method": "profile likelihood",
+            "row_noise_ratio": result.row_noise,
+        },
+        "parameters": {
+            i.name: parameter_json(i, result.draft_cost_fitted) for i in result.intervals
+        },
         "rows": [
             {
                 "concurrency": r.row.concurrency,
@@ -251,6 +318,13 @@ def fit_json(sweep: Sweep, result: SweepFit) -> dict[str, Any]:
     }
 
 
+PARAMETER_LABELS = {
+    "ridge_batch_requests": ("B*", "B* (ridge batch, requests)"),
+    "step_overhead_ratio": ("h", "h  (step overhead ratio)  "),
+    "draft_cost_ratio": ("c", "c  (draft cost ratio)     "),
+}
+
+
 def fit_text(data: dict[str, Any]) -> str:
     lines = [
         f"{'concurrency':>11}  {'tau':>6}  {'K':>5}  {'measured':>8}  {'modelled':>8}  {'error':>7}"
@@ -261,21 +335,27 @@ def fit_text(data: dict[str, Any]) -> str:
             f"  {r['num_speculative_tokens']:>5.2f}"
             f"  {r['measured']:>8.4f}  {r['modelled']:>8.4f}  {r['error_ratio']:>+7.1%}"
         )
-    c = data["draft_cost_ratio"]
-    c_text = (
-        "per row"
-        if c is None
-        else f"{c:.4g}" + (" (fitted)" if data["draft_cost_fitted"] else " (fixed)")
-    )
-    lines += [
-        "",
-        f"B* (ridge batch, requests)  {data['ridge_batch_requests']:.4g}",
-        f"h  (step overhead ratio)    {data['step_overhead_ratio']:.4g}",
-        f"c  (draft cost ratio)       {c_text}",
-        f"mean |error|                {data['mean_abs_error_ratio']:.1%}",
-    ]
-    if data["at_bound"]:
-        lines.append(f"at the search box's bound, not identified: {', '.join(data['at_bound'])}")
+    lines.append("")
+    level = f"{data['confidence']['level']:.0%}"
+    for name, (_, label) in PARAMETER_LABELS.items():
+        p = data["parameters"].get(name)
+        if p is not None:
+            extra = (
+                f" (h >= {data['step_overhead_floor']:g})" if name == "step_overhead_ratio" else ""
+            )
+            lines.append(
+                f"{label}  {p['value']:<8.4g} {level}: {p['low']:.4g} to {p['high']:.4g}{extra}"
+            )
+        elif name == "draft_cost_ratio":
+            c = data["draft_cost_ratio"]
+            lines.append(f"{label}  " + ("per row" if c is None else f"{c:.4g} (fixed)"))
+    noise = data["confidence"]["row_noise_ratio"]
+    lines.append(f"mean |error|                {data['mean_abs_error_ratio']:.1%}")
+    lines.append(f"  ({level} profile-likelihood intervals, each row's noise taken as {noise:.1%})")
+    free = [(n, p) for n, p in data["parameters"].items() if not p["pinned"]]
+    if free:
+        lines.append("not pinned by this sweep:")
+        lines += [f"  {PARAMETER_LABELS[n][0]}: {p['why']}" for n, p in free]
     plain = data["plain_curve"]
     if plain:
         bstar = plain["ridge_batch_requests"]
@@ -287,7 +367,8 @@ def fit_text(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def profile_of_fit(name: str, sweep: Sweep, result: SweepFit) -> Profile:
+def profile_of_fit(name: str, sweep: Sweep, result: SweepFit, method: str | None) -> Profile:
+    """The stored profile: h and c are the method's, so the method goes with them."""
     return Profile(
         name=name,
         source="sweep",
@@ -298,6 +379,7 @@ def profile_of_fit(name: str, sweep: Sweep, result: SweepFit) -> Profile:
         plain=sweep.plain,
         points=len(result.rows),
         mean_abs_error_ratio=result.mean_abs_error_ratio,
+        method=method,
     )
 
 

@@ -56,9 +56,9 @@ CONFIDENCE = 0.95
 CHI2_95 = 3.841
 #: No sweep row is believed to better than 1%: a noise-free synthetic sweep would otherwise
 #: get intervals of zero width, and live rows' own run-to-run spread is 3-10% (the `+-`
-#: column of bench/README.md §3b, median 5.8%). Also the noise assumed when the rows are
-#: no more than the parameters, and leave none over to measure it.
+#: column of bench/README.md §3b, median 5.8%).
 MIN_ROW_NOISE = 0.01
+SNAP = 1e-4  # a coordinate this share of its range from a bound is tried on the bound
 PROFILE_GRID = 7  # coarse points per free axis, to restart each profile point from
 PROFILE_BISECTIONS = 12  # to 1/4096 of the box: B* to 0.2%, h to 0.001
 
@@ -216,7 +216,7 @@ def fit_sweep(
         return loss(math.exp(x[0]), x[1], x[2] if fit_draft_cost else None)
 
     start = min(_grid(bounds, GRID_POINTS), key=objective)
-    best = _nelder_mead(objective, start, bounds, [(hi - lo) / 20 for lo, hi in bounds])
+    best = _refine(objective, start, bounds)
     ridge_batch, h = math.exp(best[0]), best[1]
     c = best[2] if fit_draft_cost else None
     fitted = tuple(
@@ -256,11 +256,10 @@ def search_box(fit_draft_cost: bool, step_overhead_floor: float) -> list[tuple[f
 
 
 def row_noise(best_error: float, rows: int, parameters: int) -> float:
-    """The rows' relative noise: the best fit's rms error over the degrees of freedom left,
-    at least `MIN_ROW_NOISE` (and that alone when no degree of freedom is left)."""
-    if rows <= parameters:
-        return MIN_ROW_NOISE
-    return max(MIN_ROW_NOISE, math.sqrt(best_error / (rows - parameters)))
+    """The rows' relative noise: the best fit's rms error over the degrees of freedom left
+    (one, when the rows are no more than the parameters: their misfit is then all there
+    is to go by), at least `MIN_ROW_NOISE`."""
+    return max(MIN_ROW_NOISE, math.sqrt(best_error / max(rows - parameters, 1)))
 
 
 def _on_edge(value: float, lo: float, hi: float) -> bool:
@@ -286,7 +285,7 @@ def _interval(
 
         nearest = known[min(known, key=lambda v: abs(v - value))]
         start = min([nearest, *starts], key=sub)
-        y = _nelder_mead(sub, start, others, [(hi - lo) / 20 for lo, hi in others], 400, 1e-10)
+        y = _refine(sub, start, others, 400, 1e-10)
         known[value] = y
         return sub(y)
 
@@ -361,6 +360,26 @@ def _grid(bounds: Sequence[tuple[float, float]], counts: Sequence[int]) -> list[
     return points
 
 
+def _refine(
+    f: Callable[[Sequence[float]], float],
+    start: Sequence[float],
+    bounds: Sequence[tuple[float, float]],
+    iterations: int = 2000,
+    tolerance: float = 1e-14,
+) -> list[float]:
+    """Nelder-Mead in the box from `start`, then each coordinate that ended a hair from a
+    bound put on it when that is no worse: the search approaches a bound, never lands."""
+    x = _nelder_mead(f, start, bounds, [(hi - lo) / 20 for lo, hi in bounds], iterations, tolerance)
+    value = f(x)
+    for i, (lo, hi) in enumerate(bounds):
+        for edge in (lo, hi):
+            if 0 < abs(x[i] - edge) < SNAP * (hi - lo):
+                snapped = [*x[:i], edge, *x[i + 1 :]]
+                if (snapped_value := f(snapped)) <= value:
+                    x, value = snapped, snapped_value
+    return x
+
+
 def _nelder_mead(
     f: Callable[[Sequence[float]], float],
     start: Sequence[float],
@@ -369,18 +388,24 @@ def _nelder_mead(
     iterations: int = 2000,
     tolerance: float = 1e-14,
 ) -> list[float]:
-    """Minimise f in the box from `start` (the textbook reflect/expand/contract/shrink;
-    every trial point is clamped into the box, so the search never leaves it)."""
+    """Minimise f in the box from `start` (the textbook reflect/expand/contract/shrink).
 
-    def clamp(x: Sequence[float]) -> list[float]:
-        return [min(max(v, lo), hi) for v, (lo, hi) in zip(x, bounds, strict=True)]
+    A trial point outside the box counts as infinitely bad, so the simplex contracts back
+    inside: clamped onto a bound instead, it collapsed flat against it, and a noise-free
+    sweep of h = 0.0625 started at the floor stopped there (B* 388 for 420, 1% a row).
+    """
 
-    simplex = [clamp(start)]
+    def value(x: Sequence[float]) -> float:
+        inside = all(lo <= v <= hi for v, (lo, hi) in zip(x, bounds, strict=True))
+        return f(x) if inside else math.inf
+
+    first = [min(max(v, lo), hi) for v, (lo, hi) in zip(start, bounds, strict=True)]
+    simplex = [first]
     for i, step in enumerate(steps):
-        vertex = list(start)
+        vertex = list(first)
         vertex[i] += step if vertex[i] + step <= bounds[i][1] else -step
-        simplex.append(clamp(vertex))
-    values = [f(x) for x in simplex]
+        simplex.append(vertex)
+    values = [value(x) for x in simplex]
     for _ in range(iterations):
         order = sorted(range(len(simplex)), key=values.__getitem__)
         simplex, values = [simplex[i] for i in order], [values[i] for i in order]
@@ -393,26 +418,25 @@ def _nelder_mead(
         def toward(
             t: float, centroid: list[float] = centroid, worst: list[float] = worst
         ) -> list[float]:
-            return clamp([c + t * (w - c) for c, w in zip(centroid, worst, strict=True)])
+            return [c + t * (w - c) for c, w in zip(centroid, worst, strict=True)]
 
         reflected = toward(-1.0)
-        fr = f(reflected)
+        fr = value(reflected)
         if fr < values[0]:
             expanded = toward(-2.0)
-            fe = f(expanded)
+            fe = value(expanded)
             simplex[-1], values[-1] = (expanded, fe) if fe < fr else (reflected, fr)
         elif fr < values[-2]:
             simplex[-1], values[-1] = reflected, fr
         else:
             contracted = toward(0.5 if fr >= values[-1] else -0.5)
-            fc = f(contracted)
+            fc = value(contracted)
             if fc < min(fr, values[-1]):
                 simplex[-1], values[-1] = contracted, fc
             else:
                 best = simplex[0]
                 simplex = [best] + [
-                    clamp([b + 0.5 * (v - b) for b, v in zip(best, x, strict=True)])
-                    for x in simplex[1:]
+                    [b + 0.5 * (v - b) for b, v in zip(best, x, strict=True)] for x in simplex[1:]
                 ]
-                values = [values[0]] + [f(x) for x in simplex[1:]]
+                values = [values[0]] + [value(x) for x in simplex[1:]]
     return simplex[min(range(len(simplex)), key=values.__getitem__)]
