@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import logging
 import math
+from dataclasses import replace
 from decimal import Decimal
 
 import aiohttp
@@ -15,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import page
 from spectax.config import validate
+from spectax.economics import MIN_STEP_OVERHEAD_RATIO
 from spectax.endpoint import EndpointMonitor
 from spectax.exposition import FAMILIES, Page, SnapshotCollector, StoreStatus
 from spectax.web import make_app
@@ -78,7 +80,8 @@ def test_values_and_absences() -> None:
     assert get("spectax_speculation_savings_usd_per_hour", **unpriced) is None
     assert get("spectax_spend_usd_total", endpoint="unpriced", basis="estimated") is None
     # no drafts: no acceptance, but a price (§3b): at the default h = 0.1 a tax, and with h
-    # anywhere in its plausible [0, 3] between nothing lost and the band's low end
+    # anywhere in its plausible [h_min, 3] a tax too: the band's top is the speedup at h_min
+    # and the smallest B* (B*/4), below 1, so the verdict is tax on the defaults alone
     idle = {"endpoint": "idle", "model": "tiny-llama"}
     assert get("spectax_acceptance_ratio", **idle) is None
     rb = 32 / 1.0  # B* configured over one request running on average
@@ -86,8 +89,15 @@ def test_values_and_absences() -> None:
     assert get("spectax_speedup_ratio", method="modeled", **idle) == pytest.approx(s)
     assert get("spectax_speculation_savings_usd_per_hour", **idle) == pytest.approx(4 * (s - 1))
     assert get("spectax_speedup_band_ratio", bound="low", **idle) < 0.5
-    assert get("spectax_speedup_band_ratio", bound="high", **idle) == pytest.approx(1.0)
-    assert get("spectax_verdict_info", verdict="uncertain", basis="default", **idle) == 1
+    top = (rb / 4 + 1) / (rb / 4 * (1 + MIN_STEP_OVERHEAD_RATIO) + 1)
+    assert get("spectax_speedup_band_ratio", bound="high", **idle) == pytest.approx(top)
+    assert get("spectax_verdict_info", verdict="tax", basis="default", **idle) == 1
+    # what it turns on: a tax at any h above 0, and at no B*; no acceptance priced, no K run
+    assert get("spectax_breakeven_step_overhead_ratio", **idle) == pytest.approx(0.0, abs=1e-9)
+    assert get("spectax_breakeven_ridge_batch_requests", **idle) is None
+    assert get("spectax_no_acceptance_pays", **idle) is None
+    assert get("spectax_breakeven_acceptance_ratio", **idle) is None
+    assert get("spectax_speculative_tokens", **idle) is None
     verdicts = [
         v
         for v in ("pays", "tax", "uncertain")
@@ -105,6 +115,37 @@ def test_values_and_absences() -> None:
         assert family.name in FAMILIES or f"{family.name}_total" in FAMILIES
         for sample in family.samples:
             assert not math.isnan(sample.value)
+
+
+def test_what_a_verdict_turns_on_is_exported_from_the_windows_own_assessment() -> None:
+    """The break-even h and B*, the draft length run and the speedup at the recommended one
+    are the assessment's figures, not recomputed; a break-even acceptance above 1 is never
+    shown: spectax_no_acceptance_pays says so instead."""
+    ms = monitors({"name": "paid", "url": "http://h:1", "speculation": SPEC})
+    ms["paid"].observe_page(0, page("spec_ngram_0_before_traffic.txt"), 0.02)
+    ms["paid"].observe_page(60, page("spec_ngram_3_after.txt"), 0.03)
+    found = ms["paid"].snapshot.assessments["tiny-llama"]
+    r = registry_for(ms)
+    labels = {"endpoint": "paid", "model": "tiny-llama"}
+    expected = {
+        "spectax_breakeven_step_overhead_ratio": found.breakeven_step_overhead_ratio,
+        "spectax_breakeven_ridge_batch_requests": found.breakeven_ridge_batch_requests,
+        "spectax_speculative_tokens": found.speculative_tokens,
+        "spectax_recommended_speedup_ratio": found.recommended_speedup_ratio,
+        "spectax_breakeven_acceptance_ratio": found.breakeven_acceptance_ratio,
+        "spectax_no_acceptance_pays": 0.0,
+    }
+    assert None not in expected.values()
+    assert {name: r.get_sample_value(name, labels) for name in expected} == expected
+    assert found.speculative_tokens == 4  # the fixture's four positions counted
+
+    # The same window where the overhead alone outweighs any acceptance.
+    snap = ms["paid"].snapshot
+    beyond = replace(found, breakeven_acceptance_ratio=None, no_acceptance_pays=True)
+    ms["paid"].snapshot = replace(snap, assessments={"tiny-llama": beyond})
+    r = registry_for(ms)
+    assert r.get_sample_value("spectax_no_acceptance_pays", labels) == 1
+    assert r.get_sample_value("spectax_breakeven_acceptance_ratio", labels) is None
 
 
 def test_page_without_engine_metrics_is_a_clear_state(caplog) -> None:

@@ -195,7 +195,6 @@ def _model_assessment(
     add("spectax_acceptance_length_tokens", endpoint_model, assessment.acceptance_length_tokens)
     for position, ratio in enumerate(assessment.position_acceptance_ratio):
         add("spectax_position_acceptance_ratio", (*endpoint_model, str(position)), ratio)
-    add("spectax_breakeven_acceptance_ratio", endpoint_model, assessment.breakeven_acceptance_ratio)
     add("spectax_speedup_ratio", (*endpoint_model, "modeled"), assessment.speedup_ratio)
     add("spectax_speedup_ratio", (*endpoint_model, "measured"), assessment.speedup_measured_ratio)
     add("spectax_speedup_band_ratio", (*endpoint_model, "low"), assessment.speedup_low_ratio)
@@ -214,17 +213,7 @@ def _model_assessment(
         for (metric, label), ratio in sorted(latency.ratios.items()):
             labels = (*endpoint_model, metric, label, latency.basis or "")
             add("spectax_latency_speculation_ratio", labels, ratio)
-    add(
-        "spectax_crossover_concurrency_requests",
-        endpoint_model,
-        assessment.crossover_concurrency_requests,
-    )
-    recommended = assessment.recommended_speculative_tokens
-    add(
-        "spectax_recommended_speculative_tokens",
-        endpoint_model,
-        None if recommended is None else float(recommended),
-    )
+    _break_even(add, endpoint_model, assessment)
     add(
         "spectax_cost_per_million_output_tokens_usd",
         (*endpoint_model, "actual"),
@@ -245,6 +234,41 @@ def _model_assessment(
         add(
             "spectax_draft_overhead_usd_per_hour", (*endpoint_model, kind), assessment.per_hour(usd)
         )
+
+
+def _break_even(add: AddSample, endpoint_model: tuple[str, str], assessment: Assessment) -> None:
+    """Where speculation breaks even and what to run: what an uncertain verdict turns on
+    (the h and the B* at which the speedup is 1), for the alerts to quote."""
+    breakeven = assessment.breakeven_acceptance_ratio
+    add("spectax_breakeven_acceptance_ratio", endpoint_model, breakeven)
+    # 0/1 only where the break-even was priced (a window that drafted): absent otherwise.
+    priced = breakeven is not None or assessment.no_acceptance_pays
+    add(
+        "spectax_no_acceptance_pays",
+        endpoint_model,
+        float(assessment.no_acceptance_pays) if priced else None,
+    )
+    add(
+        "spectax_breakeven_step_overhead_ratio",
+        endpoint_model,
+        assessment.breakeven_step_overhead_ratio,
+    )
+    add(
+        "spectax_breakeven_ridge_batch_requests",
+        endpoint_model,
+        assessment.breakeven_ridge_batch_requests,
+    )
+    add(
+        "spectax_crossover_concurrency_requests",
+        endpoint_model,
+        assessment.crossover_concurrency_requests,
+    )
+    for name, tokens in (
+        ("spectax_recommended_speculative_tokens", assessment.recommended_speculative_tokens),
+        ("spectax_speculative_tokens", assessment.speculative_tokens),
+    ):
+        add(name, endpoint_model, None if tokens is None else float(tokens))
+    add("spectax_recommended_speedup_ratio", endpoint_model, assessment.recommended_speedup_ratio)
 
 
 def _model_capacity(add: AddSample, endpoint_model: tuple[str, str], capacity: Capacity) -> None:

@@ -95,6 +95,29 @@ FAMILIES: dict[str, Family] = {
             MODEL,
         ),
         gauge(
+            "spectax_no_acceptance_pays",
+            "1 when no acceptance would pay at the window's concurrency and step overhead (the"
+            " break-even acceptance would be above 1, so spectax_breakeven_acceptance_ratio is"
+            " absent); 0 when one would.",
+            ENDPOINT,
+            MODEL,
+        ),
+        gauge(
+            "spectax_breakeven_step_overhead_ratio",
+            "Step overhead h at which the window's modelled speedup is exactly 1, at the ridge"
+            " batch in force (h*): speculation pays unless a speculative step's fixed cost is"
+            " more than 1 + h* times a plain one's. 0 or below: a tax at any h.",
+            ENDPOINT,
+            MODEL,
+        ),
+        gauge(
+            "spectax_breakeven_ridge_batch_requests",
+            "Ridge batch B* above which the window's modelled speedup is over 1, at the step"
+            " overhead in force; absent when no B* would make it pay.",
+            ENDPOINT,
+            MODEL,
+        ),
+        gauge(
             "spectax_acceptance_threshold_ratio",
             "Configured paging threshold for the acceptance ratio.",
             ENDPOINT,
@@ -242,7 +265,21 @@ FAMILIES: dict[str, Family] = {
         ),
         gauge(
             "spectax_recommended_speculative_tokens",
-            "Draft length whose every position clears the break-even acceptance; 0 = turn it off.",
+            "Draft length to run: of those observed, the one with the highest predicted speedup,"
+            " if it beats what runs (else the length that runs); 0 = turn it off.",
+            ENDPOINT,
+            MODEL,
+        ),
+        gauge(
+            "spectax_speculative_tokens",
+            "Draft length the window ran (K), from the engine's per-position acceptance counters.",
+            ENDPOINT,
+            MODEL,
+        ),
+        gauge(
+            "spectax_recommended_speedup_ratio",
+            "Predicted speedup at the recommended draft length: the speedup in force when that"
+            " is the length that runs, 1 when it is 0 (off).",
             ENDPOINT,
             MODEL,
         ),
