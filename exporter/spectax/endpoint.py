@@ -205,11 +205,11 @@ class EndpointMonitor:
     def parameters(self, window: Window | None = None) -> economics.Parameters:
         """The parameters to assess `window` under (its own roofline, if it is the source)."""
         spec = self.config.speculation
-        # TensorRT-LLM measures its draft overhead: the c it implies beats a configured one.
         overhead = self._last.draft_overhead if self._last is not None else None
-        measured = economics.draft_cost_from_overhead(overhead, window)
         return economics.Parameters(
-            draft_cost_ratio=measured if measured is not None else spec.cost_ratio if spec else 0.0,
+            draft_cost_ratio=economics.draft_cost_in_force(
+                spec.cost_ratio if spec else 0.0, [overhead], window
+            ),
             step_model=self.step_model(window),
             draft_weight_bytes=spec.draft_weight_bytes if spec else None,
             gpu_memory_bytes=self.config.gpu_memory_bytes,

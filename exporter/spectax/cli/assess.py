@@ -146,13 +146,12 @@ def _parameters(
     plain curve and no stored profile, so it is the one configured here (source
     "configured", basis "default"), with the method's floor under h."""
     # c prices drafted tokens: moot where none are counted; measured where the engine times
-    # its drafter (TensorRT-LLM), unless given.
-    overheads = [m.draft_overhead for m in after.models.values() if m.draft_overhead]
-    measured_c = economics.draft_cost_from_overhead(max(overheads, default=None), window)
-    priceable = _speculates(after) and "draft_tokens" not in not_exposed(engine)
-    c = _draft_cost_ratio(options, priceable and measured_c is None)
-    if measured_c is not None and options.draft_cost_ratio is None:
-        c = measured_c
+    # its drafter (TensorRT-LLM), which beats a given one, as in the daemon.
+    overheads = [m.draft_overhead for m in after.models.values()]
+    c = economics.draft_cost_in_force(None, overheads, window)
+    if c is None:
+        priceable = _speculates(after) and "draft_tokens" not in not_exposed(engine)
+        c = _draft_cost_ratio(options, priceable)
     step = economics.StepModel(
         ridge_batch=options.ridge_batch,
         step_overhead_ratio=options.step_overhead_ratio,
@@ -315,7 +314,11 @@ def add_parser(commands: Any) -> None:
     assess.add_argument("--product", help="product in the price table, when several match")
     assess.add_argument("--gpus", type=int, default=1, help="GPUs the endpoint runs on (default 1)")
     assess.add_argument("--method", help="ngram | eagle | eagle3 | mtp | medusa | draft_model")
-    assess.add_argument("--draft-cost-ratio", type=float, help="c: draft token cost / target token")
+    assess.add_argument(
+        "--draft-cost-ratio",
+        type=float,
+        help="c: draft token cost / target token (TensorRT-LLM's measured draft overhead wins)",
+    )
     assess.add_argument("--ridge-batch", type=float, default=32.0, help="B* (default 32)")
     assess.add_argument(
         "--step-overhead-ratio",

@@ -30,6 +30,7 @@ from spectax.economics.calibration import (
     PlainCalibration,
     StepPoint,
     draft_cost_from_overhead,
+    draft_cost_in_force,
     plain_point,
 )
 from spectax.economics.capacity import Capacity, CapacityBasis, capacity_of, window_capacities
@@ -138,6 +139,7 @@ __all__ = [
     "crossover_concurrency",
     "draft_compute_share",
     "draft_cost_from_overhead",
+    "draft_cost_in_force",
     "draft_cost_ratio_for",
     "estimate_speedup",
     "fit_plain_curve",

@@ -25,6 +25,7 @@ import zlib
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import overload
 
 from spectax.economics.counterfactual import PlainCurve, fit_or_refusal, plain_tokens_per_step
 from spectax.pipeline.windows import Window
@@ -151,3 +152,21 @@ def draft_cost_from_overhead(overhead: float | None, window: Window | None) -> f
     if draft_tokens <= 0 or drafts <= 0:
         return None
     return overhead / ((1.0 - overhead) * (draft_tokens / drafts))
+
+
+@overload
+def draft_cost_in_force(
+    configured: float, overheads: Iterable[float | None], window: Window | None
+) -> float: ...
+@overload
+def draft_cost_in_force(
+    configured: None, overheads: Iterable[float | None], window: Window | None
+) -> float | None: ...
+def draft_cost_in_force(
+    configured: float | None, overheads: Iterable[float | None], window: Window | None
+) -> float | None:
+    """The c a window is assessed with: the one the engine measured (TensorRT-LLM's draft
+    overhead, the largest of its models'), which beats any configured one, else the
+    configured c. One rule for the daemon and `spectax assess`."""
+    measured = draft_cost_from_overhead(max((o for o in overheads if o), default=None), window)
+    return measured if measured is not None else configured
