@@ -129,7 +129,8 @@ class SweepFit:
     draft_cost_ratio: float | None
     draft_cost_fitted: bool
     rows: tuple[FittedRow, ...]
-    #: Names of the parameters that ended on a bound of the search box: not identified.
+    #: Names of the parameters that ended on a bound of their range (a floor of physics, or
+    #: the search's top): the sweep would take them past it. Not pinned, as `not_pinned`.
     bounded: tuple[str, ...] = ()
     #: Each fitted parameter's interval (B*, h, then c when fitted); () when not computed.
     intervals: tuple[Interval, ...] = ()
