@@ -552,6 +552,7 @@ def analyse(data: dict) -> int:
                         fit.step_overhead_ratio,
                         "sweep",
                         relative_error=fit.mean_abs_error_ratio,
+                        overhead_known=True,  # fitted on the same method's sweep
                     )
                     c_fit = fit.draft_cost_ratio if fit.draft_cost_ratio is not None else c
                     name = f"sweep({SHORT.get(other, other)})"

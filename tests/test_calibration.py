@@ -3,6 +3,7 @@ measured speedup inside a monitor."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 from decimal import Decimal
@@ -355,3 +356,27 @@ def test_a_restart_during_the_last_fetch_of_the_old_process_is_still_timed() -> 
     m.observe_page(started + 3.0, after, 0.01)
     assert m.snapshot.cold_starts_total == 1
     assert m.snapshot.last_cold_start_seconds == pytest.approx(3.0)
+
+
+def test_a_profile_of_another_method_lends_only_its_ridge_batch_and_curve(caplog) -> None:
+    """h and c are the method's: a draft model's profile says nothing of what an EAGLE
+    head's step costs. The endpoint keeps its own h and the h range of its defaults (its
+    band is not narrowed by another method's fit), and the log says so once."""
+    from spectax.economics import Profile
+
+    curve = PlainCurve(0.004, 0.0001, 10, (-0.05, 0.05), None)
+    drafted = Profile("llama", "sweep", "a sweep", 50.0, 2.3, 0.4, curve, 12, 0.02, "draft_model")
+    config = monitor(profile="llama").config  # speculation: eagle
+    other = EndpointMonitor(config, None, 300.0, profile=lambda: drafted)
+    with caplog.at_level("WARNING", logger="spectax.monitor"):
+        model = other.step_model()
+        other.step_model()
+    assert (model.source, model.ridge_batch, model.curve) == ("sweep", 50.0, curve)
+    assert model.step_overhead_ratio == config.step_overhead_ratio  # not the profile's 2.3
+    assert not model.overhead_known and model.step_overhead_range()[1] >= 3.0
+    told = [r for r in caplog.records if "learned with draft_model" in r.getMessage()]
+    assert len(told) == 1 and "eagle" in told[0].getMessage()
+    same = EndpointMonitor(
+        config, None, 300.0, profile=lambda: dataclasses.replace(drafted, method="eagle")
+    )
+    assert same.step_model().step_overhead_ratio == 2.3 and same.step_model().overhead_known

@@ -72,8 +72,8 @@ class EndpointSnapshot:
 
 
 ControlLookup = Callable[[], Window | None]
-#: Profiles already logged as lent to an endpoint of another method.
-_TOLD_OTHER_METHOD: set[str] = set()
+#: (endpoint, profile) pairs already logged as a profile lent to another method.
+_TOLD_OTHER_METHOD: set[tuple[str, str]] = set()
 CurveLookup = Callable[[], PlainCurve | None]
 ProfileLookup = Callable[[], Profile | None]
 
@@ -156,8 +156,9 @@ class EndpointMonitor:
         profile = self._profile() if self._profile is not None else None
         if profile is not None:
             same_method = profile.method is None or spec is None or profile.method == spec.method
-            if not same_method and profile.name not in _TOLD_OTHER_METHOD:
-                _TOLD_OTHER_METHOD.add(profile.name)  # said once a profile, not every window
+            told = (config.name, profile.name)
+            if not same_method and told not in _TOLD_OTHER_METHOD:
+                _TOLD_OTHER_METHOD.add(told)  # said once, not every window
                 log.warning(
                     "endpoint %s: profile %r was learned with %s, this endpoint runs %s: its "
                     "B* and plain curve are used, its step overhead and draft cost are not",
