@@ -51,6 +51,15 @@ ENGINE_CODES = {"vllm": 0, "sglang": 1, "trtllm": 2, "tgi": 3, "llamacpp": 4}
 # The acceptance cell of an engine that counts no drafted tokens (SGLang, TGI): it
 # speculates (it has an acceptance length) but has no acceptance ratio to show.
 NOT_EXPOSED = -1
+# The break-even cell where no acceptance would pay (spectax_no_acceptance_pays): the
+# break-even would be above 1, which spectax never exports and no panel plots.
+NO_ACCEPTANCE_PAYS = -1
+
+
+def breakeven_acceptance() -> str:
+    """alpha* per endpoint and model, never above 1 (spectax exports none; the filter keeps
+    it so for any exporter of the metric)."""
+    return f"max by (endpoint, model) (spectax_breakeven_acceptance_ratio{{{SEL_MODEL}}} <= 1)"
 
 
 def engine_by_model() -> str:
@@ -115,7 +124,11 @@ verdict = table(
             f" * 0 + {NOT_EXPOSED})",
             "",
         ),
-        (f"max by (endpoint, model) (spectax_breakeven_acceptance_ratio{{{SEL_MODEL}}})", ""),
+        (
+            f"{breakeven_acceptance()} or (max by (endpoint, model)"
+            f" (spectax_no_acceptance_pays{{{SEL_MODEL}}} == 1) * 0 + {NO_ACCEPTANCE_PAYS})",
+            "",
+        ),
         (f"max by (endpoint, model) ({SPEEDUP}{{{SEL_MODEL}}})", ""),
         (f'min by (endpoint, model) (spectax_speedup_band_ratio{{{SEL_MODEL}, bound="low"}})', ""),
         (f'max by (endpoint, model) (spectax_speedup_band_ratio{{{SEL_MODEL}, bound="high"}})', ""),
@@ -187,7 +200,11 @@ verdict = table(
             mappings=mapping({str(NOT_EXPOSED): ("not exposed by the engine", None)}),
         ),
         by_name("Acceptance length", decimals=2),
-        by_name("Break-even", unit="percentunit"),
+        by_name(
+            "Break-even",
+            unit="percentunit",
+            mappings=mapping({str(NO_ACCEPTANCE_PAYS): ("no acceptance pays here", None)}),
+        ),
         by_name("Speedup", decimals=2),
         by_name("$ per M output tokens", unit="currencyUSD"),
         by_name(
@@ -212,7 +229,8 @@ acceptance = timeseries(
     "Acceptance against break-even and the warning threshold",
     "Acceptance = accepted / proposed draft tokens over 5 minutes (the series"
     " SpecDecodeAcceptanceBelowThreshold evaluates). Break-even (dashed) depends on the"
-    " concurrency: below it speculation is a tax, and SpeculationIsATax pages. The warning"
+    " concurrency: below it speculation is a tax, and SpeculationIsATax pages; where no"
+    " acceptance would pay (the table says so) there is no break-even line. The warning"
     " threshold (dotted red) is the endpoint's configured acceptance_threshold: under it"
     " SpecDecodeAcceptanceBelowThreshold warns, which may still pay. SGLang and TGI count no"
     " drafted tokens, so they have no line here: see their acceptance length in the table.",
@@ -221,10 +239,7 @@ acceptance = timeseries(
             f"endpoint_model:spectax_acceptance:ratio_rate5m{{{SEL_MODEL}}}",
             "{{endpoint}} {{model}} acceptance",
         ),
-        (
-            f"max by (endpoint, model) (spectax_breakeven_acceptance_ratio{{{SEL_MODEL}}})",
-            "{{endpoint}} {{model}} break-even",
-        ),
+        (breakeven_acceptance(), "{{endpoint}} {{model}} break-even"),
         (
             f"max by (endpoint) (spectax_acceptance_threshold_ratio{{{SEL_ENDPOINT}}}"
             " and on (job, instance, endpoint)"
@@ -248,8 +263,8 @@ acceptance = timeseries(
 positions = bargauge(
     "Per-position acceptance",
     "Share of drafts whose token at position k (from 0) was accepted. A position is worth"
-    " drafting while it stays above break-even; the recommended K is the last such position"
-    " + 1.",
+    " drafting while it stays above break-even; the recommended K is the observed length"
+    " with the highest predicted speedup (never a length the engine did not draft).",
     [
         (
             "max by (endpoint, model, position)"
@@ -313,19 +328,49 @@ model_source = table(
 )
 
 step_overhead = timeseries(
-    "Step overhead h in force",
+    "Step overhead h in force, against the h at which it breaks even",
     "Extra fixed cost of a speculative engine step over a plain one (ECONOMICS.md 3b):"
     " implied by the window's own time per token against the plain curve where there is"
-    " one, else assumed (the configured step_overhead_ratio, default 0; the band then spans"
-    " h from 0 to 3). It is what an n-gram server that proposes nothing still pays, and it"
-    " lowers the break-even concurrency.",
+    " one, else assumed (the configured step_overhead_ratio, default 0.1; the band then"
+    " spans h from the method's floor h_min to 3). It is what an n-gram server that"
+    " proposes nothing still pays, and it lowers the break-even concurrency. Break-even"
+    " (dashed, spectax_breakeven_step_overhead_ratio, at the B* in force): speculation pays"
+    " while h is below it, so an uncertain verdict turns on whether the true h is; at 0 or"
+    " below (off the axis) no h pays, as for a window that proposed nothing.",
     [
         (
             f"max by (endpoint, model) (spectax_step_overhead_ratio{{{SEL_MODEL}}})",
             "{{endpoint}} {{model}}",
-        )
+        ),
+        (
+            f"max by (endpoint, model) (spectax_breakeven_step_overhead_ratio{{{SEL_MODEL}}})",
+            "{{endpoint}} {{model}} break-even",
+        ),
     ],
     min_value=0,
+    overrides=[by_regexp("/break-even/", custom__lineStyle=DASHED)],
+)
+
+ridge_batch = timeseries(
+    "Ridge batch B* in force, against the B* above which it pays",
+    "B* in force (spectax_ridge_batch_requests; where it comes from: Counterfactual source) and"
+    " the B* above which the window's modelled speedup is over 1 at the h in force (dashed,"
+    " spectax_breakeven_ridge_batch_requests; none where no B* would make it pay). A more"
+    " memory-bound GPU (larger B*) leaves more idle compute for the drafts; an uncertain"
+    " verdict on a configured B* turns on which side of the dashed line the GPU's real one"
+    " lies. A sweep or a control measures it (runbook, SpeculationMayBeATax).",
+    [
+        (
+            f"max by (endpoint) (spectax_ridge_batch_requests{{{SEL_ENDPOINT}}})",
+            "{{endpoint}} in force",
+        ),
+        (
+            f"max by (endpoint, model) (spectax_breakeven_ridge_batch_requests{{{SEL_MODEL}}})",
+            "{{endpoint}} {{model}} break-even",
+        ),
+    ],
+    min_value=0,
+    overrides=[by_regexp("/break-even/", custom__lineStyle=DASHED)],
 )
 
 concurrency = timeseries(
@@ -391,8 +436,10 @@ savings = timeseries(
 
 recommended_k = stat(
     "Recommended draft length (K)",
-    "The largest K whose every position clears break-even; 0 (off) means turn speculation"
-    " off on this endpoint at today's load.",
+    "Of the draft lengths the window observed (up to the K that runs), the one with the"
+    " highest predicted speedup, if it beats what runs now; otherwise the K that runs while"
+    " it pays, and 0 (off) when it does not: turn speculation off on this endpoint at"
+    " today's load.",
     [
         (
             f"max by (endpoint, model) (spectax_recommended_speculative_tokens{{{SEL_MODEL}}})",
@@ -517,6 +564,7 @@ dashboard = spectax_dashboard(
         row("How the verdict was reached"),
         model_source,
         step_overhead,
+        ridge_batch,
         row("Capacity"),
         capacity,
         headroom,
@@ -534,6 +582,7 @@ dashboard = spectax_dashboard(
         speedup.panel.title: "SpeculationIsATax",
         model_source.panel.title: "SpeculationMayBeATax",
         step_overhead.panel.title: "SpeculationMayBeATax",
+        ridge_batch.panel.title: "SpeculationMayBeATax",
         concurrency.panel.title: "SpeculationConcurrencyAboveCrossover",
         cost.panel.title: "SpeculationIsATax",
         savings.panel.title: "SpeculationIsATax",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -19,7 +20,9 @@ import yaml
 
 from e2e import wait_until
 from promstack import ALERTS, RULE_FILES, Alertmanager, WebhookReceiver, binary, rules, run_tool
+from spectax.economics import Assessment, Money, Parameters, Traffic, assess_model
 from spectax.exposition import FAMILIES
+from spectax.settle import Target, settle_steps, turns_on
 from test_prometheus_e2e import PENDING_METRICS, alertmanager_config
 
 RUNBOOK = ALERTS / "runbook.md"
@@ -156,6 +159,100 @@ def test_rules_read_only_exported_or_pending_metrics() -> None:
             read |= set(re.findall(r"\b(spectax_[a-z_]+|[a-z_]+:spectax_[a-z_]+:[a-z0-9_]+)", text))
     read.discard("spectax_")
     assert read - exported == set(PENDING_METRICS)
+
+
+def uncertain(**figures: Any) -> Assessment:
+    """An uncertain window's assessment with the given figures (a vLLM n-gram window
+    priced on defaults, then overridden)."""
+    found = assess_model(
+        "m",
+        Traffic(
+            output_tokens=1000.0,
+            prompt_tokens=0.0,
+            concurrency=4.0,
+            draft_tokens=400.0,
+            drafts=100.0,
+            accepted_tokens=200.0,
+        ),
+        Parameters(),
+        Money(300.0, None, None),
+    )
+    return replace(found, verdict="uncertain", **figures)
+
+
+def folded(text: str) -> str:
+    return " ".join(text.split())
+
+
+def expected_descriptions(alertname: str) -> dict[str, str]:
+    """endpoint -> the description promtool's unit tests expect of the alert."""
+    found = {}
+    for path in UNIT_TESTS:
+        for group in yaml.safe_load(path.read_text(encoding="utf-8"))["tests"]:
+            for case in group.get("alert_rule_test", []):
+                if case["alertname"] != alertname:
+                    continue
+                for alert in case.get("exp_alerts") or []:
+                    endpoint = alert["exp_labels"]["endpoint"]
+                    found[endpoint] = folded(alert["exp_annotations"]["description"])
+    return found
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "figures"),
+    [
+        (
+            "unsure",
+            {
+                "breakeven_step_overhead_ratio": 0.35,
+                "step_overhead_ratio": 0.1,
+                "breakeven_ridge_batch_requests": 9.4,
+            },
+        ),
+        (
+            "big-batch",
+            {"breakeven_step_overhead_ratio": -0.2, "breakeven_ridge_batch_requests": 47.6},
+        ),
+        (
+            "docs-ngram",
+            {
+                "model_source": "baseline",
+                "speedup_low_ratio": 0.96,
+                "speedup_high_ratio": 1.08,
+                "breakeven_step_overhead_ratio": 0.31,
+            },
+        ),
+    ],
+)
+def test_the_uncertain_warning_says_what_it_turns_on_in_settles_words(
+    endpoint: str, figures: dict[str, Any]
+) -> None:
+    """The warning's "What it turns on:" is `settle.turns_on`'s sentence for the same
+    figures, as promtool renders it from the exported gauges (its unit tests check the
+    rendering): the status page, `spectax assess`, the report and the alert say one thing."""
+    sentence = turns_on(uncertain(**figures))
+    assert sentence is not None
+    assert (
+        f"What it turns on: {sentence}." in expected_descriptions("SpeculationMayBeATax")[endpoint]
+    )
+
+
+def test_the_runbook_lists_how_to_settle_it_in_settles_words_cheapest_first() -> None:
+    """The section the uncertain warning links to gives settle.py's ways, word for word and
+    in its order (cheapest first), for a placeholder endpoint; the warning's own text names
+    them in that order and points there."""
+    target = Target("ENDPOINT", "MODEL", url="http://HOST:PORT/metrics", method="METHOD")
+    steps = settle_steps(target, uncertain())
+    section = folded(runbook_sections()["speculationmaybeatax"])
+    assert [step.split(":")[0] for step in steps] == ["a control", "a sweep", "a baseline"]
+    places = [section.find(folded(step)) for step in steps]
+    assert -1 not in places, [step for step, at in zip(steps, places, strict=True) if at < 0]
+    assert places == sorted(places)
+    description = alerts()["SpeculationMayBeATax"]["annotations"]["description"]
+    settle = description[description.index("To settle it, cheapest first") :]
+    named = [settle.find(word) for word in ("a control", "a sweep", "a baseline")]
+    assert -1 not in named and named == sorted(named)
+    assert "the runbook has the config lines and commands" in folded(settle)
 
 
 def test_alertmanager_example_is_valid() -> None:

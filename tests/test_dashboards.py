@@ -328,6 +328,48 @@ def test_an_acceptance_the_engine_does_not_expose_says_so() -> None:
     assert "Acceptance length" in columns.values()
 
 
+def test_no_panel_plots_a_break_even_acceptance_above_1() -> None:
+    """Above 1 a break-even acceptance is no acceptance at all (issue 29): every query of it
+    keeps it at 1 or below, and where none would pay the table's cell says so in words."""
+    queries = [
+        (title, expr)
+        for dashboard in dashboard_jsons().values()
+        for title, expr in panel_queries(dashboard)
+        if "spectax_breakeven_acceptance_ratio" in expr
+    ]
+    assert queries
+    for title, expr in queries:
+        assert re.search(r"spectax_breakeven_acceptance_ratio\{[^}]*\} <= 1\)", expr), title
+    verdict = verdict_table()
+    (expr,) = [t["expr"] for t in verdict["targets"] if t["refId"] == "D"]
+    assert "spectax_no_acceptance_pays" in expr and expr.endswith("* 0 + -1)")
+    (values,) = [
+        m["options"] for m in column_mappings(verdict, "Break-even") if m["type"] == "value"
+    ]
+    assert values["-1"]["text"] == "no acceptance pays here"
+
+
+def test_the_paying_dashboard_shows_what_an_uncertain_verdict_turns_on() -> None:
+    """The break-even h and B* beside the h and B* in force, in the row that says how the
+    verdict was reached, each panel linked to the runbook section that says how to settle
+    it."""
+    paying = dashboard_jsons()["spectax-paying.json"]
+    wanted = {
+        "spectax_breakeven_step_overhead_ratio": "spectax_step_overhead_ratio",
+        "spectax_breakeven_ridge_batch_requests": "spectax_ridge_batch_requests",
+    }
+    for breakeven, in_force in wanted.items():
+        (panel,) = [
+            p
+            for p in panels(paying)
+            if any(breakeven in t.get("expr", "") for t in p.get("targets", []))
+        ]
+        exprs = " ".join(t["expr"] for t in panel["targets"])
+        assert re.search(rf"\b{in_force}\{{", exprs), panel["title"]
+        links = json.dumps(panel.get("links", []))
+        assert "speculationmaybeatax" in links, panel["title"]
+
+
 def test_generate_sets_the_runbook_url_once_for_every_panel(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
