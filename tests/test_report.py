@@ -148,15 +148,17 @@ class Expected:
     hours_monitored: int = 0
     draft_compute: float = 0.0
     rejected: float = 0.0
+    plain_busy: float = 0.0  # the windows' busy time without speculation, and their busy time
+    assessed_busy: float = 0.0
     c: float | None = None
     ridge: float | None = None
+    h: float | None = None
 
 
 def expected_from_windows(rows: Iterable[WindowRow]) -> dict[str, Expected]:
     """The month's figures per endpoint, from window rows, without the report's code."""
     result: dict[str, Expected] = defaultdict(Expected)
     restarts: dict[tuple[str, datetime], int] = {}
-    hours: dict[tuple[str, str, datetime], list[WindowRow]] = defaultdict(list)
     monitored: dict[str, set[datetime]] = defaultdict(set)
     rows = sorted(rows, key=lambda r: (r.endpoint, r.start, r.model))
 
@@ -183,11 +185,17 @@ def expected_from_windows(rows: Iterable[WindowRow]) -> dict[str, Expected]:
             e.draft_tokens += r.draft_tokens or 0
             if r.speculation_savings_usd is not None:
                 e.savings = (e.savings or 0.0) + r.speculation_savings_usd
-            hours[(r.endpoint, r.model, hour)].append(r)
+            # The windows' own draft overhead, as the daemon assessed each (its h, its B*).
+            e.draft_compute += r.draft_compute_usd or 0.0
+            e.rejected += r.rejected_usd or 0.0
+            if r.plain_busy_seconds is not None:
+                e.plain_busy += r.plain_busy_seconds
+                e.assessed_busy += r.assessed_busy_seconds or 0.0
             e.verdicts[r.verdict] = e.verdicts.get(r.verdict, 0) + 1
             if r.verdict_basis is not None:
                 e.bases[r.verdict_basis] = e.bases.get(r.verdict_basis, 0) + 1
             e.c, e.ridge = r.draft_cost_ratio or 0.0, r.ridge_batch_requests
+            e.h = r.step_overhead_ratio
         if r.model and (speculates(r) or r.endpoint not in speculating_endpoints):
             e.running_seconds += r.running_seconds
             e.model_seconds += r.seconds
@@ -195,28 +203,7 @@ def expected_from_windows(rows: Iterable[WindowRow]) -> dict[str, Expected]:
         result[endpoint].cold_starts += n
     for endpoint, seen in monitored.items():
         result[endpoint].hours_monitored = len(seen)
-    for (endpoint, _, _), group in hours.items():
-        e = result[endpoint]
-        g = sum(r.output_tokens for r in group)
-        a = sum(r.accepted_tokens or 0 for r in group)
-        dt = sum(r.draft_tokens or 0 for r in group)
-        seconds = sum(r.seconds for r in group)
-        b = sum(r.running_seconds for r in group) / seconds
-        last = max(group, key=lambda r: r.start)
-        c, ridge = last.draft_cost_ratio or 0.0, last.ridge_batch_requests
-        if g <= 0 or dt <= 0:
-            continue
-        busy = [r.busy_spend_usd for r in group if r.busy_spend_usd is not None]
-        if busy:
-            usd = float(sum(busy, Decimal(0)))
-            r_ = ridge / max(b, 1.0)
-            e.draft_compute += usd * c * dt * (r_ + 1) / _t_spec(g, a, dt, r_, c)
-            e.rejected += usd * (dt - a) * (1 + c * (r_ + 1)) / _t_spec(g, a, dt, r_, c)
     return dict(result)
-
-
-def _t_spec(g: float, a: float, dt: float, r: float, c: float) -> float:
-    return (g - a) * r + (g - a + dt) + c * dt * (r + 1)
 
 
 async def window_rows_of(url: str, month: Month) -> list[WindowRow]:
@@ -269,12 +256,19 @@ def assert_figures(
     )
     assert f.windows_judged > 0 and f.windows_unrecorded == 0
     assert f.basis_windows == x.bases
-    if overhead:  # shown for the month reported, not for the month before
+    if overhead:  # the windows' own, as they were assessed: never recomputed at h = 0
         assert f.draft_compute == approx(x.draft_compute, rel=1e-9)
         assert f.rejected == approx(x.rejected, rel=1e-9)
+    assert x.assessed_busy > 0
+    assert f.speedup == approx(x.plain_busy / x.assessed_busy, rel=1e-9)
     assert x.c is not None and x.ridge is not None
-    b = x.running_seconds / x.model_seconds
-    assert f.breakeven == approx(x.c + max(b, 1) / (max(b, 1) + x.ridge), rel=1e-12)
+    if x.h is None:  # the daemon had no plausible h (measured, c or B* off): none at h = 0
+        assert f.breakeven is None
+        return
+    b, q = x.running_seconds / x.model_seconds, (x.output_tokens - x.accepted) / x.draft_tokens
+    assert f.breakeven == approx(
+        x.c + (max(b, 1) + x.h * x.ridge * q) / (max(b, 1) + x.ridge), rel=1e-12
+    )
     if vram_fraction is not None:
         assert f.vram_usd == approx(float(x.spend) * vram_fraction, rel=1e-12)
 
@@ -366,7 +360,10 @@ async def test_csv_and_markdown_show_the_same_numbers(demo_url: str) -> None:
             word = "invoice" if name == "chat-creative" else "capacity"
             assert word in cells[7]
     assert "chat-creative | turn off | Turn speculation off" in md
-    assert "code-assistant | change K" in md
+    # All of code-assistant's windows were uncertain, on defaults: its advice says it is a
+    # guess; and no change of K rests on a position it never drafted (issue 29).
+    assert "| code-assistant | keep | Keep speculation as it is (a guess: default) |" in md
+    assert "extrapolated" not in md.split("## Spend", 1)[0]
 
 
 async def test_billed_spend_replaces_the_estimate_through_the_seam(demo_url: str) -> None:
@@ -469,7 +466,7 @@ def _window(
             busy_spend = (spend * Decimal(busy / seconds)).quantize(NANO)
     drafts = draft_tokens = accepted = None
     per_position: list[int] = []
-    savings = speedup = alpha = breakeven = None
+    savings = speedup = alpha = breakeven = draft_compute = rejected = None
     if positions:
         drafts = round(output_tokens / (1 + sum(positions)))
         per_position = [round(drafts * p) for p in positions]
@@ -484,6 +481,12 @@ def _window(
             savings = economics.speculation_savings_usd(
                 float(busy_spend), speedup, float(draft_load or 0)
             )
+            r = economics.relative_batch(ridge, concurrency)
+            shares = (
+                economics.draft_compute_share(output_tokens, accepted, draft_tokens, r, c or 0.0),
+                economics.rejected_share(output_tokens, accepted, draft_tokens, r, c or 0.0),
+            )
+            draft_compute, rejected = (float(busy_spend) * x for x in shares)
     verdict, band, source = "no_speculation", None, "configured"
     if positions and speedup is not None:
         verdict = "pays" if speedup > 1 else "tax"
@@ -533,6 +536,11 @@ def _window(
         "speedup_high_ratio": band[1] if band else None,
         "step_overhead_ratio": 0.0 if band else None,
         "verdict_basis": basis if band else None,
+        # What the assessment concluded, as sums (0009): at h = 0, the h these windows carry.
+        "plain_busy_seconds": busy * speedup if speedup is not None else None,
+        "assessed_busy_seconds": busy if speedup is not None else 0.0,
+        "draft_compute_usd": draft_compute,
+        "rejected_usd": rejected,
     }
 
 
@@ -606,6 +614,10 @@ def _without_drafted_count(row: dict[str, Any]) -> dict[str, Any]:
         "breakeven_acceptance_ratio": None,
         "speedup_ratio": None,
         "speculation_savings_usd": None,
+        "plain_busy_seconds": None,
+        "assessed_busy_seconds": 0.0,
+        "draft_compute_usd": None,
+        "rejected_usd": None,
         "verdict": "uncertain",
         "speedup_low_ratio": None,
         "speedup_high_ratio": None,
@@ -834,11 +846,12 @@ async def test_rollups_from_before_the_verdicts_were_counted(tmp_path: Path) -> 
     assert {h.verdict for h in coder.hours} == {"pays"}
     assert [r.action for r in coder.recommendations] == ["keep"]
     md = render(report, "md")
+    # Without the h its windows were assessed with, no break-even (never one at h = 0).
     assert (
-        "| coder | vllm | eagle | 0.500 | 2.50 | 0.109 | 2.0 | basis not recorded "
+        "| coder | vllm | eagle | 0.500 | 2.50 | — | 2.0 | basis not recorded "
         "| basis not recorded |" in md
     )
-    assert "| coder | basis not recorded | basis not recorded | — | — | — |" in md
+    assert "| coder | basis not recorded | basis not recorded | — | — | 1.885 | — |" in md
     total = next(line for line in md.splitlines() if line.startswith("| **Total** | measured"))
     assert "not recorded 33.3%" in total  # coder's windows and legacy's (before 0004), of 72
     rows = list(csv.DictReader(io.StringIO(render(report, "csv"))))
@@ -876,7 +889,7 @@ async def test_every_recommendation_with_its_evidence(golden_url: str) -> None:
     # The stake of disabling above B_x is the net tax of exactly those hours.
     chat = next(e for e in report.endpoints if e.info.name == "chat")
     above = [h for h in chat.hours if h.concurrency > 17]
-    assert disable.usd_at_stake == pytest.approx(-sum(h.modelled_savings or 0 for h in above))
+    assert disable.usd_at_stake == pytest.approx(-sum(h.savings_usd or 0 for h in above))
     off = by[("batch", "turn_off")]
     assert off.semantics == "capacity"
     batch = next(e for e in report.endpoints if e.info.name == "batch")
@@ -915,13 +928,16 @@ async def test_a_billed_day_of_an_unpriced_endpoint(golden_url: str) -> None:
 
 
 def test_speedup_with_the_same_k_is_the_hours_own() -> None:
+    """At the K it ran, the what-if gives back the speedup its windows were assessed with: at
+    their h, never h = 0; without a recorded h there is no what-if."""
     g, a, dt, dr = 100_000, 60_000, 160_000, 40_000
     hour = HourPoint(
         "e", "m", datetime(2026, 5, 1, tzinfo=UTC), g, a, dt, dr,
         (30_000, 18_000, 9_000, 3_000), 3600.0, 8.0, 32.0, 0.05, 10.0, 0.0,
-        economics.modelled_speedup(g, a, dt, 8.0, 32.0, 0.05),
+        economics.modelled_speedup(g, a, dt, 8.0, 32.0, 0.05, 0.1), step_overhead=0.1,
     )  # fmt: skip
     assert speedup_with_k(hour, 4) == pytest.approx(hour.speedup)
+    assert speedup_with_k(hour._replace(step_overhead=None), 4) is None
     assert speedup_with_k(hour, 0) == pytest.approx(1.0)
     three = speedup_with_k(hour, 3)
     assert three is not None and hour.speedup is not None and three > hour.speedup

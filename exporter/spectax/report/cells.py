@@ -114,7 +114,14 @@ def net_cell(f: Figures, semantics: str | None = None) -> str:
         return f"{DASH} (no drafted-token count: a control would measure it)"
     if f.savings is None:
         return f"{DASH} (no drafts)"
-    return savings_text(f.savings, semantics or next(iter(f.kinds), "unknown"))
+    text = savings_text(f.savings, semantics or next(iter(f.kinds), "unknown"))
+    # The savings are the windows' point estimates; when most of those windows were judged
+    # uncertain the cell says so, so that it never reads as "paid" beside 0 windows paid.
+    if f.single_endpoint and f.verdict == "uncertain":
+        text += f", uncertain ({percent(f.share_uncertain)} of windows)"
+    elif f.single_endpoint and f.verdict == "mixed":
+        text += f", mixed ({percent(f.share_paid)} of windows paid, {percent(f.share_tax)} tax)"
+    return text
 
 
 def unless_mixed(f: Figures, text: str) -> str:

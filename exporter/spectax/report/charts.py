@@ -26,6 +26,12 @@ if TYPE_CHECKING:
 MAX_PANELS = 6
 MAX_BARS = 20
 PAID, TAX, NEUTRAL, LINE, COUNTERFACTUAL = "#2e7d32", "#c62828", "#9e9e9e", "#1565c0", "#ef6c00"
+# A span's colour is what most of its windows were judged (figures.majority), never a sign.
+SHADES = {
+    "pays": (PAID, "windows paid"),
+    "tax": (TAX, "windows a tax"),
+    "uncertain": (NEUTRAL, "windows uncertain"),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +115,11 @@ def _cost_chart(report: Report) -> Chart:
 
 
 def _acceptance_chart(report: Report) -> Chart:
-    title = "Daily acceptance against break-even"
+    """Each day's acceptance against its break-even, the day shaded by what most of its
+    windows were judged (the daemon's counted verdicts, `figures.majority`): green paid,
+    red tax, grey uncertain. Never by acceptance above the line, which is one reading of
+    one parameter set; the shading must agree with the windows counted in the tables."""
+    title = "Daily acceptance against break-even, shaded by the windows' verdicts"
     spec = [e for e in report.endpoints if e.month.acceptance is not None]
     if not spec:
         return Chart("acceptance", title, None, "No endpoint proposed drafts this month.")
@@ -120,30 +130,23 @@ def _acceptance_chart(report: Report) -> Chart:
         xs = _dates(days_shown)
         alpha = [e.days[d].acceptance or 0.0 for d in days_shown]
         even = [e.days[d].breakeven for d in days_shown]
+        shaded: set[str] = set()
+        for x, d in zip(xs, days_shown, strict=True):
+            verdict = e.days[d].verdict
+            if verdict in SHADES:
+                color, label = SHADES[verdict]
+                ax.axvspan(
+                    x - 0.5,
+                    x + 0.5,
+                    color=color,
+                    alpha=0.12,
+                    linewidth=0,
+                    label=None if label in shaded else label,
+                )
+                shaded.add(label)
         ax.plot(xs, alpha, color=LINE, marker=".", label="acceptance")
         if all(v is not None for v in even) and even:
-            bar = [v or 0.0 for v in even]
-            ax.plot(xs, bar, color=TAX, linestyle="--", label="break-even")
-            ax.fill_between(
-                xs,
-                alpha,
-                bar,
-                where=[a < b for a, b in zip(alpha, bar, strict=True)],
-                color=TAX,
-                alpha=0.15,
-                interpolate=True,
-                label="tax",
-            )
-            ax.fill_between(
-                xs,
-                alpha,
-                bar,
-                where=[a >= b for a, b in zip(alpha, bar, strict=True)],
-                color=PAID,
-                alpha=0.12,
-                interpolate=True,
-                label="pays",
-            )
+            ax.plot(xs, [v or 0.0 for v in even], color=TAX, linestyle="--", label="break-even")
         ax.set_title(e.info.name)
         ax.set_ylim(0, 1)
         ax.set_ylabel("ratio")
@@ -164,16 +167,26 @@ def _savings_chart(report: Report) -> Chart:
     fig, ax = _bars_figure([e.info.name for e in items])
     values = [e.month.savings or 0.0 for e in items]
     hatches = ["//" if e.info.semantics == "capacity" else "" for e in items]
+    # Coloured by the windows' verdicts, as the tables count them: a point estimate of
+    # savings whose windows were mostly uncertain is grey and says so, never green.
+    verdicts = [e.month.verdict or "uncertain" for e in items]
     bars = ax.barh(
         [e.info.name for e in items],
         values,
-        color=[PAID if v >= 0 else TAX for v in values],
+        color=[SHADES[v][0] if v in SHADES else NEUTRAL for v in verdicts],
         hatch=hatches,
         edgecolor="white",
     )
     ax.axvline(0, color="black", linewidth=0.8)
-    ax.bar_label(bars, labels=[_money_label(v) for v in values], padding=3, fontsize=8)
-    ax.set_xlabel("$ this month (hatched: provisioned, capacity freed; solid: invoice money)")
+    labels = [
+        _money_label(v) + (f" ({verdict})" if verdict in ("uncertain", "mixed") else "")
+        for v, verdict in zip(values, verdicts, strict=True)
+    ]
+    ax.bar_label(bars, labels=labels, padding=3, fontsize=8)
+    ax.set_xlabel(
+        "$ this month (green: most windows paid; red: a tax; grey: uncertain or mixed, a "
+        "point estimate; hatched: provisioned, capacity freed; solid: invoice money)"
+    )
     ax.margins(x=0.25)
     ax.grid(axis="y", visible=False)
     return Chart("savings", title, _scoped("savings", _svg(fig)))

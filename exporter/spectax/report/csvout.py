@@ -48,6 +48,8 @@ COLUMNS = (
     # Last, so that readers by position keep their columns: the mixed fleet's.
     "engine",
     "acceptance_length_tokens",
+    # The windows' own speedup, summed (busy time without speculation / busy time; 0009).
+    "speedup_ratio",
 )
 MEANING = {"capacity": "capacity_freed", "invoice": "invoice", "unknown": "gpu_time_value"}
 
@@ -88,6 +90,7 @@ def render_csv(report: Report) -> str:
                 _num(f.vram_usd),
                 e.info.engine,
                 _num(f.acceptance_length),
+                _num(f.speedup),
             ]
         )
     return buffer.getvalue()

@@ -1,11 +1,13 @@
 """One endpoint-day's figures from its rollup rows, and an hour's point for the recommendations.
 
-Daily rows give the sums of a day (spend, tokens, drafts, stored savings, cold
-starts, the daemon's verdicts and their bases counted) and the counterfactual in
-force at its end (source, band, step overhead); hourly rows give the hours'
-points for the recommendations (S recomputed from the hour's sums with the
-hour's draft cost ratio and ridge batch, for the what-ifs; the verdict the
-daemon's) and the draft overhead by kind (the hour's shares times its busy spend).
+Daily rows give the sums of a day (spend, tokens, drafts, cold starts) and what the
+daemon concluded about its windows, summed: their verdicts and bases counted, their
+net savings, the busy time the same output would have taken without speculation (so
+the day's speedup is its windows' own, at the h and B* each was assessed with), and
+the draft overhead in dollars; and the counterfactual in force at its end (source,
+band, step overhead). Nothing here recomputes a speedup or a share from counters: an
+hour judged again with other parameters (h = 0, say) would disagree with the daemon.
+Hourly rows give the hours' points for the recommendations, with the same sums.
 
 Window-level quantities (seconds, restarts) repeat on every model's row of a
 window, and a window has either model rows or one row with model "" (a page
@@ -20,7 +22,6 @@ import json
 from collections.abc import Sequence
 from decimal import Decimal
 
-from spectax import economics
 from spectax.report.figures import BASES, EndpointInfo, Figures, HourPoint, add_positions
 from spectax.report.records import RollupRecord
 from spectax.report.spend import Spend
@@ -54,10 +55,10 @@ def day_figures(
     spend: Spend | None,
     positions: bool = True,
 ) -> tuple[Figures, list[HourPoint]]:
-    """One endpoint-day: sums from its daily rows, verdicts and overhead from its hourly rows.
+    """One endpoint-day: sums, verdicts and the windows' conclusions from its daily rows.
 
     `positions=False` (the month before, for month over month) skips what only the month
-    reported shows: the hours' points for the recommendations and the draft overhead.
+    reported shows: the hours' points for the recommendations.
     """
     f = Figures(kinds={info.semantics})
     estimate = estimated(daily_rows)
@@ -102,6 +103,12 @@ def day_figures(
             f.savings_by[key] = f.savings_by.get(key, 0.0) + row.speculation_savings_usd * ratio
     for row in speculating_rows:
         _count_verdicts(f, row)
+        if row.assessed_busy_seconds is not None:
+            _add_assessed(f, row, ratio)
+        else:  # a day with an hour not recorded: the hours that were, and that one's windows
+            for hour in hourly_rows:
+                if hour.model == row.model:
+                    _add_assessed(f, hour, ratio)
     for row in concurrency_rows:
         f.running_seconds += row.running_seconds
         f.model_seconds += row.seconds
@@ -120,40 +127,26 @@ def day_figures(
 
     points: list[HourPoint] = []
     f.hours_monitored = len({r.start for r in hourly_rows})
-    speedup_of, compute_share, rejected_of = (
-        economics.modelled_speedup,
-        economics.draft_compute_share,
-        economics.rejected_share,
-    )
-    for row in hourly_rows:
-        if row.draft_tokens is None:
-            continue
-        g, dt, a = row.output_tokens, row.draft_tokens, row.accepted_tokens or 0
-        concurrency = row.running_seconds / row.seconds if row.seconds > 0 else 0.0
-        c, ridge = row.draft_cost_ratio or 0.0, row.ridge_batch_requests
-        speedup = None
-        if g > 0 and dt > 0:
-            speedup = speedup_of(g, a, dt, concurrency, ridge, c)
-            if positions and row.busy_spend_usd is not None:  # the month reported only
-                busy_usd = float(row.busy_spend_usd) * ratio
-                r = ridge / (concurrency if concurrency > 1.0 else 1.0)  # relative_batch
-                f.overhead_priced = True
-                f.draft_compute_usd += busy_usd * compute_share(g, a, dt, r, c)
-                f.rejected_usd += busy_usd * rejected_of(g, a, dt, r, c)
-        if positions:
-            points.append(_point(row, ratio, concurrency, c, speedup))
+    if positions:  # the month reported only
+        points = [_point(row, ratio) for row in hourly_rows if row.draft_tokens is not None]
     return f, points
 
 
-def hour_point(row: RollupRecord, ratio: float = 1.0) -> HourPoint:
-    """An hourly row of a speculating model, with S recomputed from its sums."""
-    g, dt, a = row.output_tokens, row.draft_tokens or 0, row.accepted_tokens or 0
-    concurrency = row.running_seconds / row.seconds if row.seconds > 0 else 0.0
-    c = row.draft_cost_ratio or 0.0
-    speedup = None
-    if g > 0 and dt > 0:
-        speedup = economics.modelled_speedup(g, a, dt, concurrency, row.ridge_batch_requests, c)
-    return _point(row, ratio, concurrency, c, speedup)
+def _add_assessed(f: Figures, row: RollupRecord, ratio: float) -> None:
+    """Add what a speculating row's windows concluded (store.models.Sums, 0009): the busy
+    time without speculation and the busy seconds it divides, the draft overhead in dollars
+    (scaled to the day's spend basis). A row rolled up before they were recorded adds its
+    windows with output to the not recorded ones: nothing is recomputed for it."""
+    if row.assessed_busy_seconds is None:
+        if row.output_tokens > 0:
+            f.windows_assessment_unrecorded += row.windows
+        return
+    f.assessed_busy_seconds += row.assessed_busy_seconds
+    f.plain_busy_seconds += row.plain_busy_seconds or 0.0
+    if row.draft_compute_usd is not None or row.rejected_usd is not None:
+        f.overhead_priced = True
+        f.draft_compute_usd += (row.draft_compute_usd or 0.0) * ratio
+        f.rejected_usd += (row.rejected_usd or 0.0) * ratio
 
 
 def _count_verdicts(f: Figures, row: RollupRecord) -> None:
@@ -179,9 +172,11 @@ def _judged(row: RollupRecord) -> tuple[int, int, int] | None:
     return (pays, tax, uncertain)
 
 
-def _point(
-    row: RollupRecord, ratio: float, concurrency: float, c: float, speedup: float | None
-) -> HourPoint:
+def _point(row: RollupRecord, ratio: float) -> HourPoint:
+    """An hourly row of a speculating model: its counters, and what its windows concluded
+    (speedup, net savings, the step overhead and B* they were assessed with)."""
+    plain, assessed = row.plain_busy_seconds, row.assessed_busy_seconds
+    savings = row.speculation_savings_usd
     return HourPoint(
         row.endpoint,
         row.model,
@@ -192,13 +187,15 @@ def _point(
         row.drafts or 0,
         tuple(json.loads(row.accepted_per_position)),
         row.seconds,
-        concurrency,
+        row.running_seconds / row.seconds if row.seconds > 0 else 0.0,
         row.ridge_batch_requests,
-        c,
+        row.draft_cost_ratio or 0.0,
         float(row.busy_spend_usd) * ratio if row.busy_spend_usd is not None else None,
         float(row.draft_load_usd or 0) * ratio,
-        speedup,
+        plain / assessed if plain is not None and assessed else None,
         _judged(row),
+        savings * ratio if savings is not None else None,
+        row.step_overhead_ratio,
     )
 
 

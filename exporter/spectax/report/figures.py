@@ -4,13 +4,16 @@ Nothing here averages a ratio: every ratio (cost per million, acceptance,
 concurrency, break-even, speedup) is recomputed from the sums of the span it
 describes, whether that span is an hour, a day, a month, an endpoint or the
 whole fleet. `spectax.report.endpoint_day` fills them from the stored rows.
+What the daemon concluded about each window (its speedup, as the busy time without
+speculation over the busy time; its net savings; its draft overhead in dollars) is
+summed as it was stored, never recomputed from counters with other parameters.
 
 Verdicts are not recomputed: the daemon judged each window with the band and
 basis of its counterfactual (ECONOMICS.md §3b), which an hour's sums do not
 hold, and the rollups count its verdicts and bases. The report adds those
 counts up; only rows rolled up before the store counted them (migration 0005)
-fall back to a verdict from the hour's sums, and say their basis was not
-recorded.
+fall back to a verdict from their windows' own speedup, and say their basis was
+not recorded.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ SEMANTICS = {"provisioned": "capacity", "serverless": "invoice"}
 
 
 HourVerdict = Literal["pays", "tax", "uncertain", "no_traffic"]
+SpanVerdict = Literal["pays", "tax", "uncertain", "mixed"]
+Judged = Literal["pays", "tax", "uncertain"]
 BASES = ("measured", "calibrated", "profile", "default")
 NOT_RECORDED = "basis not recorded"
 
@@ -58,9 +63,22 @@ class EndpointInfo:
         return self.draft_weight_bytes / self.gpu_memory_bytes
 
 
+def majority(pays: int, tax: int, uncertain: int) -> Judged | None:
+    """What most of a span's judged windows were: pays or tax when more than half say so,
+    else uncertain; None when none was judged. The one rule for an hour, a day's chart
+    shading, a month's savings bar and its recommendations, so that they agree."""
+    if pays + tax + uncertain <= 0:
+        return None
+    if pays > tax + uncertain:
+        return "pays"
+    return "tax" if tax > pays + uncertain else "uncertain"
+
+
 class HourPoint(NamedTuple):
-    """One hour of one speculating model: its speedup recomputed from the hour's sums (for the
-    what-ifs of the recommendations), its verdict the daemon's, from its windows' verdicts."""
+    """One hour of one speculating model: its counters, and what its windows concluded, summed
+    (their verdicts counted, their speedup and net savings, the step overhead h and B* they
+    were assessed with): the recommendations' what-ifs start from these, never from a
+    speedup recomputed with other parameters."""
 
     endpoint: str
     model: str
@@ -76,35 +94,36 @@ class HourPoint(NamedTuple):
     draft_cost_ratio: float
     busy_usd: float | None  # scaled to the day's spend basis; None when unpriced
     draft_load_usd: float
-    speedup: float | None  # None: no output or no drafts in the hour
+    speedup: float | None  # the windows' own (sum of plain busy time / busy time); None: none
     judged: tuple[int, int, int] | None = None  # windows (pays, tax, uncertain); None: unknown
+    savings_usd: float | None = None  # the windows' net savings, scaled; None: unpriced
+    step_overhead: float | None = None  # h of the hour's latest window; None: not recorded
 
     @property
     def drafting(self) -> bool:
-        return self.speedup is not None
+        return self.output_tokens > 0 and self.draft_tokens > 0
 
     @property
     def verdict(self) -> HourVerdict:
         """pays | tax | uncertain | no_traffic: what most of the hour's windows were judged.
 
-        The daemon's verdicts, counted by the rollup: pays or tax when more than half of the
-        judged windows say so, else uncertain. An hour rolled up before they were counted
-        gets §3's rule on its sums (pays iff S > 1); one that proposed nothing then is a tax,
-        since a proposer with nothing to show breaks even at best (§3b: S = 1 only at h = 0).
+        The daemon's verdicts, counted by the rollup (`majority`). An hour rolled up before
+        they were counted gets §3's rule on its windows' own speedup (pays iff S > 1), and is
+        uncertain when that was not recorded either: never judged again from its counters.
         An hour point is of a speculating model, so never `no_speculation`.
         """
         if self.output_tokens <= 0:
             return "no_traffic"
-        if self.judged is not None and sum(self.judged) > 0:
-            pays, tax, uncertain = self.judged
-            if pays > tax + uncertain:
-                return "pays"
-            return "tax" if tax > pays + uncertain else "uncertain"
-        return "pays" if self.speedup is not None and self.speedup > 1.0 else "tax"
+        counted = majority(*self.judged) if self.judged is not None else None
+        if counted is not None:
+            return counted
+        if self.speedup is None:
+            return "uncertain"
+        return "pays" if self.speedup > 1.0 else "tax"
 
     @property
     def gains(self) -> bool:
-        """The hour's point estimate (S from its sums) says speculation paid."""
+        """The windows' point estimate (their speedup in force) says speculation paid."""
         return self.speedup is not None and self.speedup > 1.0
 
     @property
@@ -114,17 +133,23 @@ class HourPoint(NamedTuple):
         return economics.acceptance_ratio(self.accepted_tokens, self.draft_tokens)
 
     @property
-    def breakeven(self) -> float:
-        return economics.breakeven_acceptance(
-            self.concurrency, self.ridge_batch, self.draft_cost_ratio
-        )
+    def steps_per_draft_token(self) -> float:
+        """q = (G - A)/Dt, request-steps per draft token (break-even's h term, §3b)."""
+        return (self.output_tokens - self.accepted_tokens) / self.draft_tokens
 
     @property
-    def modelled_savings(self) -> float | None:
-        """busy $ x (S - 1) - draft-load $: the hour's net savings at its recomputed S."""
-        if self.speedup is None or self.busy_usd is None:
+    def breakeven(self) -> float | None:
+        """alpha* at the hour's concurrency with the h and B* its windows were assessed with;
+        None when h was not recorded (never h = 0 in its place)."""
+        if not self.drafting or self.step_overhead is None:
             return None
-        return economics.speculation_savings_usd(self.busy_usd, self.speedup, self.draft_load_usd)
+        return economics.breakeven_acceptance(
+            self.concurrency,
+            self.ridge_batch,
+            self.draft_cost_ratio,
+            self.step_overhead,
+            self.steps_per_draft_token,
+        )
 
     @property
     def relative_batch(self) -> float:
@@ -159,8 +184,13 @@ class Figures:
     cold_start_usd: Decimal = Decimal(0)
     draft_load_usd: Decimal = Decimal(0)
     overhead_priced: bool = False
-    draft_compute_usd: float = 0.0
+    draft_compute_usd: float = 0.0  # the windows' own (Assessment.draft_compute_usd), summed
     rejected_usd: float = 0.0
+    # The windows' speedup as a ratio of sums: busy time without speculation over busy time
+    # (of the windows that had a speedup); windows rolled up before 0009 are not recorded.
+    plain_busy_seconds: float = 0.0
+    assessed_busy_seconds: float = 0.0
+    windows_assessment_unrecorded: int = 0
     vram_usd: float | None = None
     # The daemon's verdicts of the speculating models' windows, and their bases.
     windows_pays: int = 0
@@ -249,7 +279,9 @@ class Figures:
 
     @property
     def breakeven(self) -> float | None:
-        """alpha* at the span's mean concurrency, with the latest c and B* (one endpoint only)."""
+        """alpha* at the span's mean concurrency, with the latest c, B* and h the windows were
+        assessed with, and the span's steps per draft token (one endpoint only). None when
+        h was not recorded: a break-even at h = 0 would not be the daemon's."""
         b = self.concurrency
         if (
             not self.single_endpoint
@@ -257,9 +289,33 @@ class Figures:
             or b is None
             or self.ridge_batch is None
             or self.draft_cost_ratio is None
+            or self.step_overhead is None
+            or self.draft_tokens <= 0
         ):
             return None
-        return economics.breakeven_acceptance(b, self.ridge_batch, self.draft_cost_ratio)
+        steps = (self.output_tokens - self.drafted_accepted_tokens) / self.draft_tokens
+        return economics.breakeven_acceptance(
+            b, self.ridge_batch, self.draft_cost_ratio, self.step_overhead, steps
+        )
+
+    @property
+    def speedup(self) -> float | None:
+        """The windows' own speedup over the span: the busy time their output would have
+        taken without speculation over the busy time it took (a ratio of sums)."""
+        if not self.speculating or self.assessed_busy_seconds <= 0:
+            return None
+        return self.plain_busy_seconds / self.assessed_busy_seconds
+
+    @property
+    def verdict(self) -> SpanVerdict | None:
+        """What most of the span's judged windows were: pays, tax or uncertain when more than
+        half say so, mixed when none has half; None when none was judged. The one reading of
+        the counts that the chart shading, the savings and the recommendations share."""
+        pays, tax, uncertain = self.windows_pays, self.windows_tax, self.windows_uncertain
+        if uncertain > pays + tax:
+            return "uncertain"
+        counted = majority(pays, tax, uncertain)
+        return "mixed" if counted == "uncertain" else counted
 
     @property
     def windows_judged(self) -> int:
@@ -335,6 +391,9 @@ class Figures:
         self.overhead_priced = self.overhead_priced or other.overhead_priced
         self.draft_compute_usd += other.draft_compute_usd
         self.rejected_usd += other.rejected_usd
+        self.plain_busy_seconds += other.plain_busy_seconds
+        self.assessed_busy_seconds += other.assessed_busy_seconds
+        self.windows_assessment_unrecorded += other.windows_assessment_unrecorded
         if other.vram_usd is not None:
             self.vram_usd = (self.vram_usd or 0.0) + other.vram_usd
         self.windows_pays += other.windows_pays

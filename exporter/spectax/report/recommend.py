@@ -1,22 +1,30 @@
-"""What to change, with the evidence and the dollars at stake, from a month of hourly sums.
+"""What to change, with the evidence, its basis and confidence, and the dollars at stake.
 
-Each hour's speedup is recomputed from its sums (see figures.py), for the
-what-ifs (§3's formulas); its verdict is the daemon's. The reference acceptance
-is that of the hours that paid (or were uncertain with S > 1): what the
-endpoint's traffic accepts when speculation works. Its crossover concurrency B_x
-splits the tax hours in two: above B_x the load is the cause, at or below it the
-traffic is.
+Every figure an hour brings is what the daemon concluded about its windows, summed by
+the rollups: their verdicts counted, their speedup (busy time without speculation over
+busy time), their net savings, and the step overhead h and ridge batch B* they were
+assessed with. Nothing is judged again from an hour's counters; only the what-ifs (a
+crossover concurrency, another draft length) are modelled, and with the windows' own h
+and B* (§3b), never h = 0. The reference acceptance is that of the hours that paid (or
+were uncertain with S > 1): what the endpoint's traffic accepts when speculation works.
+Its crossover concurrency B_x splits the tax hours in two: above B_x the load is the
+cause, at or below it the traffic is.
 
 - `disable_above`: hours above B_x (the GPU compute-bound). Stake: their net tax.
 - `route_high_temperature`: tax hours at or below B_x, whose acceptance fell
   under break-even (typically sampling at high temperature). Stake: their net tax.
-- `change_k`: on the hours that stay speculative after those two, the pooled
-  per-position acceptance against break-even says another draft length N pays
-  better (ECONOMICS.md §3). Stake: the modelled difference, hour by hour.
+- `change_k`: on the hours that stay speculative after those two, a shorter draft
+  length N predicts a higher speedup than the K that ran, from the positions observed
+  (a position never drafted is a guess: a longer K is never advised). Stake: the
+  modelled difference, hour by hour.
 - `turn_off`: no hour paid, or the month was a net tax that the fixes above
   do not turn around. Stake: the month's net tax.
 - `keep`: nothing above is worth doing. Stake: the month's net savings, which
   turning speculation off would give up.
+
+Each carries its basis (the windows' verdict bases: measured, calibrated, profile,
+default) and a confidence; one resting on verdicts that were mostly uncertain, or on
+defaults alone, says it is a guess and what would settle it.
 
 A fix is advised when it is worth at least MIN_STAKE_USD and MIN_STAKE_SHARE of
 the spend. Dollars at stake are those of the month reported (the part of it
@@ -27,16 +35,34 @@ endpoints they are GPU capacity, not invoice money.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from spectax import economics
-from spectax.report.figures import EndpointInfo, Figures, HourPoint, verdicts_line
+from spectax.report.figures import (
+    BASES,
+    NOT_RECORDED,
+    EndpointInfo,
+    Figures,
+    HourPoint,
+    verdicts_line,
+)
 
 # A fix must be worth at least this much (and this share of the spend) to be advised.
 MIN_STAKE_USD = 1.0
 MIN_STAKE_SHARE = 0.005
 # The tax of low-acceptance hours must come from at least this share of drafting hours.
 MIN_HOURS_SHARE = 0.05
+# Confidence: high when at least this share of the windows was decided (pays or tax) on a
+# basis better than the defaults; medium from half; else low, and the advice is a guess.
+HIGH_DECIDED_SHARE = 0.9
+MEDIUM_DECIDED_SHARE = 0.5
+SETTLE = (
+    "What would settle it, cheapest first: a `control:` endpoint serving the same model "
+    "without speculation (basis measured); a sweep (`vllm bench serve` at a few "
+    "concurrencies with and without speculation, then `spectax model fit --save-profile`, "
+    "referenced as `profile:`); or this endpoint's own history from before speculation "
+    "(run it without `speculation:` for a while: a baseline, basis calibrated)."
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,12 +73,77 @@ class Recommendation:
     usd_at_stake: float | None  # over the month reported; None when the endpoint has no price
     semantics: str  # capacity | invoice | unknown
     evidence: tuple[str, ...]
+    basis: str = NOT_RECORDED  # the windows' commonest verdict basis (figures.BASES)
+    confidence: str = "low"  # high | medium | low (low: a guess, and the evidence says so)
 
 
 def recommend(
     info: EndpointInfo, month: Figures, hours: Sequence[HourPoint]
 ) -> list[Recommendation]:
-    """The recommendations for one endpoint's month; [] when it does not speculate."""
+    """The recommendations for one endpoint's month, each with its basis and confidence;
+    [] when it does not speculate."""
+    basis, confidence = evidence_strength(month)
+    return [_qualified(r, month, basis, confidence) for r in _recommend(info, month, hours)]
+
+
+def evidence_strength(month: Figures) -> tuple[str, str]:
+    """(basis, confidence) of a month's verdicts. The basis is the one most windows were
+    judged on (the stronger on a tie). Confidence is high when nearly all windows were
+    decided (pays or tax) on a basis better than the defaults; medium when most were, or
+    when nearly all were decided on defaults (the verdict held over their whole range,
+    the dollars did not); low otherwise: mostly uncertain, and the advice a guess."""
+    counts = {b: month.basis_windows.get(b, 0) for b in BASES}
+    if not any(counts.values()):
+        return NOT_RECORDED, "low"
+    basis = max(BASES, key=lambda b: (counts[b], -BASES.index(b)))
+    judged = month.windows_judged
+    decided = (month.windows_pays + month.windows_tax) / judged if judged else 0.0
+    if decided >= HIGH_DECIDED_SHARE:
+        return basis, "medium" if basis == "default" else "high"
+    if decided >= MEDIUM_DECIDED_SHARE and basis != "default":
+        return basis, "medium"
+    return basis, "low"
+
+
+def _qualified(r: Recommendation, month: Figures, basis: str, confidence: str) -> Recommendation:
+    """The recommendation with its basis and confidence. A low-confidence one says in its
+    title that it is a guess, and in its evidence why and what would settle it; one on
+    defaults says what would settle its dollars, which rest on the defaults' point."""
+    shown = "not recorded" if basis == NOT_RECORDED else f"{basis} (the windows' commonest)"
+    lead = f"Basis: {shown}, confidence {confidence}."
+    judged = month.windows_judged
+    if confidence != "low":
+        extra: tuple[str, ...] = ()
+        if basis == "default":
+            extra = (
+                "The verdict held over the defaults' whole range (B* and h), but the dollars "
+                "are their point estimate: a guess until measured.",
+                SETTLE,
+            )
+        return replace(r, evidence=(lead, *extra, *r.evidence), basis=basis, confidence=confidence)
+    parts = []
+    if month.windows_uncertain:
+        parts.append(f"{month.windows_uncertain:,} of {judged:,} windows judged were uncertain")
+    parts.append(
+        {
+            "default": "the verdicts rest on defaults (a configured B* and a plausible range "
+            "for h, nothing measured)",
+            NOT_RECORDED: "the verdicts were stored before spectax recorded how they were reached",
+        }.get(basis, f"the verdicts rest on the {basis} basis")
+    )
+    guess = f"This is a guess: {', and '.join(parts)}."
+    return replace(
+        r,
+        title=f"{r.title} (a guess: {basis})",
+        evidence=(lead, guess, SETTLE, *r.evidence),
+        basis=basis,
+        confidence=confidence,
+    )
+
+
+def _recommend(
+    info: EndpointInfo, month: Figures, hours: Sequence[HourPoint]
+) -> list[Recommendation]:
     if not month.speculating:
         return []
     name, semantics = info.name, info.semantics
@@ -84,6 +175,7 @@ def recommend(
     alpha = month.acceptance
     c = month.draft_cost_ratio or 0.0
     ridge = month.ridge_batch or economics.DEFAULT_RIDGE_BATCH
+    h = month.step_overhead  # the latest window's: what the verdicts were reached with
     savings = month.savings
     threshold = max(MIN_STAKE_USD, MIN_STAKE_SHARE * float(month.spend))
     base = _base_evidence(month, alpha, month.breakeven, month.concurrency, c, ridge)
@@ -96,9 +188,10 @@ def recommend(
     # accepts when it works. Above its crossover B_x even that traffic is a tax (the load is
     # the cause); at or below it, a tax hour is one whose traffic accepted too little.
     reference = _pooled_acceptance(paying) if paying else alpha
-    crossover = (
-        economics.crossover_concurrency(reference, ridge, c) if reference is not None else None
-    )
+    crossover = None
+    if reference is not None and h is not None:  # never h = 0 in place of the windows' own
+        q = _steps_per_draft_token(paying or drafting)
+        crossover = economics.crossover_concurrency(reference, ridge, c, h, q)
     bounded = crossover is not None and crossover != float("inf")
     above = [h for h in drafting if bounded and h.concurrency > (crossover or 0.0)]
     below = [h for h in drafting if not (bounded and h.concurrency > (crossover or 0.0))]
@@ -116,9 +209,10 @@ def recommend(
                 stake_above,
                 semantics,
                 (
-                    f"Crossover concurrency B_x = B*(alpha - c)/(1 - alpha + c) = {crossover:.1f} "
-                    f"requests at acceptance {reference:.3f} (that of the hours that paid; "
-                    f"c = {c:g}, B* = {ridge:.1f}): above it the GPU is compute-bound and "
+                    "Crossover concurrency B_x = B*(alpha - c - h*q)/(1 - alpha + c) = "
+                    f"{crossover:.1f} requests at acceptance {reference:.3f} (that of the hours "
+                    f"that paid; c = {c:g}, B* = {ridge:.1f}, h = {h:.3g} as the windows were "
+                    "assessed): above it the GPU is compute-bound and "
                     "speculation is a tax even when drafts are accepted as usual.",
                     _hours_line(above, f"above {crossover:.0f} requests"),
                     _hours_line(below, f"at or below {crossover:.0f} requests"),
@@ -150,7 +244,8 @@ def recommend(
                 (
                     f"In {len(low)} of {len(drafting)} drafting hours acceptance fell to "
                     f"{_pooled_acceptance(low):.3f}, under those hours' break-even "
-                    f"({_mean(h.breakeven for h in low):.3f} on average), at a concurrency where "
+                    f"({_mean(x.breakeven for x in low if x.breakeven is not None):.3f} on "
+                    "average), at a concurrency where "
                     f"the hours that paid (acceptance {reference:.3f}) would have paid: the "
                     "traffic, not the load, made them a tax.",
                     "Acceptance falls as sampling temperature rises: send requests sampled at "
@@ -165,7 +260,7 @@ def recommend(
     kept = [h for h in drafting if id(h) not in moved]
     positions = month.position_acceptance
     k_now = len(positions) or round(month.mean_draft_length or 0)
-    change = _change_k(name, semantics, kept, k_now, c, ridge, threshold)
+    change = _change_k(name, semantics, kept, k_now, threshold)
     if change is not None:
         fixes.append(change)
 
@@ -174,7 +269,7 @@ def recommend(
         for f in fixes
         if f.action in ("disable_above", "route_high_temperature")
     )
-    month_speedup = _month_speedup(month)
+    month_speedup = month.speedup  # the windows' own, summed
     off = not paying or (savings is not None and savings < 0 and savings + recovered <= 0)
     if savings is None and month_speedup is not None and month_speedup < 1.0 and not fixes:
         off = True
@@ -232,14 +327,15 @@ def _change_k(
     semantics: str,
     hours: Sequence[HourPoint],
     k_now: int,
-    c: float,
-    ridge: float,
     threshold: float,
 ) -> Recommendation | None:
-    """Change K to N when the pooled per-position acceptance of `hours` says N pays better."""
+    """Change K to N < K when, from the positions observed, N predicts a higher speedup over
+    `hours` than K (each hour modelled at its own concurrency, B* and h, as its windows
+    were assessed). Only observed positions count: a longer K would rest on the acceptance
+    of a position never drafted, a guess, so it is never advised (ECONOMICS.md §3)."""
+    hours = [h for h in hours if h.step_overhead is not None]
     drafts = sum(h.drafts for h in hours)
-    seconds = sum(h.seconds for h in hours)
-    if not hours or drafts <= 0 or seconds <= 0 or k_now <= 0:
+    if not hours or drafts <= 0 or k_now <= 0:
         return None
     totals: list[int] = []
     for h in hours:
@@ -247,21 +343,23 @@ def _change_k(
             if i == len(totals):
                 totals.append(0)
             totals[i] += a
-    if not totals:
+    observed = min(len(totals), k_now)
+    if observed <= 0:
         return None
-    positions = economics.position_acceptance(totals, drafts)
-    concurrency = sum(h.concurrency * h.seconds for h in hours) / seconds
-    breakeven = economics.breakeven_acceptance(concurrency, ridge, c)
-    k_best = economics.recommended_speculative_tokens(positions, breakeven)
-    if k_best in (0, k_now):
+    predicted = {k: _predicted(hours, k) for k in range(1, observed + 1)}
+    now = _predicted(hours, k_now)
+    k_best = max(predicted, key=lambda k: (predicted[k], -k))
+    if k_best == k_now or predicted[k_best] <= now:
         return None
     stake = _stake_change_k(hours, k_now, k_best)
     if not _worth(stake, threshold, hours):
         return None
+    positions = economics.position_acceptance(totals, drafts)
     shown = ", ".join(f"{p:.2f}" for p in positions)
-    extra = ""
-    if k_best > len(positions) and len(positions) >= 2 and positions[-2] > 0:
-        extra = f"; p_{len(positions)} = {positions[-1] ** 2 / positions[-2]:.2f} extrapolated"
+    steps = [h.step_overhead for h in hours if h.step_overhead is not None]
+    overhead = (
+        f"{min(steps):.3g}" if min(steps) == max(steps) else f"{min(steps):.3g}-{max(steps):.3g}"
+    )
     return Recommendation(
         name,
         "change_k",
@@ -269,14 +367,22 @@ def _change_k(
         stake,
         semantics,
         (
-            f"Per-position acceptance p_k = {shown}{extra}; a position pays when p_k > "
-            f"alpha* = {breakeven:.3f}, the break-even at concurrency {concurrency:.1f}"
-            f" (over the {len(hours)} hours that stay speculative).",
+            f"Per-position acceptance p_k = {shown}, all observed (over the {len(hours)} hours "
+            f"that stay speculative): with h = {overhead} as the windows were assessed, "
+            f"K = {k_best} predicts a speedup of {predicted[k_best]:.3f} against "
+            f"{now:.3f} at K = {k_now} (busy-time weighted).",
             f"Each hour's speedup modelled with K = {k_best} against K = {k_now}, at that "
-            "hour's concurrency and per-position acceptance"
+            "hour's concurrency, B*, h and per-position acceptance"
             + (", valued at its busy spend." if stake is not None else " (no price: no dollars)."),
         ),
     )
+
+
+def _predicted(hours: Sequence[HourPoint], k: int) -> float:
+    """The speedup `hours` would have had at draft length k, weighted by their seconds."""
+    pairs = [(h.seconds, speedup_with_k(h, k)) for h in hours]
+    weight = sum(w for w, s in pairs if s is not None)
+    return sum(w * s for w, s in pairs if s is not None) / weight if weight else 0.0
 
 
 def _worth(stake: float | None, threshold: float, hours: Sequence[HourPoint]) -> bool:
@@ -288,17 +394,22 @@ def _worth(stake: float | None, threshold: float, hours: Sequence[HourPoint]) ->
 
 
 def speedup_with_k(hour: HourPoint, k: int) -> float | None:
-    """The hour's modelled speedup had it drafted k tokens, from its per-position acceptance.
+    """The hour's modelled speedup had it drafted k tokens, from its per-position acceptance,
+    with the step overhead h and B* its windows were assessed with (None: h not recorded).
 
     Steps that drafted keep their share of request-steps; each emits
     1 + sum(p_0..p_(k-1)) tokens on average, so the same output takes
     G / (1 + share x sum p) request-steps. Positions beyond the observed ones
-    are extrapolated geometrically from the last two. With k equal to the
+    are extrapolated geometrically from the last two (only for the what-if: the
+    recommendations never advise a K beyond the observed). With k equal to the
     hour's own K this gives back the hour's accepted and draft tokens.
     """
     steps = hour.output_tokens - hour.accepted_tokens
-    if not hour.drafting or steps <= 0 or hour.drafts <= 0:
+    h = hour.step_overhead
+    if not hour.drafting or steps <= 0 or hour.drafts <= 0 or h is None:
         return None
+    if k <= 0:  # speculation off: plain decoding, which pays no proposer overhead
+        return 1.0
     p = [x / hour.drafts for x in hour.positions]
     while len(p) < k:
         if len(p) >= 2 and p[-2] > 0:
@@ -316,6 +427,7 @@ def speedup_with_k(hour: HourPoint, k: int) -> float | None:
         hour.concurrency,
         hour.ridge_batch,
         hour.draft_cost_ratio,
+        h,
     )
 
 
@@ -331,27 +443,14 @@ def _stake_change_k(hours: Sequence[HourPoint], k_now: int, k_new: int) -> float
 
 
 def _net_tax(hours: Sequence[HourPoint]) -> float | None:
-    """What not speculating in these hours would have saved: minus their net savings."""
+    """What not speculating in these hours would have saved: minus their windows' net savings."""
     total = 0.0
     for h in hours:
-        savings = h.modelled_savings
+        savings = h.savings_usd
         if savings is None:
             return None
         total -= savings
     return total
-
-
-def _month_speedup(month: Figures) -> float | None:
-    if month.concurrency is None or month.ridge_batch is None or month.draft_tokens <= 0:
-        return None
-    return economics.modelled_speedup(
-        month.output_tokens,
-        month.accepted_tokens,
-        month.draft_tokens,
-        month.concurrency,
-        month.ridge_batch,
-        month.draft_cost_ratio or 0.0,
-    )
 
 
 def _base_evidence(
@@ -365,20 +464,28 @@ def _base_evidence(
     if alpha is None or breakeven is None or concurrency is None:
         return ()
     side = "above" if alpha > breakeven else "below"
+    h = month.step_overhead
+    overhead = f", h = {h:.3g}" if h is not None else ""
     return (
         f"Acceptance {alpha:.3f} (token-weighted over the month) is {side} the break-even "
         f"{breakeven:.3f} at the month's mean concurrency {concurrency:.1f} "
-        f"(c = {c:g}, B* = {ridge:.1f}).",
+        f"(c = {c:g}, B* = {ridge:.1f}{overhead}, as the latest window was assessed).",
     )
 
 
 def _hours_line(hours: Sequence[HourPoint], label: str) -> str:
     tax = sum(1 for h in hours if h.verdict == "tax")
-    net = [h.modelled_savings for h in hours]
+    net = [h.savings_usd for h in hours]
     money = ""
     if net and all(n is not None for n in net):
         money = f", net {_usd(sum(n for n in net if n is not None))}"
     return f"{len(hours)} hour(s) {label}: a tax in {tax}{money}."
+
+
+def _steps_per_draft_token(hours: Sequence[HourPoint]) -> float:
+    """q = (G - A)/Dt pooled over `hours`: break-even's and the crossover's h term (§3b)."""
+    dt = sum(h.draft_tokens for h in hours)
+    return sum(h.output_tokens - h.accepted_tokens for h in hours) / dt if dt else 0.0
 
 
 def _pooled_acceptance(hours: Sequence[HourPoint]) -> float:

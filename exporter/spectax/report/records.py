@@ -37,6 +37,11 @@ class RollupRecord(NamedTuple):
     cold_start_usd: Decimal | None
     draft_load_usd: Decimal | None
     speculation_savings_usd: float | None
+    # What the windows' assessments concluded, summed (migration 0009; all None before it).
+    plain_busy_seconds: float | None
+    assessed_busy_seconds: float | None
+    draft_compute_usd: float | None
+    rejected_usd: float | None
     draft_cost_ratio: float | None
     ridge_batch_requests: float
     # The daemon's own verdicts, counted, and the latest counterfactual source, band and step

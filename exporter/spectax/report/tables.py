@@ -27,6 +27,7 @@ from spectax.report.cells import (
 from spectax.report.figures import NOT_RECORDED, Figures, basis_text
 from spectax.report.recommend import Recommendation
 
+NOT_RECORDED_SUMS = "not recorded"
 ACTION_LABELS = {
     "keep": "keep",
     "change_k": "change K",
@@ -193,11 +194,12 @@ def basis_table(report: Report) -> Table:
                 (f.model_source or NOT_RECORDED) if latest else DASH,
                 band_text(f.speedup_band) if latest else DASH,
                 ratio(f.step_overhead) if latest else DASH,
+                _recorded(f, ratio(f.speedup)) if f.speculating else DASH,
                 percent(f.share_uncertain) if f.speculating else DASH,
             )
         )
     t = report.total
-    rows.append(("**Total**", basis_text(t), DASH, DASH, DASH, percent(t.share_uncertain)))
+    rows.append(("**Total**", basis_text(t), DASH, DASH, DASH, DASH, percent(t.share_uncertain)))
     return Table(
         "basis",
         "How each verdict was reached",
@@ -207,6 +209,7 @@ def basis_table(report: Report) -> Table:
             "Counterfactual (latest)",
             "Speedup band (latest)",
             "Step overhead h (latest)",
+            "Speedup (windows')",
             "Uncertain",
         ),
         rows,
@@ -225,8 +228,12 @@ def basis_table(report: Report) -> Table:
             f"{NOT_RECORDED}: windows stored before spectax kept the basis (store revisions "
             "0004 and 0005): their verdicts are counted where the store kept them, their "
             "basis is not guessed.",
+            "Speedup (windows'): the busy time the month's output would have taken without "
+            "speculation over the busy time it took, each window's as the daemon assessed it "
+            "(measured when it had a control, else modelled with that window's h and B*), "
+            "summed: a ratio of sums, never recomputed from the month's counters.",
         ),
-        (False, False, False, True, True, True),
+        (False, False, False, True, True, True, True),
     )
 
 
@@ -244,8 +251,8 @@ def overhead_table(report: Report) -> Table:
                 count(f.cold_starts),
                 usd(f.cold_start_usd) if f.priced else DASH,
                 usd(f.draft_load_usd) if f.priced and speculating else DASH,
-                unless_mixed(f, usd(f.draft_compute)) if speculating else DASH,
-                unless_mixed(f, usd(f.rejected)) if speculating else DASH,
+                unless_mixed(f, _recorded(f, usd(f.draft_compute))) if speculating else DASH,
+                unless_mixed(f, _recorded(f, usd(f.rejected))) if speculating else DASH,
                 unless_mixed(f, usd(f.draft_vram)) if speculating else DASH,
             )
         )
@@ -265,14 +272,26 @@ def overhead_table(report: Report) -> Table:
         (
             "Cold-start cost is charged on serverless endpoints only (load time x GPUs x price); "
             "the draft's weights' share of the load time is speculation's own cost.",
-            "Draft compute and rejected drafts are each hour's share of GPU time (drafting; "
-            "verifying and drafting tokens that were thrown away) times its busy spend. The two "
-            "overlap (drafting rejected tokens is in both): do not add them.",
+            "Draft compute and rejected drafts are each window's share of GPU time (drafting; "
+            "verifying and drafting tokens that were thrown away) times its busy spend, as the "
+            "daemon assessed the window (with its h and B*), summed. The two overlap (drafting "
+            "rejected tokens is in both): do not add them. Not recorded: windows stored before "
+            "spectax kept them (store revision 0009), never recomputed.",
             "Draft VRAM: spend x draft weight bytes / GPU memory bytes, the memory the draft "
             "holds instead of KV cache (needs gpu_memory_bytes and draft_weight_bytes).",
         ),
         (False, True, True, True, True, True, True),
     )
+
+
+def _recorded(f: Figures, text: str) -> str:
+    """A figure summed from the windows' assessments, saying how many windows it lacks."""
+    n = f.windows_assessment_unrecorded
+    if not n:
+        return text
+    if not f.assessed_busy_seconds and not f.overhead_priced:
+        return NOT_RECORDED_SUMS
+    return f"{text} ({n:,} windows not recorded)"
 
 
 def month_over_month_table(report: Report) -> Table:
@@ -349,6 +368,8 @@ def recommendations_table(report: Report) -> Table:
             r.endpoint,
             ACTION_LABELS[r.action],
             r.title,
+            r.basis,
+            r.confidence,
             stake_text(r),
         )
         for r in ordered_recommendations(report)
@@ -356,10 +377,21 @@ def recommendations_table(report: Report) -> Table:
     return Table(
         "recommendations",
         "Recommendations",
-        ("Endpoint", "Action", "Recommendation", "Dollars at stake this month"),
+        (
+            "Endpoint",
+            "Action",
+            "Recommendation",
+            "Basis",
+            "Confidence",
+            "Dollars at stake this month",
+        ),
         rows,
-        (),
-        (False, False, False, True),
+        (
+            "Basis: the one most of the endpoint's windows were judged on; confidence high "
+            "when nearly all of them were decided (paid or a tax) on a basis better than the "
+            "defaults, low (a guess) on defaults alone or when most were uncertain.",
+        ),
+        (False, False, False, False, False, True),
     )
 
 

@@ -123,6 +123,16 @@ class Sums:
     cold_start_usd: Mapped[Decimal | None] = mapped_column(Money)
     draft_load_usd: Mapped[Decimal | None] = mapped_column(Money)
     speculation_savings_usd: Mapped[float | None] = mapped_column(Float)
+    # What the window's assessment concluded, as numerators and denominators that add up
+    # (0009): the report sums them rather than judging an hour again with other parameters.
+    # plain_busy_seconds is busy_seconds x the speedup in force (the busy time the same
+    # output would have taken without speculation), NULL when there was none; and
+    # assessed_busy_seconds the busy seconds it divides (busy_seconds, or 0 without a
+    # speedup), never NULL once recorded: NULL on all four says "written before 0009".
+    plain_busy_seconds: Mapped[float | None] = mapped_column(Float)
+    assessed_busy_seconds: Mapped[float | None] = mapped_column(Float)
+    draft_compute_usd: Mapped[float | None] = mapped_column(Float)
+    rejected_usd: Mapped[float | None] = mapped_column(Float)
     draft_cost_ratio: Mapped[float | None] = mapped_column(Float)
     ridge_batch_requests: Mapped[float] = mapped_column(Float)
 
@@ -301,3 +311,5 @@ class ProfileRow(Base):
     points: Mapped[int] = mapped_column(Integer)
     mean_abs_error_ratio: Mapped[float | None] = mapped_column(Float)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    # the speculative method it was learned with (0010); NULL: not recorded
+    method: Mapped[str | None] = mapped_column(String(32))

@@ -6,7 +6,10 @@ so an hour's row equals the sum of its windows to the last digit, whatever
 the backend. Ratios are never rolled up; readers recompute them from sums.
 Parameters (draft cost ratio, ridge batch) are not sums: a rollup keeps the
 latest window's value. So are the counterfactual's source, band and step
-overhead. The daemon's verdicts are not ratios but events: a rollup counts its
+overhead. What each window's assessment concluded is summed as numerators and
+denominators (the busy time without speculation and the busy seconds it divides, the
+draft overhead in dollars: `assessed_sums`), never recomputed. The daemon's verdicts
+are not ratios but events: a rollup counts its
 windows per verdict (pays, tax, uncertain) and per basis (measured, calibrated,
 profile, default), so that a report on any past month says how the daemon
 judged it rather than judging again from sums (models.VerdictCounts).
@@ -52,6 +55,10 @@ _OPTIONAL_ADDED = (
     "draft_load_usd",
     "speculation_savings_usd",
 )
+# The assessment's conclusions (0009, models.Sums): summed like the optional columns, but
+# a period with one source row that has none (written before 0009) has none at all: a day
+# with one hour not recorded is not recorded, never a sum over part of it.
+ASSESSED = ("plain_busy_seconds", "assessed_busy_seconds", "draft_compute_usd", "rejected_usd")
 _POSITIONS = next(c.column for c in COUNTERS if c.kind == "per_position")
 _BUCKETS = tuple(f"{c.column}_buckets" for c in COUNTERS if c.kind == "histogram")
 VERDICT_COUNTS = ("pays", "tax", "uncertain")
@@ -221,6 +228,7 @@ def rollup_rows(
             zero: Any = Decimal(0) if values and isinstance(values[0], Decimal) else 0
             summed[name] = sum(values, zero) if values else None
         summed.update({name: _add_buckets(group, name) for name in _BUCKETS})
+        summed.update(assessed_sums(group))
         summed.update(verdict_counts(group))
         summed.update({name: getattr(group[-1], name, None) for name in _LATEST})
         result.append(summed)
@@ -243,6 +251,18 @@ def verdict_counts(rows: Sequence[Any]) -> dict[str, int | None]:
             value, total = getattr(row, key), counts[key]
             counts[key] = None if value is None or total is None else total + value
     return counts
+
+
+def assessed_sums(rows: Sequence[Any]) -> dict[str, float | None]:
+    """The period's sums of what its windows' assessments concluded; all None when a row
+    was written before they were recorded (its assessed_busy_seconds NULL)."""
+    if any(getattr(row, "assessed_busy_seconds", None) is None for row in rows):
+        return dict.fromkeys(ASSESSED)
+    summed: dict[str, float | None] = {}
+    for name in ASSESSED:
+        values = [getattr(row, name) for row in rows if getattr(row, name) is not None]
+        summed[name] = sum(values) if values else None
+    return summed
 
 
 def _add_buckets(rows: Sequence[Sums], column: str) -> str | None:

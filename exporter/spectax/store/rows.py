@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from decimal import Decimal
 from typing import Any
 
-from spectax.economics.assessment import AssessedWindow
+from spectax.economics.assessment import AssessedWindow, Assessment
 from spectax.engines.base import COUNTERS, Buckets, CounterKind, EngineSample, Histogram
 from spectax.pipeline.counts import GAUGES, Counts
 from spectax.pipeline.windows import Window
@@ -66,9 +66,23 @@ def window_rows(endpoint: str, closed: AssessedWindow) -> list[dict[str, Any]]:
                 "speedup_high_ratio": assessment.speedup_high_ratio if assessment else None,
                 "step_overhead_ratio": assessment.step_overhead_ratio if assessment else None,
                 "verdict_basis": assessment.verdict_basis if assessment else None,
+                **assessed_sums(window.busy_seconds, assessment),
             }
         )
     return rows
+
+
+def assessed_sums(busy_seconds: float, assessment: Assessment | None) -> dict[str, Any]:
+    """The assessment's conclusions as columns that add up (store.models.Sums, 0009): the
+    report divides their sums, so an hour's speedup is its windows' own, at the h and B*
+    each was assessed with, never one recomputed from the hour's counters."""
+    speedup = assessment.speedup_in_force if assessment else None
+    return {
+        "plain_busy_seconds": busy_seconds * speedup if speedup is not None else None,
+        "assessed_busy_seconds": busy_seconds if speedup is not None else 0.0,
+        "draft_compute_usd": assessment.draft_compute_usd if assessment else None,
+        "rejected_usd": assessment.rejected_usd if assessment else None,
+    }
 
 
 def complete_row(row: dict[str, Any]) -> dict[str, Any]:
