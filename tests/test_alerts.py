@@ -209,6 +209,16 @@ def expected_descriptions(alertname: str) -> dict[str, str]:
                 "breakeven_ridge_batch_requests": 9.4,
             },
         ),
+        # The demo's code-assistant: its B*x, 0.96, is below every B* (at least 1), so the
+        # warning leaves that clause out: it would say nothing.
+        (
+            "code-assistant",
+            {
+                "breakeven_step_overhead_ratio": 2.7284733312040883,
+                "step_overhead_ratio": 0.1,
+                "breakeven_ridge_batch_requests": None,
+            },
+        ),
         (
             "big-batch",
             {"breakeven_step_overhead_ratio": -0.2, "breakeven_ridge_batch_requests": 47.6},
