@@ -2,11 +2,15 @@
 
 One place for what `spectax demo`, `spectax demo --history` and the report (without
 configured endpoints) all say about the simulated servers: their GPU and billing,
-their drafter and its weights, and which endpoint is the control of which.
+their drafter and its weights, which endpoint is the control of which, and which names
+the profile a benchmark sweep of its model taught (`DEMO_SWEPT`: the live demo stores
+it before it starts, so its verdict rests on a profile; see `spectax.simulate.sweep`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from spectax.config import Settings, validate
@@ -15,6 +19,7 @@ from spectax.simulate.profiles import DEMO_PROFILES, SimProfile
 
 __all__ = [
     "DEMO_DEFAULTS",
+    "DEMO_SWEPT",
     "DEMO_URLS",
     "DRAFT_WEIGHT_BYTES",
     "H100_MEMORY_BYTES",
@@ -23,6 +28,7 @@ __all__ = [
     "demo_settings",
 ]
 
+EMPTY: Mapping[str, str] = MappingProxyType({})
 # Without a configuration file the demo scrapes faster, so figures appear within seconds.
 DEMO_DEFAULTS: dict[str, Any] = {"scrape_interval": "5s", "window": "1m"}
 H100_MEMORY_BYTES = 80 * 10**9
@@ -71,6 +77,9 @@ DRAFT_WEIGHT_BYTES = {
     "docs-qa": 300 * 10**6,
     "edge-assistant": 1 * 10**9,  # a 0.5B draft model in bf16
 }
+# The endpoints whose verdict rests on a stored profile, by its name: the code assistant has
+# no control, and a sweep of its model is what settles its "uncertain" (spectax.settle).
+DEMO_SWEPT = {"code-assistant": "qwen2.5-coder-7b-h100-eagle"}
 # Placeholder addresses (`python -m spectax.simulate`'s ports): the history and the report
 # need the demo endpoints' billing, not their servers.
 DEMO_URLS = {
@@ -84,8 +93,11 @@ DEMO_URLS = {
 }
 
 
-def demo_endpoints(urls: dict[str, str], profiles: dict[str, SimProfile]) -> list[dict[str, Any]]:
-    """Endpoint configuration for the simulated servers, matching what each one simulates."""
+def demo_endpoints(
+    urls: dict[str, str], profiles: dict[str, SimProfile], swept: Mapping[str, str] = EMPTY
+) -> list[dict[str, Any]]:
+    """Endpoint configuration for the simulated servers, matching what each one simulates;
+    those in `swept` name their stored profile (the live demo's `DEMO_SWEPT`)."""
     endpoints = []
     for name, url in urls.items():
         profile = profiles[name]
@@ -103,6 +115,8 @@ def demo_endpoints(urls: dict[str, str], profiles: dict[str, SimProfile]) -> lis
                 "draft_cost_ratio": profile.draft_cost_ratio,
                 "draft_weight_bytes": DRAFT_WEIGHT_BYTES.get(name, 0),
             }
+        if name in swept:
+            endpoint["profile"] = swept[name]
         endpoints.append(endpoint)
     for endpoint in endpoints:
         if endpoint["name"] == "chat-creative" and "chat-control" in urls:
@@ -110,10 +124,12 @@ def demo_endpoints(urls: dict[str, str], profiles: dict[str, SimProfile]) -> lis
     return endpoints
 
 
-def demo_settings(base: Settings, urls: dict[str, str]) -> Settings:
+def demo_settings(
+    base: Settings, urls: dict[str, str], swept: Mapping[str, str] = EMPTY
+) -> Settings:
     """`base` with its endpoints replaced by the demo's, at these addresses."""
     raw = base.config.model_dump(exclude={"endpoints"}, exclude_none=True)
-    raw["endpoints"] = demo_endpoints(urls, DEMO_PROFILES)
+    raw["endpoints"] = demo_endpoints(urls, DEMO_PROFILES, swept)
     return validate(raw, "<demo>")
 
 

@@ -316,7 +316,8 @@ def _basis(control: str | None, profile: str | None, a: Assessment) -> str:
     defaults alone is a guess, and the reader must see that before acting on it."""
     if a.verdict_basis is None:
         return "nothing to weigh"
-    band = f" · band {_times(a.speedup_low_ratio)}–{_times(a.speedup_high_ratio)}"
+    low, high = a.speedup_low_ratio, a.speedup_high_ratio
+    band = "" if low is None and high is None else f" · band {_times(low)}–{_times(high)}"
     if a.verdict_basis == "measured":  # the band is the measured speedup itself
         return f"measured against its control {escape(control or '')}"
     waiting = (
