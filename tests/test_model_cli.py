@@ -515,6 +515,7 @@ def test_fit_saves_a_sweep_profile_with_its_plain_curve(
 
     profile = asyncio.run(stored())["tiny-cpu-ngram"]
     assert profile.source == "sweep" and profile.points == 3
+    assert profile.method == "ngram"  # h and c are the method's: it goes with them
     assert profile.ridge_batch == pytest.approx(20.0, rel=1e-3)
     assert profile.step_overhead_ratio == pytest.approx(0.8, abs=1e-3)
     assert profile.draft_cost_ratio == 0.0

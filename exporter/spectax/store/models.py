@@ -311,3 +311,5 @@ class ProfileRow(Base):
     points: Mapped[int] = mapped_column(Integer)
     mean_abs_error_ratio: Mapped[float | None] = mapped_column(Float)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    # the speculative method it was learned with (0010); NULL: not recorded
+    method: Mapped[str | None] = mapped_column(String(32))

@@ -15,7 +15,8 @@ from spectax.store.models import ProfileRow
 
 class ProfileHistory(Database):
     async def save_profile(self, profile: Profile, now: datetime) -> None:
-        """Insert or replace the profile of that name."""
+        """Insert or replace the profile of that name, with the method it was learned with:
+        h and c are that method's, so another method's endpoint takes only B* and the curve."""
         plain = profile.plain
         values = {
             "name": profile.name,
@@ -30,6 +31,7 @@ class ProfileHistory(Database):
             "plain_residual_high": plain.residuals[1] if plain else None,
             "points": profile.points,
             "mean_abs_error_ratio": profile.mean_abs_error_ratio,
+            "method": profile.method,
             "updated_at": now,
         }
         statement = self._insert(ProfileRow).values(values)
@@ -74,4 +76,5 @@ def profile_of(row: ProfileRow) -> Profile:
         plain=plain,
         points=row.points,
         mean_abs_error_ratio=row.mean_abs_error_ratio,
+        method=row.method,  # None on a profile stored before 0010: not recorded
     )
