@@ -69,7 +69,7 @@ def turns_on(a: Assessment) -> str | None:
             + (f"; assumed {a.step_overhead_ratio:.2f})" if a.step_overhead_ratio else ")")
         )
     b_star = a.breakeven_ridge_batch_requests
-    if b_star is not None:
+    if b_star is not None and b_star > 1.0:  # every GPU's ridge batch clears 1 request
         parts.append(f"pays only if the GPU's ridge batch B* is above {b_star:.0f} requests")
     if not parts:
         return "the band straddles 1 at every value the parameters could take"
