@@ -117,7 +117,7 @@ def net_cell(f: Figures, semantics: str | None = None) -> str:
     text = savings_text(f.savings, semantics or next(iter(f.kinds), "unknown"))
     # The savings are the windows' point estimates; when most of those windows were judged
     # uncertain the cell says so, so that it never reads as "paid" beside 0 windows paid.
-    if f.single_endpoint and f.verdict == "uncertain":
+    if f.verdict == "uncertain":
         text += f", uncertain ({percent(f.share_uncertain)} of windows)"
     elif f.single_endpoint and f.verdict == "mixed":
         text += f", mixed ({percent(f.share_paid)} of windows paid, {percent(f.share_tax)} tax)"

@@ -164,7 +164,7 @@ def _savings_chart(report: Report) -> Chart:
         )
     items = sorted(items, key=lambda e: -abs(e.month.savings or 0.0))[:MAX_BARS]
     items.reverse()
-    fig, ax = _bars_figure([e.info.name for e in items])
+    fig, ax = _bars_figure([e.info.name for e in items], bottom=0.8)  # a two-line label
     values = [e.month.savings or 0.0 for e in items]
     hatches = ["//" if e.info.semantics == "capacity" else "" for e in items]
     # Coloured by the windows' verdicts, as the tables count them: a point estimate of
@@ -184,8 +184,9 @@ def _savings_chart(report: Report) -> Chart:
     ]
     ax.bar_label(bars, labels=labels, padding=3, fontsize=8)
     ax.set_xlabel(
-        "$ this month (green: most windows paid; red: a tax; grey: uncertain or mixed, a "
-        "point estimate; hatched: provisioned, capacity freed; solid: invoice money)"
+        "$ this month (hatched: provisioned, capacity freed; solid: invoice money)\n"
+        "colour: most windows paid (green), a tax (red), uncertain or mixed (grey, a point "
+        "estimate)"
     )
     ax.margins(x=0.25)
     ax.grid(axis="y", visible=False)
@@ -316,18 +317,18 @@ def _grid(n: int) -> tuple[Figure, Sequence[Axes]]:
     return fig, list(axes[:n])
 
 
-def _bars_figure(names: Sequence[str]) -> tuple[Figure, Axes]:
+def _bars_figure(names: Sequence[str], bottom: float = 0.6) -> tuple[Figure, Axes]:
     """Horizontal bars, one per name, with room on the left for the longest name."""
     from matplotlib.figure import Figure
 
-    height = 1.0 + 0.32 * max(len(names), 2)
+    height = 0.4 + bottom + 0.32 * max(len(names), 2)
     label = 0.25 + 0.075 * max((len(n) for n in names), default=8)
     fig = Figure(figsize=(WIDTH_IN, height))
     fig.subplots_adjust(
         left=min(label, 4.0) / WIDTH_IN,
         right=1 - 0.2 / WIDTH_IN,
         top=1 - 0.15 / height,
-        bottom=0.6 / height,
+        bottom=bottom / height,
     )
     return fig, fig.subplots()
 

@@ -155,8 +155,10 @@ def speculation_table(report: Report) -> Table:
             "Acceptance is token-weighted: accepted over proposed draft tokens, summed over the "
             "month (an engine that counts no drafted tokens, SGLang or TGI, has none); the "
             "acceptance length is 1 + accepted tokens per verify step, derived where the "
-            "engine does not count verify steps. Break-even acceptance alpha* = c + B/(B + B*) "
-            "at the month's mean concurrency B.",
+            "engine does not count verify steps. Break-even acceptance alpha* = c + (B + "
+            "h B* q)/(B + B*) at the month's mean concurrency B, with the c, B* and step "
+            "overhead h the latest window was assessed with and q = (G - A)/Dt, request-steps "
+            "per draft token; none where that h was not recorded (never one at h = 0).",
             "Each window's verdict is the daemon's, as it judged the window (the store counts "
             "them): it paid when even the low end of its speedup's band was above 1, it was a "
             "tax when even the high end was below 1, uncertain when the band straddled 1 (a "
