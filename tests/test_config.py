@@ -156,6 +156,17 @@ def test_cross_field_problems_are_reported_together(tmp_path: Path) -> None:
             "price_table: /nonexistent/prices.csv\n",
             "price_table: /nonexistent/prices.csv: cannot read",
         ),
+        (  # the proposer runs every step: h is never below its floor (docs/economics.md)
+            "endpoints:\n  - name: x\n    url: http://h:1\n    step_overhead_ratio: 0\n"
+            "    speculation: {method: ngram}\n",
+            "endpoints[0].step_overhead_ratio: 0 is below 0.01",
+        ),
+        (  # each drafting pass reads the drafter's weights: c >= draft_params / target_params
+            "endpoints:\n  - name: x\n    url: http://h:1\n    speculation:\n"
+            "      {method: draft_model, draft_cost_ratio: 0.05, draft_params: 1e9,"
+            " target_params: 8e9}\n",
+            "endpoints[0].speculation.draft_cost_ratio: 0.05 is below 0.125",
+        ),
     ],
 )
 def test_bad_files(tmp_path: Path, text: str, expected: str) -> None:

@@ -522,9 +522,12 @@ def test_the_default_step_overhead_prices_a_window_that_proposed_nothing_as_a_ta
 
 @pytest.mark.parametrize("method", E.SPECULATIVE_METHODS)
 def test_every_method_has_a_floor_under_h_above_zero(method) -> None:
-    assert E.step_overhead_floor(method) >= E.MIN_STEP_OVERHEAD_RATIO > 0
-    # a draft model of known size: at least its share of the target's weight reads a step
-    assert E.step_overhead_floor(method, 7e9, 70e9) == pytest.approx(0.1)
+    assert E.step_overhead_floor(method) == E.MIN_STEP_OVERHEAD_RATIO > 0
+    assert E.step_overhead_floor(None) == 0.0  # no speculation, no overhead
+    # a drafter of known size reads its weights on each drafting pass: a floor under c (h
+    # would count the same reads twice: the catch-up is the first drafting pass)
+    assert E.draft_cost_floor(7e9, 70e9) == pytest.approx(0.1)
+    assert E.draft_cost_floor(None, 70e9) == 0.0
 
 
 def test_a_band_that_touches_one_by_rounding_does_not_decide() -> None:

@@ -116,9 +116,10 @@ def test_predict_says_to_turn_speculation_off_when_it_never_pays(
 
 H_ZERO = ["--step-overhead-ratio", "0"]
 EAGLE_H = ["--method", "eagle", "--step-overhead-ratio", "0.005"]
-# A drafter an eighth of the target: it reads an eighth of the weights every step.
-DRAFT_H = ["--method", "draft_model", "--draft-params", "1e9", "--target-params", "8e9"]
-DRAFT_H += ["--step-overhead-ratio", "0.1"]
+# A drafter an eighth of the target reads an eighth of its weights on every drafting pass:
+# c is at least 0.125 (its weight reads are priced per draft token, in c, not in h).
+DRAFT_C = ["--method", "draft_model", "--draft-params", "1e9", "--target-params", "8e9"]
+DRAFT_C += ["--draft-cost-ratio", "0.05"]
 
 
 @pytest.mark.parametrize(
@@ -151,8 +152,8 @@ DRAFT_H += ["--step-overhead-ratio", "0.1"]
             "below h_min 0.01, the floor for eagle",
         ),
         (
-            ["--acceptance-length", "2", "--num-speculative-tokens", "3", *DRAFT_H],
-            "below h_min 0.125, the floor for draft_model",
+            ["--acceptance-length", "2", "--num-speculative-tokens", "3", *DRAFT_C],
+            "--draft-cost-ratio 0.05 is below 0.125",
         ),
     ],
 )

@@ -34,6 +34,7 @@ from spectax.credentials import (
 )
 from spectax.economics import (
     SPECULATIVE_METHODS,
+    draft_cost_floor,
     draft_cost_ratio_for,
     step_overhead_floor,
 )
@@ -190,17 +191,24 @@ def validate(raw: Any, source: str = "<config>") -> Settings:
                 f"{where}.speculation.draft_cost_ratio: required for method draft_model "
                 "(or give draft_params and target_params)"
             )
-        floor = step_overhead_floor(
-            spec.method if spec else None,
-            spec.draft_params if spec else None,
-            spec.target_params if spec else None,
-        )
+        floor = step_overhead_floor(spec.method if spec else None)
         explicit = "step_overhead_ratio" in endpoint.model_fields_set
         if spec is not None and explicit and endpoint.step_overhead_ratio < floor:
             problems.append(
                 f"{where}.step_overhead_ratio: {endpoint.step_overhead_ratio:g} is below "
                 f"{floor:g}, the least a {spec.method} step can cost beyond a plain one "
                 "(docs/economics.md, the floor under h)"
+            )
+        least_c = draft_cost_floor(spec.draft_params, spec.target_params) if spec else 0.0
+        if (
+            spec is not None
+            and spec.draft_cost_ratio is not None
+            and spec.draft_cost_ratio < least_c
+        ):
+            problems.append(
+                f"{where}.speculation.draft_cost_ratio: {spec.draft_cost_ratio:g} is below "
+                f"{least_c:.3g}, draft_params / target_params: each drafting pass reads the "
+                "drafter's weights (docs/economics.md, the floor under h)"
             )
         price, problem = resolve_price(endpoint, prices)
         if problem and "price_table" not in valid.dropped:

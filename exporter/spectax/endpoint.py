@@ -131,11 +131,7 @@ class EndpointMonitor:
         method's floor, and a profile of another method lends only its B* and curve."""
         config, spec = self.config, self.config.speculation
         h = config.step_overhead_ratio
-        floor = economics.step_overhead_floor(
-            spec.method if spec else None,
-            spec.draft_params if spec else None,
-            spec.target_params if spec else None,
-        )
+        floor = economics.step_overhead_floor(spec.method if spec else None)
         control = self.control_curve()
         if control is not None:
             return StepModel(

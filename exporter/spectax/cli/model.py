@@ -58,12 +58,13 @@ def predict(args: argparse.Namespace) -> dict[str, Any]:
     if h < floor:
         raise ModelError(
             f"--step-overhead-ratio {h:g} is below h_min {floor:g}, the floor for "
-            f"{args.method or 'every speculative method'} ("
-            + (
-                "its proposer runs on every step)"
-                if floor == economics.MIN_STEP_OVERHEAD_RATIO
-                else "the drafter's share of the target's weights, read on every step)"
-            )
+            f"{args.method or 'every speculative method'} (its proposer runs on every step)"
+        )
+    least_c = economics.draft_cost_floor(args.draft_params, args.target_params)
+    if c < least_c:
+        raise ModelError(
+            f"--draft-cost-ratio {c:g} is below {least_c:.3g}, --draft-params over "
+            "--target-params: each drafting pass reads the drafter's weights"
         )
     alpha, q = ((tau - 1.0) / k, 1.0 / k) if k > 0 else (None, None)
 
@@ -197,10 +198,7 @@ def _draft_cost(args: argparse.Namespace) -> float:
 def step_overhead_floor(args: argparse.Namespace) -> float:
     """h_min of the method (`economics.step_overhead_floor`); without --method, the floor
     of every method: whatever it is, a speculative server runs its proposer each step."""
-    return max(
-        economics.MIN_STEP_OVERHEAD_RATIO,
-        economics.step_overhead_floor(args.method, args.draft_params, args.target_params),
-    )
+    return max(economics.MIN_STEP_OVERHEAD_RATIO, economics.step_overhead_floor(args.method))
 
 
 def _numbers(text: str, flag: str, positive: bool = False) -> list[float]:
@@ -335,7 +333,10 @@ def _add_cost_options(p: argparse.ArgumentParser) -> None:
         "--draft-cost-ratio", type=float, metavar="C", help="c: draft token / target token"
     )
     p.add_argument(
-        "--draft-params", type=float, metavar="N", help="drafter's parameters: c and h_min"
+        "--draft-params",
+        type=float,
+        metavar="N",
+        help="drafter's parameters: c's default and floor",
     )
     p.add_argument("--target-params", type=float, metavar="N", help="target's parameters")
 

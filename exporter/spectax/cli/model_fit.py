@@ -31,6 +31,7 @@ from spectax.economics.counterfactual import (
     fit_plain_curve,
     plain_tokens_per_step,
 )
+from spectax.economics.formulas import draft_cost_floor
 from spectax.economics.sweep import CONFIDENCE, Interval, SweepFit, SweepRow, fit_sweep
 
 CSV_COLUMNS = ("concurrency", "speedup", "acceptance_length", "num_speculative_tokens")
@@ -221,7 +222,8 @@ def fit(
         args.method == "draft_model" and args.draft_cost_ratio is None and not rows_give_c
     )
     c = 0.0 if fit_c else draft_cost(args)
-    return sweep, fit_sweep(sweep.rows, fit_c, c, step_overhead_floor)
+    least_c = draft_cost_floor(args.draft_params, args.target_params)
+    return sweep, fit_sweep(sweep.rows, fit_c, c, step_overhead_floor, draft_cost_floor=least_c)
 
 
 #: What each end of a parameter's range is, and what would pin a parameter the sweep does

@@ -73,21 +73,21 @@ def draft_cost_ratio_for(
 MIN_STEP_OVERHEAD_RATIO = 0.01
 
 
-def step_overhead_floor(
-    method: str | None, draft_params: float | None = None, target_params: float | None = None
-) -> float:
-    """h_min for a method: `MIN_STEP_OVERHEAD_RATIO`, or more for a drafter of known size.
+def step_overhead_floor(method: str | None) -> float:
+    """h_min for a method: `MIN_STEP_OVERHEAD_RATIO` for every one (0 without speculation).
 
-    A draft model (or an EAGLE/MTP/Medusa head) runs a forward pass over the tokens the
-    target accepted on every step, to keep its own state in step: one read of its weights
-    a step, whatever K. Memory-bound, a pass costs its weight reads, so h is at least the
-    drafter's share of the target's weights, `draft_params / target_params` (the drafting
-    passes themselves are `c`, per draft token). None of it without a speculative method.
+    Not raised for a drafter of known size: its weight reads are priced per draft token in
+    `c` (`draft_cost_floor`), and the pass that brings it up to date with the tokens the
+    target accepted is the first of its K drafting passes (vLLM's EAGLE and draft-model
+    proposers), so a floor on h from them would count them twice.
     """
-    if method is None:
-        return 0.0
-    share = draft_params / target_params if draft_params and target_params else 0.0
-    return max(MIN_STEP_OVERHEAD_RATIO, share)
+    return 0.0 if method is None else MIN_STEP_OVERHEAD_RATIO
+
+
+def draft_cost_floor(draft_params: float | None, target_params: float | None) -> float:
+    """The least c a separate drafter can cost: memory-bound, each of its passes reads its
+    weights, `draft_params / target_params` of the target's (0 when either is unknown)."""
+    return draft_params / target_params if draft_params and target_params else 0.0
 
 
 # ---------------------------------------------------------------- §2 speculation

@@ -200,6 +200,7 @@ def fit_sweep(
     draft_cost_ratio: float = 0.0,
     step_overhead_floor: float = MIN_STEP_OVERHEAD_RATIO,
     intervals: bool = True,
+    draft_cost_floor: float = 0.0,
 ) -> SweepFit:
     """Fit B*, h and, with `fit_draft_cost`, one c for every row, h >= `step_overhead_floor`.
 
@@ -211,7 +212,7 @@ def fit_sweep(
     _check(rows, fit_draft_cost)
     cs = [r.draft_cost_ratio if r.draft_cost_ratio is not None else draft_cost_ratio for r in rows]
     loss = sum_squared_error(rows, cs)
-    bounds = search_box(fit_draft_cost, step_overhead_floor)
+    bounds = search_box(fit_draft_cost, step_overhead_floor, draft_cost_floor)
 
     def objective(x: Sequence[float]) -> float:
         return loss(math.exp(x[0]), x[1], x[2] if fit_draft_cost else None)
@@ -249,11 +250,16 @@ def fit_sweep(
     )
 
 
-def search_box(fit_draft_cost: bool, step_overhead_floor: float) -> list[tuple[float, float]]:
-    """The box the fit searches: log B*, h from its floor, and c when fitted."""
+def search_box(
+    fit_draft_cost: bool, step_overhead_floor: float, draft_cost_floor: float = 0.0
+) -> list[tuple[float, float]]:
+    """The box the fit searches: log B*, h from its floor, and c when fitted, from its floor
+    (a drafter of known size: its share of the target's weights, read on every pass)."""
     h_bounds = (step_overhead_floor, max(STEP_OVERHEAD_MAX, step_overhead_floor + 1.0))
     log_ridge = (math.log(RIDGE_BATCH_BOUNDS[0]), math.log(RIDGE_BATCH_BOUNDS[1]))
-    return [log_ridge, h_bounds, *([DRAFT_COST_BOUNDS] if fit_draft_cost else [])]
+    low, high = DRAFT_COST_BOUNDS
+    c_bounds = (max(low, draft_cost_floor), max(high, draft_cost_floor + 1.0))
+    return [log_ridge, h_bounds, *([c_bounds] if fit_draft_cost else [])]
 
 
 def row_noise(best_error: float, rows: int, parameters: int) -> float:
