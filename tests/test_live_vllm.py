@@ -36,7 +36,9 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -127,38 +129,45 @@ class Spectax:
     """A `spectax run` process watching the three servers."""
 
     def __init__(self, workdir: Path, fleet: dict[str, VllmServer]):
+        price = {"usd_per_hour": 2.0}
+        control = ENDPOINT["control"]
+        self.configure(
+            workdir,
+            [
+                {
+                    "name": ENDPOINT["ngram"],
+                    "url": f"{fleet['ngram'].url}/metrics",
+                    "price": price,
+                    "speculation": {"method": "ngram"},
+                    "control": control,
+                },
+                {
+                    "name": ENDPOINT["draft"],
+                    "url": f"{fleet['draft'].url}/metrics",
+                    "price": price,
+                    "speculation": {"method": "draft_model", "draft_cost_ratio": DRAFT_COST},
+                    "control": control,
+                },
+                {"name": control, "url": f"{fleet['control'].url}/metrics", "price": price},
+                {
+                    "name": BLIND,
+                    "url": f"{fleet['ngram'].url}/metrics",
+                    "price": price,
+                    "speculation": {"method": "ngram"},
+                },
+            ],
+        )
+
+    def configure(self, workdir: Path, endpoints: list[dict[str, Any]]) -> None:
+        """The run's files in `workdir`, and its configuration: these endpoints, scraped every
+        SCRAPE seconds, in windows of WINDOW seconds."""
         self.port = live.free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.workdir = workdir
         self.log = workdir / "spectax.log"
         self.state = workdir / "spectax-state"
         self.config = workdir / "spectax.yml"
-        price = {"usd_per_hour": 2.0}
-        control = ENDPOINT["control"]
-        endpoints = [
-            {
-                "name": ENDPOINT["ngram"],
-                "url": f"{fleet['ngram'].url}/metrics",
-                "price": price,
-                "speculation": {"method": "ngram"},
-                "control": control,
-            },
-            {
-                "name": ENDPOINT["draft"],
-                "url": f"{fleet['draft'].url}/metrics",
-                "price": price,
-                "speculation": {"method": "draft_model", "draft_cost_ratio": DRAFT_COST},
-                "control": control,
-            },
-            {"name": control, "url": f"{fleet['control'].url}/metrics", "price": price},
-            {
-                "name": BLIND,
-                "url": f"{fleet['ngram'].url}/metrics",
-                "price": price,
-                "speculation": {"method": "ngram"},
-            },
-        ]
-        config = {
+        self._config = {
             "listen": f"127.0.0.1:{self.port}",
             "scrape_interval": f"{SCRAPE}s",
             "scrape_timeout": f"{SCRAPE}s",
@@ -166,7 +175,6 @@ class Spectax:
             "state_directory": str(self.state),
             "endpoints": endpoints,
         }
-        self._config = config
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -284,8 +292,8 @@ def quiet(fleet: dict[str, VllmServer], spectax: Spectax, keys: list[str] | None
     return Quiet(settled, raw, m, pages)
 
 
-def block_point(before: Raw, after: Raw) -> tuple[float, float] | None:
-    d = after - before
+def block_point(d: dict[str, float]) -> tuple[float, float] | None:
+    """(tokens per step, inter-token latency) of a slot's raw deltas."""
     if d.get("iter_count", 0) <= 0 or d.get("itl_count", 0) <= 0:
         return None
     return d["iter_sum"] / d["iter_count"], d["itl_sum"] / d["itl_count"]
@@ -315,36 +323,26 @@ def run_scenario(obs: Observed, fleet: dict[str, VllmServer], spectax: Spectax) 
     mark("spectax_up")
 
     # ---- A: calibration traffic, one block per clock-aligned history window. Inside a
-    # window each server gets a slot of its own (the other two idle), so its step times are
-    # its own and not the noise of three engines sharing two cores (seen: with all three
-    # busy at once, the control's mean step time did not grow with tokens per step).
+    # window each server gets a slot of its own (the other two idle: live.drive_slots).
     now = time.time()
     boundary = math.ceil(now / WINDOW) * WINDOW
     time.sleep(boundary - now + 0.1)
     obs.block_points = {k: [] for k in names}
     obs.block_requests = {k: [] for k in names}
-    slot = WINDOW / len(names)
     for block in range(BLOCKS):
         concurrency = 1 if block % 2 == 0 else 8
         obs.block_concurrency.append(concurrency)
-        for i, key in enumerate(names):
-            end = boundary + block * WINDOW + (i + 1) * slot
-            before = fleet[key].raw()
-            asyncio.run(
-                traffic.drive(
-                    fleet[key].url,
-                    MODEL,
-                    concurrency=concurrency,
-                    seconds=max(end - SLOT_TAIL - time.time(), 0.5),
-                    max_requests=200,
-                    requests=traffic.mix(block, max_tokens=BLOCK_TOKENS[concurrency]),
-                )
-            )
-            time.sleep(max(end - 0.2 - time.time(), 0.0))
-            after = fleet[key].raw()
-            finished = (after - before).get("tpot_count", 0)
-            obs.block_requests[key].append(round(finished))
-            point = block_point(before, after)
+        deltas = live.drive_slots(
+            [fleet[k] for k in names],
+            boundary + block * WINDOW,
+            WINDOW,
+            concurrency,
+            partial(traffic.mix, block, max_tokens=BLOCK_TOKENS[concurrency]),
+            SLOT_TAIL,
+        )
+        for key in names:
+            obs.block_requests[key].append(round(deltas[key].get("tpot_count", 0)))
+            point = block_point(deltas[key])
             if point is not None:
                 obs.block_points[key].append(point)
         if concurrency == 8:  # the sliding window now holds this block's slots
@@ -404,40 +402,64 @@ def run_scenario(obs: Observed, fleet: dict[str, VllmServer], spectax: Spectax) 
     mark("phase_c_done")
 
 
+def skip_unless_available(tier: str, servers: int, workdir: Path) -> None:
+    """Skip the tier (fail it in CI, where the install is run first) unless `servers` vLLM
+    processes can run here."""
+    reason = live.why_unavailable(servers, workdir / "setup.log")
+    if reason is not None:
+        if live.in_ci():
+            pytest.fail(f"{tier} cannot run in CI: {reason}", pytrace=False)
+        pytest.skip(f"{tier}: {reason}")
+
+
+def say(request: pytest.FixtureRequest, line: str) -> None:
+    """A line in pytest's own report (seen without -s), and on stdout."""
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(line)
+    print(line)
+
+
+def run_watched(
+    servers: list[VllmServer],
+    spectax: Spectax,
+    timings: dict[str, float],
+    scenario: Callable[[], None],
+) -> tuple[int | None, str]:
+    """Start the servers, run `scenario` (which starts spectax), then stop spectax and the
+    servers; spectax's exit code and log. Times go to `timings`; on a failure the logs of
+    all of them are printed."""
+    started = time.monotonic()
+    try:
+        with live.running(servers) as ready:
+            timings["servers_ready"] = round(ready, 1)
+            try:
+                scenario()
+            finally:
+                exit_code, log = spectax.stop(), spectax.tail(200_000)
+        timings["total"] = round(time.monotonic() - started, 1)
+    except Exception:
+        spectax.stop()
+        logs = "\n".join(f"--- {s.name}\n{s.tail(1500)}" for s in servers)
+        print(f"spectax log:\n{spectax.tail()}\n{logs}")
+        raise
+    return exit_code, log
+
+
 @pytest.fixture(scope="module")
 def observed(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Observed]:
     workdir = tmp_path_factory.mktemp("live-vllm")
-    reason = live.why_unavailable(3, workdir / "setup.log")
-    if reason is not None:
-        if live.in_ci():
-            pytest.fail(f"live-vLLM tier cannot run in CI: {reason}", pytrace=False)
-        pytest.skip(f"live-vLLM tier: {reason}")
+    skip_unless_available("live-vLLM tier", 3, workdir)
 
-    started = time.monotonic()
     obs = Observed(workdir=workdir)
     fleet = {s.name: s for s in live.fleet(workdir)}
     spectax = Spectax(workdir, fleet)
-    try:
-        with live.running(list(fleet.values())) as ready:
-            obs.timings["servers_ready"] = round(ready, 1)
-            try:
-                run_scenario(obs, fleet, spectax)
-            finally:
-                obs.spectax_exit = spectax.stop()
-                obs.spectax_log = spectax.tail(200_000)
-        obs.timings["total"] = round(time.monotonic() - started, 1)
-    except Exception:
-        spectax.stop()
-        logs = "\n".join(f"--- {s.name}\n{s.tail(1500)}" for s in fleet.values())
-        print(f"spectax log:\n{spectax.tail()}\n{logs}")
-        raise
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    summary = f"live-vLLM tier: {obs.timings} (seconds since the first server start)"
-    if reporter is not None:
-        reporter.write_line(summary)
-    print(summary)
+    obs.spectax_exit, obs.spectax_log = run_watched(
+        list(fleet.values()), spectax, obs.timings, lambda: run_scenario(obs, fleet, spectax)
+    )
+    say(request, f"live-vLLM tier: {obs.timings} (seconds since the first server start)")
     yield obs
 
 

@@ -8,6 +8,8 @@ module-scoped pytest fixture and in `bench/` alike.
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import json
 import os
 import signal
@@ -18,12 +20,14 @@ import time
 import urllib.error
 import urllib.request
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from live_vllm import traffic
 
 HERE = Path(__file__).resolve().parent
 SETUP = HERE / "setup.sh"
@@ -367,6 +371,42 @@ def settle(
             return now
         last = now
     raise RuntimeError(f"vLLM counters still moving after {timeout} s")
+
+
+def drive_slots(
+    servers: Sequence[VllmServer],
+    start: float,
+    seconds: float,
+    concurrency: int,
+    requests: Callable[[], itertools.cycle[traffic.Request]],
+    tail: float,
+) -> dict[str, dict[str, float]]:
+    """One window's traffic: each server in turn alone for an equal slot of the `seconds`
+    from `start` (wall time), at `concurrency`, sent the same seeded `requests()`; no request
+    starts later than `tail` seconds before its slot ends. The raw page deltas of each
+    server over its slot, by server name.
+
+    One server at a time, so each one's step times are its own and not the noise of
+    engines sharing two cores (seen: with three busy at once, the control's mean step time
+    did not grow with tokens per step)."""
+    slot = seconds / len(servers)
+    deltas = {}
+    for i, server in enumerate(servers):
+        end = start + (i + 1) * slot
+        before = server.raw()
+        asyncio.run(
+            traffic.drive(
+                server.url,
+                MODEL_NAME,
+                concurrency=concurrency,
+                seconds=max(end - tail - time.time(), 0.5),
+                max_requests=200,
+                requests=requests(),
+            )
+        )
+        time.sleep(max(end - 0.2 - time.time(), 0.0))
+        deltas[server.name] = server.raw() - before
+    return deltas
 
 
 def new_workdir(prefix: str = "spectax-live-") -> Path:
