@@ -484,11 +484,11 @@ def test_a_plain_curve_prices_the_window_against_its_own_time_per_token() -> Non
         drafts=200.0,
         draft_tokens=800.0,
         accepted_tokens=600.0,
-        time_per_output_token=0.002,
+        time_per_output_token=0.0025,  # S = 1.84: h = 0.085, within physics
     )
     res = E.assess_model("m", t, Parameters(draft_cost_ratio=C, step_model=model), TEN_USD)
     n = 4.0 * (1 + 500.0 / G)
-    s = (0.004 + 0.0001 * n) / 0.002
+    s = (0.004 + 0.0001 * n) / 0.0025
     assert res.speedup_ratio == pytest.approx(s)
     assert res.speedup_low_ratio == pytest.approx(s * 0.95)
     assert res.speedup_high_ratio == pytest.approx(s * 1.04)
@@ -503,6 +503,24 @@ def test_a_plain_curve_prices_the_window_against_its_own_time_per_token() -> Non
     assert E.modelled_speedup(
         (G - 600.0) + a_star, a_star, 800.0, 4.0, 40.0, C, h
     ) == pytest.approx(1.0)
+
+
+def test_a_speedup_that_implies_an_unphysical_h_has_its_figures_at_the_nearest_physical_one() -> (
+    None
+):
+    """A measured 0.8 at B = 96 where the model at B* = 32 gives 0.71 even at h = 0 implies
+    h = -0.79: c or B* are off, not the step. The demo's saturated chat endpoint did this: with
+    that h its break-even, crossover and K said "K = 1 pays 1.76x" beside a measured tax.
+    The figures take the floor instead, the h physics allows nearest to the measurement."""
+    per_pos = (110.0, 66.0, 39.0, 24.0)
+    t = traffic(g=1000, a=239.0, dt=800.0, dr=200.0, b=96.0, per_pos=per_pos)
+    params = Parameters(draft_cost_ratio=0.05, step_model=StepModel(ridge_batch=B_STAR))
+    implied = E.implied_step_overhead(1000, 239.0, 800.0, 96.0, B_STAR, 0.05, 0.8)
+    assert implied is not None and implied < 0
+    res = E.assess_model("m", t, params, TEN_USD, measured_speedup=0.8)
+    assert res.step_overhead_ratio == E.MIN_STEP_OVERHEAD_RATIO
+    assert (res.verdict, res.recommended_speculative_tokens) == ("tax", 0)
+    assert res.breakeven_acceptance_ratio > res.acceptance_ratio  # below the bar, as measured
 
 
 def test_the_default_step_overhead_prices_a_window_that_proposed_nothing_as_a_tax() -> None:

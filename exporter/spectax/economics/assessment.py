@@ -47,9 +47,9 @@ from spectax.pipeline.windows import Window
 
 Verdict = Literal["pays", "tax", "uncertain", "no_speculation", "no_traffic"]
 
-#: An implied step overhead outside this range says the other parameters (c, B*) are
-#: wrong, not that a speculative step is cheaper than half a plain one or 20x dearer.
-PLAUSIBLE_STEP_OVERHEAD = (-0.5, 20.0)
+#: The most a speculative step's fixed cost can plausibly exceed a plain one's by (20x): a
+#: speedup implying more says c or B* are off, not the step. The least is the floor h_min.
+MAX_STEP_OVERHEAD = 20.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,14 +230,17 @@ def assess_model(
         h = implied_step_overhead(
             g, a, dt, traffic.concurrency, step.ridge_batch, c, measured_speedup
         )
-    if h is not None and not PLAUSIBLE_STEP_OVERHEAD[0] <= h <= PLAUSIBLE_STEP_OVERHEAD[1]:
-        h = None  # the other parameters (c, B*) are off, not the step: do not pretend
     in_force = (
         measured_speedup
         if measured_speedup is not None
         else (estimate.speedup if estimate else None)
     )
-    derived = _derived(traffic, params, h if h is not None else step.step_overhead, in_force)
+    # Every figure uses the h its speedup implies, held within physics: an h under the floor
+    # (or past 20) says c or B* are off, and the nearest h physics allows stands in for it.
+    h = min(
+        max(h if h is not None else step.step_overhead, step.step_overhead_floor), MAX_STEP_OVERHEAD
+    )
+    derived = _derived(traffic, params, h, in_force)
     cash = _money_figures(traffic, params, money, in_force, derived.shares, speculating)
     return Assessment(
         model=model,
