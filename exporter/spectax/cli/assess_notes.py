@@ -255,8 +255,9 @@ def _parameter_notes(a: economics.Assessment, step: economics.StepModel | None) 
             Note(
                 ("speedup_ratio", "step_overhead_ratio"),
                 f"speedup_ratio is the model at the given B* = {step.ridge_batch:g} and"
-                f" h = {step.step_overhead:g}; the measured speedup implies h = {h:.3g},"
-                " and break-even, crossover, K and the money all use that",
+                f" h = {step.step_overhead:g}; break-even, crossover, K and the money use"
+                f" h = {h:.3g}, the h the measured speedup implies, held within physics"
+                f" ({step.step_overhead_floor:g} to 20: beyond, c or B* are off, not the step)",
             )
         )
     if a.no_acceptance_pays:
