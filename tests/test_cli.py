@@ -186,9 +186,11 @@ async def test_the_live_demo_calibrates_from_its_own_windows_not_from_demo_histo
     report = (tmp_path / "r.md").read_text()
     assert "code-assistant" in report  # the README's two commands
     # The demo's windows carry the daemon's verdicts and bases: the report says how each was
-    # reached (chat-creative on its control's plain curve, code-assistant on the defaults).
+    # reached (chat-creative on its control's plain curve, code-assistant on the profile a
+    # simulated sweep of its model taught, as in the live demo, the summarizer on defaults).
     assert "| chat-creative | calibrated 100.0% | control |" in report
-    assert "| code-assistant | default 100.0% | configured |" in report
+    assert "| code-assistant | profile 100.0% | sweep |" in report
+    assert "| summarizer | default 100.0% | configured |" in report
     assert not (tmp_path / "spectax-state" / "spectax.sqlite").exists()
 
     port = free_port()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -551,3 +552,31 @@ def test_every_method_has_a_floor_under_h_above_zero(method) -> None:
 def test_a_band_that_touches_one_by_rounding_does_not_decide() -> None:
     assert E.verdict_of_band(0.9999999999999999, 0.9999999999999999) == "uncertain"
     assert E.verdict_of_band(0.5, 0.99) == "tax" and E.verdict_of_band(1.01, 2.0) == "pays"
+
+
+def test_a_zero_draft_window_priced_on_a_plain_curve_is_a_tax_whatever_its_noise() -> None:
+    """Live, against a baseline curve, a window that proposed nothing came out 1.08 with a
+    band top of 1.37 (a noisy time per token: the control's was inflated by the machine's
+    load) and "uncertain". Physics caps any window at G / ((G - A)(1 + h_min)): with
+    nothing accepted, 1 / 1.01. The speedup and its band stop there: a tax."""
+    curve = E.PlainCurve(0.004, 0.0001, 20, (-0.1, 0.25), (1.0, 40.0))
+    model = StepModel(ridge_batch=40.0, source="baseline", curve=curve)
+    noisy = Traffic(
+        output_tokens=G,
+        prompt_tokens=0.0,
+        concurrency=4.0,
+        drafts=0.0,
+        draft_tokens=0.0,
+        accepted_tokens=0.0,
+        time_per_output_token=0.0040,  # the curve says 0.0044 plain: "1.1x" without drafting
+    )
+    res = E.assess_model("m", noisy, Parameters(draft_cost_ratio=0.0, step_model=model), TEN_USD)
+    ceiling = 1 / (1 + E.MIN_STEP_OVERHEAD_RATIO)
+    assert res.speedup_ratio == pytest.approx(ceiling)
+    assert res.speedup_high_ratio == pytest.approx(ceiling) and ceiling < 1
+    assert (res.verdict, res.verdict_basis) == ("tax", "calibrated")
+    # a drafting window keeps what its curve says, below its own ceiling
+    drafting = dataclasses.replace(noisy, drafts=200.0, draft_tokens=800.0, accepted_tokens=600.0)
+    res = E.assess_model("m", drafting, Parameters(draft_cost_ratio=0.0, step_model=model), TEN_USD)
+    assert res.speedup_ratio == pytest.approx(0.0044 / 0.0040)
+    assert E.speedup_ceiling(G, 600.0, 0.01) == pytest.approx(1000 / (400 * 1.01))

@@ -136,8 +136,11 @@ def demo_history_main(args: argparse.Namespace) -> int:
         progress.done = done
         progress.advance(0, label="simulating and storing history")
 
+    from spectax.simulate.fleet import DEMO_SWEPT
+
+    swept = DEMO_SWEPT if not args.config else None  # the embedded demo's story, as live
     try:
-        written = asyncio.run(write_demo_history(settings, span, progress=step))
+        written = asyncio.run(write_demo_history(settings, span, progress=step, swept=swept))
     finally:
         progress.close()
     month = written.main_month

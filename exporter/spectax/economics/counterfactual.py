@@ -32,6 +32,7 @@ from spectax.economics.formulas import (
     MIN_STEP_OVERHEAD_RATIO,
     implied_step_overhead,
     modelled_speedup,
+    speedup_ceiling,
 )
 from spectax.pipeline.windows import Window
 
@@ -217,7 +218,11 @@ def estimate_speedup(
     curve = model.curve
     n = plain_tokens_per_step(concurrency, output_tokens, prompt_tokens)
     if curve is not None and time_per_output_token and curve.covers(n):
-        speedup = curve.seconds_per_token(n) / time_per_output_token
+        # A time per token is noisy; physics is not: no window's speedup passes its ceiling
+        # (a zero-draft window measured "1.08" against a baseline curve live, beside a tax).
+        ceiling = speedup_ceiling(output_tokens, accepted, model.step_overhead_floor)
+        raw = curve.seconds_per_token(n) / time_per_output_token
+        speedup = min(raw, ceiling)
         res_low, res_high = curve.residuals
         h = implied_step_overhead(
             output_tokens,
@@ -228,9 +233,8 @@ def estimate_speedup(
             c,
             speedup,
         )
-        return SpeedupEstimate(
-            speedup, speedup * (1 + res_low), speedup * (1 + res_high), model.basis, h
-        )
+        low, high = min(raw * (1 + res_low), ceiling), min(raw * (1 + res_high), ceiling)
+        return SpeedupEstimate(speedup, low, high, model.basis, h)
 
     def s(ridge: float, h: float) -> float:
         value = modelled_speedup(output_tokens, accepted, draft_tokens, concurrency, ridge, c, h)

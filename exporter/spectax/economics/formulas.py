@@ -205,6 +205,17 @@ def modelled_speedup(
     return gpu_time_without_speculation(output_tokens, r) / t_spec
 
 
+def speedup_ceiling(output_tokens: float, accepted: float, h_min: float) -> float:
+    """The most a window's speedup can be, whatever B* and c: S = T_ns / T_spec is largest
+    when a step's fixed part dominates (r -> inf), where it tends to G / ((G - A)(1 + h)):
+    the tokens a step emits over what the step costs. With nothing accepted that is
+    1 / (1 + h_min), below 1: a window that proposed nothing cannot have paid."""
+    steps = output_tokens - accepted
+    if output_tokens <= 0 or steps <= 0:
+        return math.inf
+    return output_tokens / (steps * (1.0 + h_min))
+
+
 def speedup_per_step(
     acceptance_length: float,
     speculative_tokens: float,

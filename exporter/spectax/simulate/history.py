@@ -22,17 +22,18 @@ from __future__ import annotations
 import random
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from spectax.config import Settings
-from spectax.economics import PlainCurve
+from spectax.economics import PlainCurve, Profile
 from spectax.endpoint import EndpointMonitor
 from spectax.endpoint_config import EndpointConfig
 from spectax.report.period import Month
-from spectax.simulate.fleet import DEMO_URLS, demo_settings
+from spectax.simulate.fleet import DEMO_METHODS, DEMO_URLS, demo_settings
 from spectax.simulate.profiles import DEMO_PROFILES, SimProfile
+from spectax.simulate.sweep import simulated_profile
 from spectax.simulate.vllm import SimulatedVllm
 from spectax.store import Store
 from spectax.store.pending import PendingWrite
@@ -101,14 +102,22 @@ async def write_demo_history(
     progress: Callable[[int, int], None] | None = None,
     window_seconds: float = WINDOW_SECONDS,
     restarts_per_week: float = RESTARTS_PER_WEEK,
+    swept: Mapping[str, str] | None = None,
 ) -> HistoryWritten:
     """Simulate `span_seconds` of the demo endpoints up to `now` and store it, rolled up.
 
     Windows are an hour long by default: the report reads hourly and daily rollups,
     which are the same whatever the window length, and the store writes an hour's
-    window once instead of twelve 5-minute ones.
+    window once instead of twelve 5-minute ones. `swept` (endpoint -> profile name, as
+    `DEMO_SWEPT`): endpoints judged on the profile a simulated sweep of their model
+    teaches, stored with the history, as the live demo does.
     """
-    settings = demo_settings(base, DEMO_URLS)
+    swept = swept or {}
+    settings = demo_settings(base, DEMO_URLS, swept)
+    profiles = {
+        endpoint: simulated_profile(name, endpoint, DEMO_PROFILES[endpoint], DEMO_METHODS[endpoint])
+        for endpoint, name in swept.items()
+    }
     now = time.time() if now is None else now
     end = (now // window_seconds) * window_seconds
     windows = int(span_seconds // window_seconds)
@@ -119,8 +128,11 @@ async def write_demo_history(
     steps, done = chunks, 0
     store = await Store.open(settings.config.database_url)
     try:
+        for profile in profiles.values():
+            await store.save_profile(profile, from_timestamp(start))
         runs = [_EndpointRun.start(endpoint, settings, start, end, window_seconds,
-                                   restarts_per_week) for endpoint in endpoints]  # fmt: skip
+                                   restarts_per_week, profiles.get(endpoint.name))
+                for endpoint in endpoints]  # fmt: skip
         cold_starts = sum(len(run.restarts) for run in runs)
         for t in boundaries:
             for run in runs:
@@ -160,6 +172,7 @@ class _EndpointRun:
         end: float,
         window_seconds: float,
         restarts_per_week: float,
+        swept: Profile | None = None,
     ) -> _EndpointRun:
         profile = history_profile(endpoint.name, DEMO_PROFILES[endpoint.name])
         sim = SimulatedVllm(profile, start)
@@ -171,6 +184,7 @@ class _EndpointRun:
             settings.usd_per_hour.get(endpoint.name),
             window_seconds,
             control_curve=_control_curve(endpoint),
+            profile=(lambda: swept) if swept is not None else None,
         )
         rng = random.Random(profile.seed * 7919 + int(start // DAY))
         restarts = _restart_times(rng, start, end, window_seconds, restarts_per_week)
