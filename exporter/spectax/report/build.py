@@ -155,7 +155,7 @@ async def build_report(
             _rows_of(name, days, daily_by, hourly_by),
             _rows_of(info.control, days, daily_by, hourly_by) if info.control else None,
             info.control,
-            hours,
+            this.speedup,
             this.speculating,
         )
         reports.append(report)

@@ -5,8 +5,8 @@ The rollups keep each histogram's bucket counts (migration 0007), so a month's p
 quantile of the month's summed buckets, computed as Prometheus' histogram_quantile does
 (spectax.pipeline.quantiles): not an average of daily p99s, which is no quantile at all.
 "Without speculation" is measured when the endpoint has a control (the control's buckets
-over the same days), else modelled for TPOT only: 1 / the mean of the month's hourly
-modelled speedups, a tail modelled from means. Days stored before 0007 have no buckets
+over the same days), else modelled for TPOT only: 1 / the month's speedup, its windows'
+own summed (a ratio of sums), a tail modelled from means. Days stored before 0007 have no buckets
 and count for nothing here; the coverage says how many days the figures rest on.
 """
 
@@ -19,7 +19,6 @@ from datetime import date
 from spectax.economics.latency import SAME_WITHIN
 from spectax.engines.base import Buckets, Histogram
 from spectax.pipeline.quantiles import LATENCY_METRICS, QUANTILES, Quantiles, merged, quantiles
-from spectax.report.figures import HourPoint
 from spectax.report.records import RollupRecord
 from spectax.store.rows import decode_buckets
 
@@ -34,7 +33,7 @@ class LatencyFigures:
 
     quantiles: dict[str, Quantiles]
     without: dict[str, Quantiles] = field(default_factory=dict)  # measured: the control's
-    modeled_speedup: float | None = None  # no control: the month's mean modelled speedup
+    modeled_speedup: float | None = None  # no control: the windows' speedup over the month
     control: str | None = None
     days_with_buckets: int = 0
     daily_p99_tpot: dict[date, float] = field(default_factory=dict)
@@ -65,7 +64,7 @@ def month_latency(
     rows: Sequence[RollupRecord],
     control_rows: Sequence[RollupRecord] | None,
     control: str | None,
-    hours: Iterable[HourPoint],
+    speedup: float | None,
     speculating: bool,
 ) -> LatencyFigures | None:
     """An endpoint's latency over the month's daily `rows` (all its models summed: the
@@ -82,8 +81,7 @@ def month_latency(
         figures.without = _quantiles(control_rows)
         figures.control_daily_p99_tpot = _daily_p99(control_rows)
     elif speculating:
-        speedups = [h.speedup for h in hours if h.speedup]
-        figures.modeled_speedup = sum(speedups) / len(speedups) if speedups else None
+        figures.modeled_speedup = speedup or None  # the windows' own, never a mean of hours
     return figures
 
 
@@ -101,7 +99,7 @@ def latency_verdict_text(f: LatencyFigures) -> str:
     basis = (
         f"measured against {f.control}"
         if f.basis == "measured"
-        else "modelled: 1 / mean modelled speedup"
+        else "modelled: 1 / the windows' speedup"
     )
     return f"speculation makes p99 TPOT {effect} ({basis})"
 

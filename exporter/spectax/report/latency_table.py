@@ -59,7 +59,7 @@ def latency_table(report: Report) -> Table:
             "first token.",
             "With / without: measured is the quantile against the control endpoint's over the "
             "same days (no speculation there); modelled (no control) is TPOT only, 1 / the "
-            "mean of the month's hourly modelled speedups, the same for every percentile: a "
+            "month's speedup (its windows' own, summed), the same for every percentile: a "
             "tail modelled from means, not measured. Above 1, speculation makes it slower.",
         ),
         (False, False, True, True, True, True, False),
@@ -73,4 +73,4 @@ def _ms(seconds: float | None) -> str:
 def _basis(basis: str | None, control: str | None) -> str:
     if basis == "measured":
         return f"measured against {control}"
-    return "modelled from the mean speedup" if basis == "modeled" else DASH
+    return "modelled from the windows' speedup" if basis == "modeled" else DASH
