@@ -7,30 +7,38 @@ them as two separate endpoints: the target's is configured for n-gram speculatio
 no `control:`, so once it speculates its verdict can rest on nothing but its own history.
 One scenario runs once per module, in phases, and records what it saw:
 
-  P  plain: clock-aligned windows at concurrency 1 and 8 in turn, both servers driven at
-     once for the whole window with the same seeded requests, until spectax has fitted the
-     target's plain curve (8 windows of >= 10 finished requests whose loads spread 1.5x:
-     economics.calibration);
+  P  plain: clock-aligned windows at concurrency 1 and 8 in turn, the target alone driven
+     for the whole window, until spectax has fitted the target's plain curve (8 windows of
+     >= 10 finished requests whose loads spread 1.5x: economics.calibration);
   R  the target SIGTERMed and started again on the same port WITH n-gram speculation,
      spectax watching throughout;
-  S  speculating: 6 windows like P's.
+  S  speculating: PAIRS pairs of windows at each concurrency c in (1, 8), in turn: the
+     target alone for a whole window at c and the control alone for the next at the same
+     c with the same seeded requests (the control first in every other pair at a c, so a
+     drift of the machine's speed weighs on both sides alike).
 
 All traffic is random words at temperature 1 (the same in P and S, so the plain curve is
-read at the loads it was fitted on). On it n-gram finds nothing to draft: the S windows
-are the issue's zero-draft tax, which spectax must call `tax` without a control. The
-control's requests in each S window give the speedup measured in the same run (control
-time per output token / the target's), which the baseline's must come within 10% of.
+read at the loads it was fitted on). On it n-gram finds nothing to draft: the target's S
+windows are the issue's zero-draft tax, which spectax must call `tax` without a control.
+A pair's control window gives the speedup measured in the same run (the control's time
+per output token over the target's in the adjacent window), which the baseline's must come
+within 10% of.
 
-Both servers are busy for the whole window, not one at a time in slots as in
-test_live_vllm.py's phase A: spectax reads a window's load as its time-averaged running
-requests, floored at 1, and in a slot's third or half of a window that average is not the
-batch the steps ran at (seen: 2.8-6.8 tokens per step for batches of 1 and 8, and a line
-through them with a negative intercept, refused). The two servers share the machine's two
-cores alike in P and in S.
+One server at a time, and for whole windows. Two servers driven at once on two cores get
+each other's noise: their times per token depend on who had the CPU (seen: "measured"
+speedups of 0.48-2.15 for an n-gram server that drafted nothing, which is never faster
+than plain decoding). And never slots inside a window (as in test_live_vllm.py's phase
+A): spectax reads a window's load as its time-averaged running requests, floored at 1,
+and in a slot's third or half of a window that average is not the batch the steps ran at
+(seen: 2.8-6.8 tokens per step for batches of 1 and 8, and a line through them with a
+negative intercept, refused). So the plain curve is fitted, and both sides of every pair
+measured, on a machine that serves one request stream. It is meant to run alone (as in
+CI): other work on the two cores changes a window's speed, and pairs then scatter (seen
+with a load average of 6-10 from another suite: single pairs off by -37% to +48%).
 
 Needs tests/live_vllm/setup.sh to have run (skips otherwise, fails with SPECTAX_CI=1,
 where the fixture runs setup itself). 6-8 minutes here (most of it two cold starts and
-8 + 6 windows of 15 s); two vLLM processes, ~3.2 GB each.
+8 + 4 * PAIRS windows of 15 s); two vLLM processes, ~3.2 GB each.
 """
 
 from __future__ import annotations
@@ -39,9 +47,10 @@ import asyncio
 import contextlib
 import importlib.util
 import math
+import os
 import sqlite3
 import time
-from collections.abc import Coroutine, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -74,7 +83,9 @@ ENDPOINT = {"target": TARGET, "control": CONTROL}
 # Phase P's windows at most: the fit needs MIN_WINDOWS that count, and a loaded machine's
 # concurrency-1 window may finish fewer than MIN_REQUESTS (the other tier keeps 3 to spare).
 PLAIN_BLOCKS = MIN_WINDOWS + 3
-SPECULATING_BLOCKS = 6
+# Phase S: pairs of adjacent windows (the target's, the control's) at each concurrency.
+CONCURRENCIES = (1, 8)
+PAIRS = 2
 KINDS, TEMPERATURES = ("random",), (1.0,)
 # Short requests at both loads, and no new one in a window's last TAIL seconds: at batch 8
 # a 96-token request took up to 4.5 s here (47 ms per token, the machine shared), and the
@@ -105,13 +116,24 @@ class BaselineSpectax(Spectax):
 
 @dataclass
 class Block:
-    """One window of traffic: its aligned start, concurrency, each server's raw page deltas
-    over it, and spectax's /metrics right after (the sliding window then holds the block)."""
+    """One window of traffic to one server: its aligned start, concurrency, the server's
+    raw page deltas over it, and spectax's /metrics right after (the sliding window then
+    holds the block)."""
 
+    server: str
     start: float
     concurrency: int
-    deltas: dict[str, dict[str, float]]
+    deltas: dict[str, float]
     read: Metrics
+    machine_load: float  # the 1-minute load average at its end, to tell a shared machine
+
+
+@dataclass
+class Pair:
+    """Phase S at one concurrency: the target's window and the control's, adjacent."""
+
+    target: Block
+    control: Block
 
 
 @dataclass
@@ -121,7 +143,7 @@ class Observed:
     plain: list[Block] = field(default_factory=list)
     fitted: Metrics | None = None  # the first read with the baseline in force
     restart_ready_seconds: float = 0.0
-    speculating: list[Block] = field(default_factory=list)
+    speculating: list[Pair] = field(default_factory=list)
     final: Metrics | None = None  # after the last block, every counter settled and scraped
     rows: list[dict[str, Any]] = field(default_factory=list)  # the target's stored windows
     control_rows: list[dict[str, Any]] = field(default_factory=list)
@@ -142,31 +164,26 @@ def next_start(previous: float | None = None) -> float:
     return math.ceil(now / WINDOW) * WINDOW
 
 
-def drive_block(servers: list[VllmServer], start: float, index: int, spectax: Spectax) -> Block:
-    """Drive every server at once for the window from `start`, each sent the same seeded
-    requests; none starts in the window's last TAIL seconds, so all finish in it."""
+def drive_block(
+    server: VllmServer, start: float, concurrency: int, seed: int, spectax: Spectax
+) -> Block:
+    """Drive `server` alone for the window from `start` with seeded requests; none starts in
+    the window's last TAIL seconds, so all finish in it."""
     time.sleep(max(start + 0.1 - time.time(), 0.0))
-    concurrency = 1 if index % 2 == 0 else 8
-    before = {s.name: s.raw() for s in servers}
-    drives = [
+    before = server.raw()
+    asyncio.run(
         traffic.drive(
-            s.url,
+            server.url,
             MODEL,
             concurrency=concurrency,
             seconds=start + WINDOW - TAIL - time.time(),
             max_requests=400,
-            requests=traffic.mix(500 + index, KINDS, TEMPERATURES, max_tokens=TOKENS),
+            requests=traffic.mix(seed, KINDS, TEMPERATURES, max_tokens=TOKENS),
         )
-        for s in servers
-    ]
-    asyncio.run(gather(drives))
+    )
     time.sleep(max(start + WINDOW - 0.3 - time.time(), 0.0))
-    deltas = {s.name: s.raw() - before[s.name] for s in servers}
-    return Block(start, concurrency, deltas, spectax.metrics())
-
-
-async def gather(drives: list[Coroutine[Any, Any, traffic.Result]]) -> list[traffic.Result]:
-    return list(await asyncio.gather(*drives))
+    deltas = server.raw() - before
+    return Block(server.name, start, concurrency, deltas, spectax.metrics(), os.getloadavg()[0])
 
 
 def stored_windows(state: Path, endpoint: str) -> list[dict[str, Any]]:
@@ -223,7 +240,8 @@ def run_scenario(obs: Observed, fleet: dict[str, VllmServer], spectax: Spectax) 
     # the first scrape after its end: the fit of the MIN_WINDOWS-th is in force ~1 s later.
     start = next_start()
     for index in range(PLAIN_BLOCKS):
-        obs.plain.append(drive_block(servers, start, index, spectax))
+        concurrency = CONCURRENCIES[index % len(CONCURRENCIES)]
+        obs.plain.append(drive_block(fleet["target"], start, concurrency, 500 + index, spectax))
         start = next_start(start)
         if len(obs.plain) < MIN_WINDOWS:
             continue
@@ -253,11 +271,18 @@ def run_scenario(obs: Observed, fleet: dict[str, VllmServer], spectax: Spectax) 
     )
     mark("target_restarted_speculating")
 
-    # ---- S: the same traffic, the target speculating.
+    # ---- S: the same traffic, the target speculating, each pair's control beside it.
     start = next_start()
-    for index in range(SPECULATING_BLOCKS):
-        obs.speculating.append(drive_block(servers, start, len(obs.plain) + index, spectax))
-        start = next_start(start)
+    for index in range(PAIRS * len(CONCURRENCIES)):
+        concurrency, seed = CONCURRENCIES[index % len(CONCURRENCIES)], 600 + index
+        order = ["target", "control"]
+        if index // len(CONCURRENCIES) % 2:
+            order.reverse()
+        blocks = {}
+        for name in order:
+            blocks[name] = drive_block(fleet[name], start, concurrency, seed, spectax)
+            start = next_start(start)
+        obs.speculating.append(Pair(blocks["target"], blocks["control"]))
     mark("speculating_done")
     live.settle(servers)
     obs.final = spectax.scraped_after(time.time(), list(ENDPOINT.values()))
@@ -288,12 +313,12 @@ def observed(
 # ------------------------------------------------------------------ helpers for the checks
 
 
-def require_speculating(obs: Observed) -> list[Block]:
-    if len(obs.speculating) != SPECULATING_BLOCKS:
+def require_speculating(obs: Observed) -> list[Pair]:
+    if len(obs.speculating) != PAIRS * len(CONCURRENCIES):
         pytest.fail(
             f"the scenario did not reach its speculating windows; problems: {obs.problems}; "
             f"requests per plain window (target): "
-            f"{[b.deltas['target'].get('tpot_count') for b in obs.plain]}"
+            f"{[b.deltas.get('tpot_count') for b in obs.plain]}"
         )
     return obs.speculating
 
@@ -317,7 +342,7 @@ def test_the_plain_curve_is_fitted_from_the_windows_before_speculation(
     """Within MIN_WINDOWS + 3 plain windows, spectax fits the target's own plain curve and
     puts it in force as the `baseline` source (the endpoint is configured to speculate),
     with a positive B*; it says so once in its log."""
-    requests = [b.deltas["target"].get("tpot_count", 0) for b in observed.plain]
+    requests = [b.deltas.get("tpot_count", 0) for b in observed.plain]
     fits = [line for line in observed.spectax_log.splitlines() if "plain curve" in line]
     print(f"target: finished requests per plain window {requests}; spectax said {fits}")
     assert observed.fitted is not None, (
@@ -326,6 +351,12 @@ def test_the_plain_curve_is_fitted_from_the_windows_before_speculation(
     )
     ridge = observed.fitted.value("spectax_ridge_batch_requests", endpoint=TARGET)
     print(f"baseline B* {ridge} after {len(observed.plain)} plain windows")
+    for block in observed.plain:
+        row = row_of(observed.rows, block)
+        print(
+            f"  plain c={block.concurrency}: load {row['concurrency_requests']:.2f}, TPOT "
+            f"{tpot(block.deltas) * 1e3:.2f} ms, machine load {block.machine_load:.1f}"
+        )
     assert ridge is not None and ridge > 0
     sources = observed.fitted.labels_of("spectax_model_info", endpoint=TARGET)
     assert [s["source"] for s in sources] == ["baseline"], sources
@@ -333,10 +364,10 @@ def test_the_plain_curve_is_fitted_from_the_windows_before_speculation(
 
 
 def test_after_the_switch_the_verdict_rests_on_the_baseline(observed: Observed) -> None:
-    """Once the target speculates, every one of its windows (live on /metrics and as
+    """Once the target speculates, every window it serves (live on /metrics and as
     stored) is assessed against the baseline: basis `calibrated`, source `baseline`. And
     its speculating windows add no points to the curve: B* stays what was fitted."""
-    blocks = require_speculating(observed)
+    blocks = [pair.target for pair in require_speculating(observed)]
     assert observed.fitted is not None and observed.final is not None
     for block in blocks:
         m = block.read
@@ -356,27 +387,34 @@ def test_the_baseline_speedup_is_within_ten_percent_of_the_control_measured_alon
     observed: Observed,
 ) -> None:
     """Over the speculating windows, spectax's speedup from the baseline is within 10% of
-    the speedup measured in the same windows: the control's time per output token over the
-    target's, from the two endpoints' stored windows of the same start (what spectax
-    would call measured, had the target a `control:`). Both are pooled alike: the mean of
-    the windows' speedups weighted by the target's time in them (sum of its times per
-    output token), so a window is worth the requests it finished, as in a report."""
-    blocks = require_speculating(observed)
+    the speedup measured in the same run: for each pair, the control's time per output
+    token in its window over the target's in the adjacent one, the same concurrency and
+    seeded requests, both from the endpoints' stored windows (the raw page deltas agree).
+    Both are pooled alike: the mean of the pairs' speedups weighted by the target's time
+    in them (sum of its times per output token), so a window is worth the requests it
+    finished, as in a report."""
+    pairs = require_speculating(observed)
     weights, baseline, measured = [], [], []
-    for block in blocks:
-        ours, control = row_of(observed.rows, block), row_of(observed.control_rows, block)
+    for pair in pairs:
+        ours, control = (
+            row_of(observed.rows, pair.target),
+            row_of(observed.control_rows, pair.control),
+        )
         counts = (ours["time_per_output_token_count"], control["time_per_output_token_count"])
         assert min(counts) >= MIN_REQUESTS, counts
         ours_tpot = ours["time_per_output_token_sum"] / counts[0]
         control_tpot = control["time_per_output_token_sum"] / counts[1]
-        raw = tpot(block.deltas["control"]) / tpot(block.deltas["target"])
+        raw = tpot(pair.control.deltas) / tpot(pair.target.deltas)
         assert ours["speedup_ratio"] is not None, ours
         print(
-            f"c={block.concurrency}: baseline {ours['speedup_ratio']:.4f} (band "
+            f"c={pair.target.concurrency}: baseline {ours['speedup_ratio']:.4f} (band "
             f"{ours['speedup_low_ratio']:.3f}-{ours['speedup_high_ratio']:.3f}), measured "
             f"{control_tpot / ours_tpot:.4f} (raw page deltas {raw:.4f}); TPOT control "
-            f"{control_tpot * 1e3:.2f} ms, target {ours_tpot * 1e3:.2f} ms; "
-            f"{counts[1]} and {counts[0]} requests"
+            f"{control_tpot * 1e3:.2f} ms, target {ours_tpot * 1e3:.2f} ms, plain curve "
+            f"{ours['speedup_ratio'] * ours_tpot * 1e3:.2f} ms (capped); loads "
+            f"{control['concurrency_requests']:.2f} and {ours['concurrency_requests']:.2f}; "
+            f"{counts[1]} and {counts[0]} requests; machine load "
+            f"{pair.control.machine_load:.1f} and {pair.target.machine_load:.1f}"
         )
         weights.append(ours["time_per_output_token_sum"])
         baseline.append(ours["speedup_ratio"])
@@ -387,8 +425,8 @@ def test_the_baseline_speedup_is_within_ten_percent_of_the_control_measured_alon
     ]
     error = pooled[0] / pooled[1] - 1
     print(
-        f"over {len(blocks)} windows: baseline {pooled[0]:.4f}, measured {pooled[1]:.4f}, "
-        f"error {error:+.1%}; per window "
+        f"over {len(pairs)} pairs: baseline {pooled[0]:.4f}, measured {pooled[1]:.4f}, "
+        f"error {error:+.1%}; per pair "
         f"{[f'{b / m - 1:+.1%}' for b, m in zip(baseline, measured, strict=True)]}"
     )
     assert abs(error) <= TOLERANCE, (pooled, baseline, measured)
@@ -399,9 +437,9 @@ def test_every_zero_draft_window_without_a_control_is_a_tax(observed: Observed) 
     nothing still paid the proposer on every step, so without a control it is `tax` (issue
     29, "Done when"): every such stored window of the target, and the live verdict over
     each speculating block."""
-    blocks = require_speculating(observed)
+    blocks = [pair.target for pair in require_speculating(observed)]
     for block in blocks:
-        d = block.deltas["target"]
+        d = block.deltas
         assert d.get("drafts") == 0 and d["output"] > 0, ("the premise: nothing drafted", d)
         found = verdicts(block.read)
         assert [v["verdict"] for v in found] == ["tax"], (
@@ -413,7 +451,7 @@ def test_every_zero_draft_window_without_a_control_is_a_tax(observed: Observed) 
         for r in observed.rows
         if r["drafts"] == 0 and r["draft_tokens"] == 0 and r["output_tokens"]
     ]
-    assert len(zero) >= SPECULATING_BLOCKS, [r["start"] for r in zero]
+    assert len(zero) >= len(blocks), [r["start"] for r in zero]
     wrong = [
         {
             k: r[k]
