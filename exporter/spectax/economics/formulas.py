@@ -242,6 +242,33 @@ def speedup_per_step(
     return emitted * (r + 1.0) / (r * (1.0 + h) + 1.0 + f * k + c * f * k * (r + 1.0))
 
 
+def speedup_at_draft_length(
+    position_acceptance_ratios: Sequence[float],
+    k: int,
+    concurrency: float,
+    ridge_batch: float,
+    c: float,
+    h: float,
+    drafting_share: float,
+    fill: float = 1.0,
+) -> float | None:
+    """The speedup a window would have had drafting k tokens, from its per-position
+    acceptance (what-if planning; `best_speculative_tokens` and the report's advice).
+
+    `drafting_share` f is the share of request-steps that carried a draft, Dr / (G - A);
+    `fill` the share of its K a draft proposed, Dt / (Dr*K) (n-gram stops where its match
+    ends): so at the K that ran this is the window's own `modelled_speedup`. k = 0 is
+    speculation off (1). None beyond the positions observed: an unobserved position's
+    acceptance would be a guess.
+    """
+    if k <= 0:
+        return 1.0
+    if k > len(position_acceptance_ratios):
+        return None
+    tau = 1.0 + sum(position_acceptance_ratios[:k])
+    return speedup_per_step(tau, k * fill, concurrency, ridge_batch, c, h, drafting_share)
+
+
 def best_speculative_tokens(
     position_acceptance_ratios: Sequence[float],
     concurrency: float,
@@ -252,19 +279,15 @@ def best_speculative_tokens(
     fill: float = 1.0,
 ) -> tuple[int, float]:
     """(K, S): the draft length among those observed (1 to the positions counted) with the
-    highest predicted speedup, and that speedup; (0, 1.0) when none beats plain decoding.
-
-    Only observed positions count: the acceptance of a position never drafted is a guess,
-    and a recommendation resting on it would be one too. Each K is priced whole, with the
-    overhead h it pays per step, not position by position against a bar. `fill` is the
-    share of its K a draft proposes (n-gram stops where its match ends: Dt / (Dr*K)); so at
-    the K that ran this is the window's own `modelled_speedup`.
-    """
+    highest predicted speedup (`speedup_at_draft_length`), and that speedup; (0, 1.0) when
+    none beats plain decoding. Each K is priced whole, with the overhead h it pays per
+    step, not position by position against a bar."""
     best, best_speedup = 0, 1.0
     for k in range(1, len(position_acceptance_ratios) + 1):
-        tau = 1.0 + sum(position_acceptance_ratios[:k])
-        s = speedup_per_step(tau, k * fill, concurrency, ridge_batch, c, h, drafting_share)
-        if s > best_speedup:
+        s = speedup_at_draft_length(
+            position_acceptance_ratios, k, concurrency, ridge_batch, c, h, drafting_share, fill
+        )
+        if s is not None and s > best_speedup:
             best, best_speedup = k, s
     return best, best_speedup
 

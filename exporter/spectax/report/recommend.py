@@ -394,40 +394,25 @@ def _worth(stake: float | None, threshold: float, hours: Sequence[HourPoint]) ->
 
 
 def speedup_with_k(hour: HourPoint, k: int) -> float | None:
-    """The hour's modelled speedup had it drafted k tokens, from its per-position acceptance,
-    with the step overhead h and B* its windows were assessed with (None: h not recorded).
-
-    Steps that drafted keep their share of request-steps; each emits
-    1 + sum(p_0..p_(k-1)) tokens on average, so the same output takes
-    G / (1 + share x sum p) request-steps. Positions beyond the observed ones
-    are extrapolated geometrically from the last two (only for the what-if: the
-    recommendations never advise a K beyond the observed). With k equal to the
-    hour's own K this gives back the hour's accepted and draft tokens.
-    """
+    """The hour's modelled speedup had it drafted k tokens: `economics.speedup_at_draft_length`
+    (the rule the daemon's recommended K follows) at the hour's concurrency, its per-position
+    acceptance and the h and B* its windows were assessed with. None when h was not
+    recorded, or k is beyond the positions observed. At the hour's own K it gives back the
+    hour's modelled speedup."""
     steps = hour.output_tokens - hour.accepted_tokens
     h = hour.step_overhead
-    if not hour.drafting or steps <= 0 or hour.drafts <= 0 or h is None:
+    if not hour.drafting or steps <= 0 or hour.drafts <= 0 or h is None or not hour.positions:
         return None
-    if k <= 0:  # speculation off: plain decoding, which pays no proposer overhead
-        return 1.0
     p = [x / hour.drafts for x in hour.positions]
-    while len(p) < k:
-        if len(p) >= 2 and p[-2] > 0:
-            p.append(min(p[-1], p[-1] * p[-1] / p[-2]))
-        else:
-            p.append(0.0)
-    share = min(1.0, hour.drafts / steps)
-    new_steps = hour.output_tokens / (1.0 + share * sum(p[:k]))
-    accepted = hour.output_tokens - new_steps
-    draft_tokens = k * share * new_steps
-    return economics.modelled_speedup(
-        hour.output_tokens,
-        accepted,
-        draft_tokens,
+    return economics.speedup_at_draft_length(
+        p,
+        k,
         hour.concurrency,
         hour.ridge_batch,
         hour.draft_cost_ratio,
         h,
+        hour.drafts / steps,
+        hour.draft_tokens / (hour.drafts * len(p)),
     )
 
 
