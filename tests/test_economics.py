@@ -184,45 +184,6 @@ def test_monotone_in_batch(w, c, b1, b2, b_star) -> None:
 
 @FAST
 @given(
-    p=st.lists(st.floats(0.0, 1.0), max_size=12).map(lambda xs: sorted(xs, reverse=True)),
-    bar=st.floats(1e-6, 1.5, exclude_max=True),
-)
-def test_recommended_tokens_properties(p, bar) -> None:
-    k = E.recommended_speculative_tokens(p, bar)
-    leading = next((i for i, pk in enumerate(p) if pk <= bar), len(p))
-    assert 0 <= k <= 10
-    assert k >= min(leading, 10)
-    if not p or p[0] <= bar:
-        assert k == 0
-    elif leading < len(p):
-        assert k == min(leading, 10)
-    elif len(p) >= 2:
-        extrapolated = p[-1] * (p[-1] / p[-2])
-        assume(abs(extrapolated - bar) > 1e-12)
-        assert k == min(len(p) + (extrapolated > bar), 10)
-    else:
-        assert k == 1
-
-
-@pytest.mark.parametrize(
-    ("p", "bar", "k"),
-    [
-        ([], 0.5, 0),
-        ([0.4], 0.5, 0),
-        ([0.5], 0.5, 0),
-        ([0.9], 0.5, 1),
-        ([0.9, 0.8], 0.5, 3),  # 0.8 * 0.8/0.9 = 0.711 clears: extrapolate one more
-        ([0.9, 0.6], 0.5, 2),  # 0.6 * 0.6/0.9 = 0.4 does not
-        ([0.9, 0.6, 0.3], 0.5, 2),
-        ([0.99] * 12, 0.1, 10),
-    ],
-)
-def test_recommended_tokens_examples(p, bar, k) -> None:
-    assert E.recommended_speculative_tokens(p, bar) == k
-
-
-@FAST
-@given(
     dt=st.integers(10, 10_000), data=st.data(), c=costs, b_star=ridges, extra=st.integers(1, 20_000)
 )
 def test_crossover_separates_pay_from_tax(dt, data, c, b_star, extra) -> None:

@@ -35,8 +35,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-MAX_RECOMMENDED_SPECULATIVE_TOKENS = 10
-
 # Draft cost ratio `c` by speculative method (ECONOMICS.md §5). A separate
 # draft model has no default: its cost depends on its size.
 DEFAULT_DRAFT_COST_RATIO: dict[str, float] = {
@@ -398,25 +396,6 @@ def breakeven_ridge_batch(
     if output_tokens <= 0 or denominator <= 0:
         return None
     return max(concurrency, 1.0) * (draft_tokens * (1.0 + c) - accepted) / denominator
-
-
-def recommended_speculative_tokens(
-    position_acceptance_ratios: Sequence[float], breakeven: float
-) -> int:
-    """The largest K with p_(K-1) > alpha*; 0 means: turn speculation off.
-
-    Drafting position k pays only if its own acceptance clears the break-even
-    bar. When every observed position clears it, the next position's
-    acceptance is extrapolated geometrically from the last two, and K+1 is
-    recommended if that clears the bar too. Capped at 10.
-    """
-    p = list(position_acceptance_ratios)
-    k = max((i + 1 for i, pk in enumerate(p) if pk > breakeven), default=0)
-    if p and k == len(p) and len(p) >= 2 and p[-2] > 0:
-        extrapolated = p[-1] * (p[-1] / p[-2])
-        if extrapolated > breakeven:
-            k += 1
-    return min(k, MAX_RECOMMENDED_SPECULATIVE_TOKENS)
 
 
 def draft_compute_share(
