@@ -91,6 +91,22 @@ class Spectax:
                 preexec_fn=preexec_fn,
             )
 
+    async def start_demo(self, cwd: Path) -> None:
+        """`spectax demo` (the embedded default: simulated servers, SQLite under `cwd`) on
+        this instance's port, its output in the log."""
+        with self.stderr.open("wb") as log:
+            self.process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "spectax",
+                "demo",
+                "--web.listen-address",
+                f"127.0.0.1:{self.port}",
+                cwd=cwd,
+                stdout=log,
+                stderr=asyncio.subprocess.STDOUT,
+            )
+
     @property
     def log(self) -> str:
         """What spectax logged (its stderr); empty before it has started."""

@@ -195,18 +195,7 @@ async def test_the_live_demo_calibrates_from_its_own_windows_not_from_demo_histo
 
     port = free_port()
     live = Spectax(tmp_path / "unused.yml", port)
-    with live.stderr.open("wb") as log:
-        live.process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "spectax",
-            "demo",
-            "--web.listen-address",
-            f"127.0.0.1:{port}",
-            cwd=tmp_path,
-            stdout=log,
-            stderr=asyncio.subprocess.STDOUT,
-        )
+    await live.start_demo(tmp_path)
     try:
         m = await live.wait_for(
             lambda m: (

@@ -14,10 +14,8 @@ Issue 29 found a demo that after nine minutes showed 1 tax, 5 uncertain and neve
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import re
-import sys
 import time
 from html import unescape
 from pathlib import Path
@@ -86,18 +84,7 @@ async def test_the_demo_shows_pays_on_a_profile_a_measured_tax_and_an_uncertain_
     port = free_port()
     demo = Spectax(tmp_path / "unused.yml", port)
     started = time.monotonic()
-    with demo.stderr.open("wb") as log:
-        demo.process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "spectax",
-            "demo",
-            "--web.listen-address",
-            f"127.0.0.1:{port}",
-            cwd=tmp_path,
-            stdout=log,
-            stderr=asyncio.subprocess.STDOUT,
-        )
+    await demo.start_demo(tmp_path)
     try:
 
         async def told() -> tuple[dict[str, tuple[str, str]], dict[str, str]] | None:
