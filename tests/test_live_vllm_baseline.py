@@ -18,8 +18,9 @@ One scenario runs once per module, in phases, and records what it saw:
      drift of the machine's speed weighs on both sides alike).
 
 All traffic is random words at temperature 1 (the same in P and S, so the plain curve is
-read at the loads it was fitted on). On it n-gram finds nothing to draft: the target's S
-windows are the issue's zero-draft tax, which spectax must call `tax` without a control.
+read at the loads it was fitted on). On it n-gram finds next to nothing to draft (a stray
+match now and then): the target's S windows are the issue's zero-draft tax, which spectax
+must call `tax` without a control.
 A pair's control window gives the speedup measured in the same run (the control's time
 per output token over the target's in the adjacent window): the baseline's verdict must be
 the one it measures, and their relative error is printed against the issue's 10% target
@@ -63,6 +64,7 @@ from live_vllm import servers as live
 from live_vllm import traffic
 from live_vllm.servers import VllmServer
 from spectax.economics.calibration import MIN_REQUESTS, MIN_WINDOWS
+from spectax.economics.formulas import MIN_STEP_OVERHEAD_RATIO
 from test_live_vllm import (
     SCRAPE,
     WINDOW,
@@ -98,6 +100,8 @@ TAIL = 3.0
 # -23.5% to +19.4% with the machine's load (bench/README.md, "The baseline source, live"), so
 # the test prints it and asserts what does not move with the load: the verdict's direction.
 TARGET_ERROR = 0.10
+# Below this share of accepted tokens in the output, a window's speedup ceiling is under 1.
+NEXT_TO_NOTHING = MIN_STEP_OVERHEAD_RATIO / (1 + MIN_STEP_OVERHEAD_RATIO)
 
 
 class BaselineSpectax(Spectax):
@@ -442,26 +446,42 @@ def test_the_baseline_verdict_is_the_one_the_control_measures_alongside(
     assert pooled[1] < 1.0, (pooled, measured)  # and so the control says, over the run
 
 
-def test_every_zero_draft_window_without_a_control_is_a_tax(observed: Observed) -> None:
-    """Random words at temperature 1 give n-gram nothing to draft; a window that proposed
-    nothing still paid the proposer on every step, so without a control it is `tax` (issue
-    29, "Done when"): every such stored window of the target, and the live verdict over
-    each speculating block."""
+def drafted_next_to_nothing(output: float, accepted: float) -> bool:
+    """Whether a window's accepted tokens are so few that no B*, c or h could make it pay:
+    a step emits at most G / (G - A) tokens for 1 + h_min of a plain step's cost, below 1
+    while A / G < h_min / (1 + h_min) (docs/economics.md, "The floor under h")."""
+    return output > 0 and accepted / output < NEXT_TO_NOTHING
+
+
+def test_every_window_that_drafted_next_to_nothing_without_a_control_is_a_tax(
+    observed: Observed,
+) -> None:
+    """Random words at temperature 1 give n-gram (next to) nothing to draft: seen, 0 drafts
+    in most blocks, 1 draft of 2 tokens in 4,104 output tokens in one. Such a window still
+    paid the proposer on every step, so without a control it is `tax` (issue 29, "Done
+    when"): every such stored window of the target, and the live verdict over each
+    speculating block."""
     blocks = [pair.target for pair in require_speculating(observed)]
     for block in blocks:
         d = block.deltas
-        assert d.get("drafts") == 0 and d["output"] > 0, ("the premise: nothing drafted", d)
+        assert drafted_next_to_nothing(d["output"], d.get("accepted", 0.0)), (
+            "the premise: next to nothing drafted",
+            d,
+        )
         found = verdicts(block.read)
         assert [v["verdict"] for v in found] == ["tax"], (
             found,
             block.read.value("spectax_speedup_band_ratio", endpoint=TARGET, bound="high"),
         )
-    zero = [
+    nothing = [
         r
         for r in observed.rows
-        if r["drafts"] == 0 and r["draft_tokens"] == 0 and r["output_tokens"]
+        if r["drafts"] is not None
+        and drafted_next_to_nothing(r["output_tokens"], r["accepted_tokens"] or 0)
     ]
-    assert len(zero) >= len(blocks), [r["start"] for r in zero]
+    assert len(nothing) >= len(blocks), [r["start"] for r in nothing]
+    zero = sum(1 for r in nothing if r["drafts"] == 0)
+    print(f"{len(nothing)} stored windows drafted next to nothing, {zero} of them nothing")
     wrong = [
         {
             k: r[k]
@@ -469,12 +489,15 @@ def test_every_zero_draft_window_without_a_control_is_a_tax(observed: Observed) 
                 "start",
                 "verdict",
                 "verdict_basis",
+                "drafts",
+                "accepted_tokens",
+                "output_tokens",
                 "speedup_ratio",
                 "speedup_high_ratio",
                 "time_per_output_token_count",
             )
         }
-        for r in zero
+        for r in nothing
         if r["verdict"] != "tax"
     ]
     assert not wrong, wrong
