@@ -5,15 +5,19 @@ samples of every series give (`PrometheusReader(raw=True)`), to the token, on ea
 the simulator cannot time: a reset just after a window's start, one in the lookback
 before it, a series new in a window, a sample exactly on a boundary, a replica that
 vanishes, one gone with its last sample on a window's start, one back after a gap longer
-than the lookback, a NaN, fractional sums (dyadic, so that any order of adding them is
-exact: Prometheus adds in its own), per-position counts, label values full of regex
-syntax or outside Unicode's BMP; read one window at a time and as one span.
+than the lookback (it counts from its sample before the gap) and one back after more than
+the horizon (it counts from its next sample), a NaN, fractional sums (dyadic, so that
+any order of adding them is exact: Prometheus adds in its own), per-position counts,
+label values full of regex syntax or outside Unicode's BMP; read one window at a time
+(the live daemon) and as one span (backfill), with a lookback longer and one shorter
+than the window.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import aiohttp
@@ -41,6 +45,7 @@ TOKENS = {
     "d": ("ns1", [(-8, 7), (0, 8), (6, 11), (20, 20), (24, 21)]),  # on the boundaries
     "g": ("ns1", [(-4, 100), (3, 101)]),  # vanishes in window 1
     "f": ("ns2", [(-30, 5), (12, 9), (16, 10)]),  # back after more than the lookback
+    "h": ("ns2", [(-3700, 70), (12, 80), (16, 81)]),  # back after more than the horizon
     "i": ("ns2", [(-12, 100), (-8, 3), (4, 9), (14, 10)]),  # reset in the lookback
     "\U0001f600": ("ns1", [(-5, 50), (3, 5), (16, 6)]),  # reset; outside the BMP
     "e": ("ns3", [(-5, 10), (10, 12)]),  # gone: its last sample on window 2's start
@@ -48,7 +53,7 @@ TOKENS = {
 # Per window, per namespace: the tokens the raw samples give (by hand, from TOKENS).
 EXPECTED = {
     1: {"ns1": 18 + (4 + 5) + 0 + 3 + 1 + 5, "ns2": 6, "ns3": 2},
-    2: {"ns1": 1 + 3 + 20 + 9 + 1, "ns2": 1 + 1},
+    2: {"ns1": 1 + 3 + 20 + 9 + 1, "ns2": (4 + 1) + 1 + 1},
     3: {"ns1": 13 + 8 + 1 + 1},
 }
 # Prompt tokens of two pods, one of them NaN: raw skips the NaN; the sum would be NaN.
@@ -104,10 +109,21 @@ async def prometheus(tmp_path: Path):  # type: ignore[no-untyped-def]
         await server.stop()
 
 
-async def read(url: str, bounds: list[float], raw: bool) -> dict[float, dict[str, Interval]]:
-    source = PrometheusSource(url=url, endpoint_labels=["namespace"], lookback=15.0)
+async def read(
+    url: str, bounds: list[float], raw: bool, lookback: float = 15.0
+) -> dict[float, dict[str, Interval]]:
+    source = PrometheusSource(url=url, endpoint_labels=["namespace"], lookback=lookback)
     async with aiohttp.ClientSession() as session:
         return await PrometheusReader(source, session, raw=raw).windows(bounds)
+
+
+def tokens_of(windows: dict[float, dict[str, Interval]]) -> dict[tuple[float, str], object]:
+    """Every window's counts but its running seconds."""
+    return {
+        (end, name): {m: replace(c, running_seconds=0.0) for m, c in interval.models.items()}
+        for end, found in windows.items()
+        for name, interval in found.items()
+    }
 
 
 async def test_the_sums_and_the_odd_series_give_the_windows_of_the_raw_samples(
@@ -118,10 +134,16 @@ async def test_the_sums_and_the_odd_series_give_the_windows_of_the_raw_samples(
     raw = await read(server.url, bounds, raw=True)
     summed = await read(server.url, bounds, raw=False)
     assert summed == raw
-    one_at_a_time = {}
-    for i in range(3):
-        one_at_a_time |= await read(server.url, bounds[i : i + 2], raw=False)
-    assert one_at_a_time == raw
+    for lookback in (15.0, 3.0):  # longer and shorter than the window
+        whole = await read(server.url, bounds, raw=True, lookback=lookback)
+        assert await read(server.url, bounds, raw=False, lookback=lookback) == whole, lookback
+        one_at_a_time = {}
+        for i in range(3):
+            one_at_a_time |= await read(server.url, bounds[i : i + 2], False, lookback)
+        assert one_at_a_time == whole, lookback
+        # The counters, whatever the lookback; running requests (read raw for the whole
+        # fleet every window) are integrated from a sample within the lookback only.
+        assert tokens_of(whole) == tokens_of(raw), lookback
     for i, end in enumerate(bounds[1:], start=1):
         got = {
             name: interval.models["m"].generation_tokens

@@ -50,8 +50,9 @@ class PrometheusSource(StrictModel):
     # How long after a window's end it is read: Prometheus must have scraped (and a
     # remote-write pipeline delivered) the samples up to the boundary.
     delay: Duration = 30.0
-    # How far before a window's start the sample it counts from may lie: Prometheus's
-    # own lookback (5 m). A replica silent longer than that counts from its next sample.
+    # How far before a window's start a series' sample must lie for Prometheus to sum the
+    # series; one without is read raw and counts from its sample before the gap, up to
+    # promql.horizon back (the windows do not depend on it: only what is read raw does).
     lookback: Duration = 300.0
     timeout: Duration = 30.0
     endpoint: dict[str, Any] = Field(default_factory=dict)

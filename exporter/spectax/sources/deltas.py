@@ -3,6 +3,9 @@
 Per series, the delta between consecutive samples is added to the window the later
 sample falls in ((start, end], like the direct scrapes' intervals), and a value that went
 down is a reset: the new value counts, as after a restart of a directly scraped engine.
+A window counts from the sample before it only when that lies within `horizon` before the
+window's start, for every window alike: so a window's count does not depend on which
+other windows were read with it (the live daemon reads one at a time, backfill a span).
 Most series are whole-number counters that never go down; those take a shortcut that
 converts only the few timestamps and values at the windows' boundaries (at 20,000
 replicas a window is ~10 M samples, and converting each was most of a read's CPU).
@@ -14,19 +17,26 @@ from bisect import bisect_right
 
 
 def deltas(
-    stamps: list[str], texts: list[str], bounds: list[float], gauge: bool, bound: float
+    stamps: list[str],
+    texts: list[str],
+    bounds: list[float],
+    gauge: bool,
+    bound: float,
+    horizon: float = float("inf"),
 ) -> list[tuple[int, float, bool]]:
     """(window index, growth, reset) of one series, for each window it has a sample in.
 
     A counter's growth is the sum of its deltas from the sample before, or its value after
     a reset; a gauge's the sum of its trapezoids with the sample before (running requests
-    x seconds). A value no page could hold (NaN, negative, over `bound`) is skipped.
+    x seconds). A value no page could hold (NaN, negative, over `bound`) is skipped. A
+    window's first sample has no sample before it when the one before lies `horizon` or
+    more before the window's start (the read reaches back `horizon` before the span).
     """
     if not gauge and _rising_digits(texts, bound):
-        return _integer_deltas(stamps, texts, bounds)
+        return _integer_deltas(stamps, texts, bounds, horizon)
     values = list(map(float, texts))
     if not gauge and _plain_integers(texts, values, bound):
-        return _integer_deltas(stamps, texts, bounds)
+        return _integer_deltas(stamps, texts, bounds, horizon)
     out: list[tuple[int, float, bool]] = []
     previous: tuple[float, float] | None = None
     i, last = 0, len(bounds) - 2
@@ -36,6 +46,8 @@ def deltas(
         if t > bounds[0]:
             while i < last and t > bounds[i + 1]:
                 i += 1
+            if previous is not None and previous[0] <= bounds[i] - horizon:
+                previous = None  # too old to count from, in any read of this window
             if t <= bounds[-1]:
                 if previous is None:
                     grown, reset = 0.0, False
@@ -79,7 +91,7 @@ def _plain_integers(texts: list[str], values: list[float], bound: float) -> bool
 
 
 def _integer_deltas(
-    stamps: list[str], texts: list[str], bounds: list[float]
+    stamps: list[str], texts: list[str], bounds: list[float], horizon: float
 ) -> list[tuple[int, float, bool]]:
     """`deltas` of a counter without resets or invalid values, a slice per window (the
     per-sample deltas of whole numbers below 2**53 sum exactly to the difference); only
@@ -87,11 +99,11 @@ def _integer_deltas(
     converted."""
     out: list[tuple[int, float, bool]] = []
     lo = bisect_right(stamps, bounds[0], key=float)
-    before = float(texts[lo - 1]) if lo > 0 else None
     for i, end in enumerate(bounds[1:]):
         hi = bisect_right(stamps, end, lo, key=float)
         if hi > lo:
             last = float(texts[hi - 1])
-            out.append((i, last - (float(texts[lo]) if before is None else before), False))
-            before, lo = last, hi
+            fresh = lo > 0 and float(stamps[lo - 1]) > bounds[i] - horizon
+            out.append((i, last - float(texts[lo - 1 if fresh else lo]), False))
+            lo = hi
     return out

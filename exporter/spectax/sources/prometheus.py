@@ -13,11 +13,12 @@ is ~10 M samples, and decoding them was nearly all of a read's CPU.
 
 The other series of a window are odd (`CounterQueries.odd`): one that went down (a
 restart: the new value counts and the window counts a restart), one with no sample
-within `lookback` before the window (new, or back after a gap: it counts from its first
-sample). Those are read raw over the span and its lookback, with a selector naming their
-label values (`odd_matchers`), and spectax.sources.deltas counts them as the direct
-scrapes do; they are few (a restart, a scale-up). Running requests, a gauge integrated
-over time, are read raw too. Series are summed per endpoint only after their own deltas:
+within `lookback` before the window (new: it counts from its first sample; or back after
+a gap: it counts from its sample before the gap, within `promql.horizon`). Those are read
+raw over the span and that horizon before it, with a selector naming their label values
+(`odd_matchers`), and spectax.sources.deltas counts them as the direct scrapes do; they
+are few (a restart, a scale-up). Running requests, a gauge integrated over time, are read
+raw too. Series are summed per endpoint only after their own deltas:
 a replica that disappears keeps the counts it had, and is no reset.
 """
 
@@ -49,6 +50,7 @@ from spectax.sources.promql import (
     RUNNING,
     SERIES,
     CounterQueries,
+    horizon,
     odd_matchers,
     queries,
     samples_query,
@@ -132,7 +134,8 @@ class WindowSums:
         if (target := self._target(name, labels)) is None:
             return
         bound = sys.float_info.max if name in ESTIMATES else MAX_VALUE  # FLOPs pass 2**53
-        for i, grown, reset in deltas(stamps, texts, self.bounds, name == RUNNING, bound):
+        reach = horizon(self.source, name)
+        for i, grown, reset in deltas(stamps, texts, self.bounds, name == RUNNING, bound, reach):
             if windows is None or i in windows:
                 self._grow(i, name, *target, grown, reset)
 
@@ -192,7 +195,7 @@ class WindowSums:
         endpoint, model = endpoint_name(self.source, labels), labels.get("model_name")
         if endpoint is None or not model or len(model) > MAX_MODEL_NAME:
             return None  # the store's model column holds MAX_MODEL_NAME characters
-        if any(logs.blank_secrets(v) != v for v in (endpoint, model)):
+        if any(logs.holds_secret(v) for v in (endpoint, model)):
             return None  # a label echoing a secret never becomes a label or a row
         return endpoint, model
 

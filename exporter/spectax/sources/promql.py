@@ -13,8 +13,15 @@ the lookback, `x` the series name and the source's selector):
   edge (a range includes its start in Prometheus 2, not in 3: `W - 1ms` ends where the
   window's own samples do in both, at millisecond timestamps).
 
-The odd series are then read raw (`samples_query` with `odd_matchers`), and so are
-running requests, a gauge whose integral over time needs each sample's time.
+The odd series are then read raw (`samples_query` with `odd_matchers`) over the span and
+`horizon` before it, and so are running requests (over the span and the lookback), a gauge
+whose integral over time needs each sample's time.
+
+A window counts a counter from its last sample before the window when that lies within
+`horizon` (an hour), whatever the lookback: the lookback only decides which series
+Prometheus sums and which are read raw. So a window read alone (the live daemon) counts
+what a span read at once (backfill, catch-up) counts, and a gap in the samples (a
+Prometheus paused for two minutes) loses nothing, as a direct scrape after it would not.
 """
 
 from __future__ import annotations
@@ -57,6 +64,9 @@ GROUP = ("model_name", "position")
 #: More odd series of one name than this in a span, and its raw read is the whole fleet's
 #: (a selector naming that many label values would cost Prometheus more than it saves).
 MAX_NAMED_ODD = 500
+#: How far before a window a counter's last sample may lie and still be what the window
+#: counts from (at least twice the lookback, so that a sum's sample never falls on the edge).
+HORIZON_SECONDS = 3600.0
 _RE2_SPECIAL = re.compile(r"([\\.+*?()|\[\]{}^$])")
 _LEGACY_LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
@@ -96,10 +106,17 @@ def queries(source: PrometheusSource, window: float) -> dict[str, str | CounterQ
     return out
 
 
+def horizon(source: PrometheusSource, name: str) -> float:
+    """How far before a window the sample it counts from may lie: a counter's last sample
+    within HORIZON_SECONDS (read raw only for the odd series, so a long reach costs little);
+    running requests, read raw for the whole fleet each window, within the lookback."""
+    return source.lookback if name == RUNNING else max(HORIZON_SECONDS, 2 * source.lookback)
+
+
 def samples_query(source: PrometheusSource, name: str, seconds: float, matchers: str = "") -> str:
-    """The raw samples of a span of `seconds` and of its `lookback` before it."""
+    """The raw samples of a span of `seconds` and of its `horizon` before it."""
     selector = ",".join(m for m in (source.selector, matchers) if m)
-    return f"{name}{{{selector}}}[{_duration(seconds + source.lookback)}]"
+    return f"{name}{{{selector}}}[{_duration(seconds + horizon(source, name))}]"
 
 
 def odd_matchers(odd: Sequence[Mapping[str, str]]) -> str:

@@ -13,23 +13,39 @@ are not ratios but events: a rollup counts its
 windows per verdict (pays, tax, uncertain) and per basis (measured, calibrated,
 profile, default), so that a report on any past month says how the daemon
 judged it rather than judging again from sums (models.VerdictCounts).
+
+A sum must fit its column (BIGINT, or INTEGER for counts of windows and restarts).
+A window may add at most a day's column range per second of its length
+(`window_out_of_range`, checked as it is written): windows do not overlap, so
+no day's sum can pass it. A period whose sums still do not fit (rows written
+before that check) is refused alone, logged with the column: its rollup row is
+removed rather than left wrong, its windows stay, and the other endpoints'
+periods roll up as ever: one endpoint's values never stop the others' history.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import logging
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import bindparam, delete, func, select
+from sqlalchemy import BigInteger, Integer, bindparam, delete, func, select
 from sqlalchemy import inspect as sa_inspect
 
 from spectax.engines.base import COUNTERS, Buckets
 from spectax.pipeline.counts import GAUGES
-from spectax.store.db import Database, mark_due_statement, upsert_statement
-from spectax.store.models import TABLES, HourlyRow, RollupDue, Sums, WindowRow
+from spectax.store.db import (
+    WRITE_ERRORS,
+    Database,
+    is_data_error,
+    mark_due_statement,
+    reason,
+    upsert_statement,
+)
+from spectax.store.models import TABLES, HourlyRow, Money, RollupDue, Sums, WindowRow
 from spectax.store.rows import decode_buckets, encode_buckets
 from spectax.units import floor_time
 
@@ -54,6 +70,7 @@ _OPTIONAL_ADDED = (
     "cold_start_usd",
     "draft_load_usd",
     "speculation_savings_usd",
+    "unobserved_seconds",
 )
 # The assessment's conclusions (0009, models.Sums): summed like the optional columns, but
 # a period with one source row that has none (written before 0009) has none at all: a day
@@ -75,8 +92,22 @@ _LATEST = (
     *(name for name, kind in GAUGES if kind == "setting"),
 )
 
+# The largest value each integer column of the rollup tables holds (Money: nano-dollars).
+_LIMITS = {
+    column.name: 2**63 - 1 if isinstance(column.type, (BigInteger, Money)) else 2**31 - 1
+    for table in (WindowRow, *TABLES.values())
+    for column in sa_inspect(table).columns
+    if isinstance(column.type, (Integer, Money)) and column.name != "id"
+}
+_DAY_SECONDS = PERIOD["day"].total_seconds()
+log = logging.getLogger(__name__)
+
 
 class Rollups(Database):
+    #: endpoints whose refused periods were logged in this run (once each: a target that
+    #: keeps serving the values would log every hour)
+    _refusals_logged: set[str] | None = None
+
     async def rollup(self) -> int:
         """Recompute every hour, then every day, marked as due. Returns the periods rolled.
 
@@ -95,9 +126,61 @@ class Rollups(Database):
                 due = [(m.endpoint, m.start, m.version) for m in await session.execute(query)]
             for i in range(0, len(due), ROLLUP_BATCH_PERIODS):
                 batch = due[i : i + ROLLUP_BATCH_PERIODS]
-                await self._roll(batch, granularity, source)
+                await self._roll_apart(batch, granularity, source)
                 done += len(batch)
         return done
+
+    async def _roll_apart(
+        self, marks: Sequence[tuple[str, datetime, int]], granularity: str, source: type[Sums]
+    ) -> None:
+        """`_roll`; if the database refuses a value, halve and retry each half, down to the
+        period it refuses, which is refused alone: a value the range check did not foresee
+        stops one endpoint's period, never the batch. An outage propagates (retried later)."""
+        try:
+            await self._roll(marks, granularity, source)
+        except WRITE_ERRORS as exc:
+            if not is_data_error(exc):
+                raise
+            if len(marks) > 1:
+                half = len(marks) // 2
+                await self._roll_apart(marks[:half], granularity, source)
+                await self._roll_apart(marks[half:], granularity, source)
+                return
+            [(endpoint, marked, version)] = marks
+            start = period_start(marked, granularity)
+            table = TABLES[granularity]
+            async with self._sessions.begin() as session:
+                await session.execute(
+                    delete(table).where(table.endpoint == endpoint, table.start == start)
+                )
+                await session.execute(
+                    delete(RollupDue).where(
+                        RollupDue.granularity == granularity,
+                        RollupDue.endpoint == endpoint,
+                        RollupDue.start == marked,
+                        RollupDue.version == version,
+                    )
+                )
+            self._refused([(endpoint, start, reason(exc))], granularity)
+
+    def _refused(self, refused: Sequence[tuple[str, datetime, str]], granularity: str) -> None:
+        """Say which periods were refused, once per endpoint in this run."""
+        if self._refusals_logged is None:
+            self._refusals_logged = set()
+        for endpoint, start, why in refused:
+            if endpoint in self._refusals_logged:
+                continue
+            self._refusals_logged.add(endpoint)
+            log.error(
+                "store: endpoint %s: %s %s not rolled up: %s; it has no %sly row (its windows"
+                " are kept: spectax export --granularity window), the other endpoints roll up;"
+                " later periods of this endpoint refused the same way are not logged again",
+                endpoint,
+                granularity,
+                start.isoformat(),
+                why,
+                granularity,
+            )
 
     async def _roll(
         self, marks: Sequence[tuple[str, datetime, int]], granularity: str, source: type[Sums]
@@ -112,6 +195,7 @@ class Rollups(Database):
         async with self._sessions.begin() as session:
             connection = await session.connection()
             summed: list[dict[str, Any]] = []
+            refused: list[tuple[str, datetime, str]] = []
             days: set[tuple[str, datetime]] = set()
             for start, endpoints in sorted(by_period.items()):
                 end = start + PERIOD[granularity]
@@ -126,7 +210,12 @@ class Rollups(Database):
                     delete(table).where(table.endpoint.in_(names), table.start == start)
                 )
                 for name in names:
-                    summed += rollup_rows(name, start, granularity, rows[name])
+                    period = rollup_rows(name, start, granularity, rows[name])
+                    problem = next(filter(None, map(sums_out_of_range, period)), None)
+                    if problem is None:
+                        summed += period
+                    else:
+                        refused.append((name, start, problem))
                     days.add((name, period_start(start, "day")))
             if summed:
                 await connection.execute(upsert_statement(insert, table), summed)
@@ -150,6 +239,7 @@ class Rollups(Database):
                     for e, marked, version in marks
                 ],
             )
+        self._refused(refused, granularity)
 
     async def apply_retention(self, now: datetime, keep: dict[str, float | None]) -> int:
         """Delete rows older than their granularity's retention (seconds; None keeps forever),
@@ -198,6 +288,38 @@ class Rollups(Database):
 def period_start(t: datetime, granularity: str) -> datetime:
     """The start of the UTC hour (granularity "hour") or day (any other) holding `t`."""
     return floor_time(t, PERIOD["hour" if granularity == "hour" else "day"])
+
+
+def window_out_of_range(row: Mapping[str, Any]) -> str | None:
+    """Why a window row may not be stored (None: it may): a value larger than a day's
+    column range prorated to the window's length, so that no day's rollup can pass it.
+    That is 1.07e14 tokens (or $106,751) a second: beyond any real engine, within reach
+    of a target that restarts at every scrape with counters near 2**53."""
+    length = max((row["end"] - row["start"]).total_seconds(), float(row.get("seconds") or 0))
+    for name, limit in _LIMITS.items():
+        value = row.get(name)
+        bound = limit * max(length, 1.0) / _DAY_SECONDS
+        if value is not None and _stored(value) > bound:
+            return (
+                f"{name} {value} in a {length:g} s window is more than a day's rollup could"
+                f" hold ({limit} = 2**{limit.bit_length()} - 1 a day, {bound:.4g} for this"
+                " window); the target's counters are not believable (check its restarts)"
+            )
+    return None
+
+
+def sums_out_of_range(row: Mapping[str, Any]) -> str | None:
+    """Why a rollup row's sums do not fit their columns (None: they do)."""
+    for name, limit in _LIMITS.items():
+        value = row.get(name)
+        if value is not None and _stored(value) > limit:
+            return f"{name} sums to {value}, more than the column holds ({limit})"
+    return None
+
+
+def _stored(value: Any) -> Any:
+    """The magnitude the column holds: nano-dollars for money."""
+    return abs(Decimal(value).scaleb(9) if isinstance(value, Decimal) else value)
 
 
 def rollup_rows(

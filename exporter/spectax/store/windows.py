@@ -27,7 +27,7 @@ from spectax.store.db import (
 )
 from spectax.store.models import Cursor, WindowRow
 from spectax.store.pending import PendingWrite
-from spectax.store.rollup import period_start
+from spectax.store.rollup import period_start, window_out_of_range
 from spectax.store.rows import complete_row, sum_usd, window_from_rows
 from spectax.units import from_timestamp
 
@@ -70,6 +70,9 @@ class WindowHistory(Database):
         then finds the row and sets it aside), StoreError when it cannot be reached.
         """
         windows = [complete_row(row) for _, rows, _ in writes for row in rows]
+        for row in windows:  # refused as the database refuses a value: the writer sets it aside
+            if (problem := window_out_of_range(row)) is not None:
+                raise StoreDataError(f"cannot write a window of {row['endpoint']}: {problem}")
         due = sorted(
             {
                 (endpoint, period_start(row["start"], "hour"))
