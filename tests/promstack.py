@@ -16,7 +16,7 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -173,6 +173,33 @@ class Prometheus(Server):
         status, body = await self.get_json("/api/v1/targets")
         assert status == 200, body
         return list(body["data"]["activeTargets"])
+
+
+def history_start() -> int:
+    """A minute boundary three hours ago: history there lies before Prometheus's head block,
+    where `promtool tsdb create-blocks-from` writes it."""
+    return (int(time.time()) - 3 * 3600) // 60 * 60
+
+
+@contextlib.asynccontextmanager
+async def prometheus_holding(workdir: Path, openmetrics: str) -> AsyncIterator[Prometheus]:
+    """A ready Prometheus whose TSDB holds `openmetrics` (samples with timestamps, `# EOF`),
+    written as blocks by promtool; it scrapes nothing."""
+    binary("prometheus")
+    history = workdir / "history.om"
+    history.write_text(openmetrics, encoding="utf-8")
+    data = workdir / "prometheus" / "data"
+    done = run_tool(
+        "promtool", "tsdb", "create-blocks-from", "openmetrics", str(history), str(data)
+    )
+    assert done.returncode == 0, done.stderr
+    server = Prometheus(workdir / "prometheus", {"global": {"scrape_interval": "1m"}})
+    await server.start()
+    try:
+        await server.wait_ready()
+        yield server
+    finally:
+        await server.stop()
 
 
 class Alertmanager(Server):

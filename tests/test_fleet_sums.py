@@ -16,14 +16,13 @@ than the window.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import replace
 from pathlib import Path
 
 import aiohttp
 import pytest
 
-from promstack import Prometheus, binary, run_tool
+from promstack import Prometheus, history_start, prometheus_holding
 from spectax.engines.base import Histogram
 from spectax.pipeline.intervals import Interval
 from spectax.sources import promql
@@ -93,20 +92,9 @@ def _quoted(value: str) -> str:
 
 @pytest.fixture
 async def prometheus(tmp_path: Path):  # type: ignore[no-untyped-def]
-    binary("prometheus")
-    t0 = (int(time.time()) - 3 * 3600) // 60 * 60  # before the head block, a minute boundary
-    source = tmp_path / "history.om"
-    source.write_text(openmetrics(t0), encoding="utf-8")
-    data = tmp_path / "prometheus" / "data"
-    done = run_tool("promtool", "tsdb", "create-blocks-from", "openmetrics", str(source), str(data))
-    assert done.returncode == 0, done.stderr
-    server = Prometheus(tmp_path / "prometheus", {"global": {"scrape_interval": "1m"}})
-    await server.start()
-    try:
-        await server.wait_ready()
+    t0 = history_start()
+    async with prometheus_holding(tmp_path, openmetrics(t0)) as server:
         yield server, float(t0)
-    finally:
-        await server.stop()
 
 
 async def read(

@@ -26,7 +26,7 @@ from spectax.endpoint import EndpointMonitor
 from spectax.gpus import gpu_spec
 from spectax.pipeline.windows import aligned_start
 from spectax.report.progress import Progress
-from spectax.sources.fleet import cursor_sample, endpoint_price
+from spectax.sources.fleet import carried, cursor_sample, endpoint_price
 from spectax.sources.prometheus import PrometheusReader, SourceError
 from spectax.store import Store, WindowWrite
 
@@ -135,7 +135,8 @@ async def backfill(
                                         (endpoint.price and endpoint.price.gpu) or endpoint.gpu
                                     ),
                                 )
-                            write = monitor.observe_interval(interval, cursor_sample(interval))
+                            fed = carried(monitor, interval, source)
+                            write = monitor.observe_interval(fed, cursor_sample(interval))
                             if write is not None:
                                 writes.append((write.endpoint, write.rows, write.cursor))
                                 rows += len(write.rows)

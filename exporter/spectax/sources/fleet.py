@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from decimal import Decimal
 from typing import TYPE_CHECKING, Protocol
 
@@ -31,6 +32,7 @@ from spectax.pipeline.windows import aligned_start
 from spectax.scrape import ScrapeError, redact
 from spectax.sources.config import PrometheusSource
 from spectax.sources.prometheus import PrometheusReader, SourceError
+from spectax.sources.promql import horizon
 from spectax.store.pending import PendingWrite
 
 if TYPE_CHECKING:
@@ -47,6 +49,17 @@ CATCH_UP_SECONDS = 86400.0
 def cursor_sample(interval: Interval) -> EngineSample:
     """What a fleet endpoint's cursor holds: its models (the deltas come from Prometheus)."""
     return EngineSample("vllm", {model: ModelSample() for model in interval.models})
+
+
+def carried(monitor: EndpointMonitor, interval: Interval, source: PrometheusSource) -> Interval:
+    """The interval from the endpoint's last window on: the seconds (and so the spend) of
+    the windows in which none of its series had a sample (Prometheus paused, every
+    replica gone a while) go into the next one, as a direct scrape after a gap counts the
+    gap; its tokens do too (spectax.sources.promql.horizon), within the same horizon."""
+    cursor = monitor.cursor()
+    if cursor is None or not interval.start - horizon(source) < cursor[0] < interval.start:
+        return interval
+    return replace(interval, start=cursor[0])
 
 
 def endpoint_price(settings: Settings, config: EndpointConfig) -> Decimal | None:
@@ -133,7 +146,8 @@ class FleetSource:
             for name, interval in sorted(windows[end].items()):
                 found = await self._monitor(name)
                 if found is not None:
-                    self._emit(found, found.observe_interval(interval, cursor_sample(interval)))
+                    fed = carried(found, interval, self.source)
+                    self._emit(found, found.observe_interval(fed, cursor_sample(interval)))
         for name in self.monitors.keys() - windows[bounds[-1]].keys():  # every replica gone
             gone = self.monitors[name]
             stale = "no sample in the last window: every replica gone, or no longer scraped"

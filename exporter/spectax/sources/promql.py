@@ -106,7 +106,7 @@ def queries(source: PrometheusSource, window: float) -> dict[str, str | CounterQ
     return out
 
 
-def horizon(source: PrometheusSource, name: str) -> float:
+def horizon(source: PrometheusSource, name: str = "") -> float:
     """How far before a window the sample it counts from may lie: a counter's last sample
     within HORIZON_SECONDS (read raw only for the odd series, so a long reach costs little);
     running requests, read raw for the whole fleet each window, within the lookback."""
