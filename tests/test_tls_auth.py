@@ -177,9 +177,13 @@ async def serve() -> AsyncIterator[Any]:
         await running.close()
 
 
-async def get(url: str, **kwargs: Any) -> int:
+async def get(url: str, source: str = "127.0.0.1", **kwargs: Any) -> int:
+    """GET /-/healthy from the loopback address `source` (127.0.0.2 is another client)."""
     async with (
-        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session,
+        aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=5),
+            connector=aiohttp.TCPConnector(local_addr=(source, 0)),
+        ) as session,
         session.get(f"{url}/-/healthy", **kwargs) as response,
     ):
         await response.read()
@@ -475,10 +479,17 @@ PARTIAL_HEADER = b"GET /metrics HTTP/1.1\r\nHost: spectax\r\nX-Padding: " + b"a"
 Held = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
-async def hold(port: int, context: ssl.SSLContext | None, data: bytes = PARTIAL_HEADER) -> Held:
-    """A connection that sends `data` (by default an unfinished header) and never more;
-    the writer is kept, since a collected StreamWriter closes its connection."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+async def hold(
+    port: int,
+    context: ssl.SSLContext | None,
+    data: bytes = PARTIAL_HEADER,
+    source: str = "127.0.0.1",
+) -> Held:
+    """A connection from `source` that sends `data` (by default an unfinished header) and
+    never more; the writer is kept, since a collected StreamWriter closes its connection."""
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", port, ssl=context, local_addr=(source, 0)
+    )
     writer.write(data)
     await writer.drain()
     return reader, writer
@@ -516,8 +527,11 @@ async def test_connections_that_never_finish_a_header_are_closed_by_spectax(
     try:
         await spectax.wait_for(lambda m: value(m, "spectax_endpoint_up", endpoint="vllm"))
         context = client_context(certs.ca)
-        held = [await hold(port, context) for _ in range(40)]
-        held += [await hold(port, None, b"\x16\x03\x01") for _ in range(10)]  # half a hello
+        # from two addresses: one holds at most webserver.MAX_PER_ADDRESS
+        held = [await hold(port, context, source=f"127.0.0.{1 + i % 2}") for i in range(40)]
+        held += [
+            await hold(port, None, b"\x16\x03\x01", "127.0.0.3") for _ in range(10)
+        ]  # half a hello
         status, _ = await spectax.get()
         assert status == 200
         bound = webserver.HEADER_TIMEOUT + 10  # the timeout, and room for a loaded machine
@@ -535,8 +549,8 @@ async def test_an_unfinished_plain_http_header_is_closed_after_the_header_timeou
 ) -> None:
     url, _ = await serve(web_config(tmp_path, {}), header_timeout=0.5)
     port = int(url.rsplit(":", 1)[1])
-    held = [await hold(port, None) for _ in range(50)]
-    assert await get(url) == 200
+    held = [await hold(port, None, source=f"127.0.0.{1 + i % 2}") for i in range(50)]
+    assert await get(url, "127.0.0.3") == 200
     assert all(await asyncio.wait_for(asyncio.gather(*map(closed_by_server, held)), 10))
 
 
@@ -562,6 +576,75 @@ async def test_connections_past_the_cap_are_closed_at_once_and_the_cap_frees_up(
         return not await refused(url, ssl=context)
 
     await wait_until(served, 10, "the server to take connections again")
+
+
+async def held_or_refused(port: int, context: ssl.SSLContext, source: str) -> Held | None:
+    """A held connection from `source`, or None when the server closed it at accept."""
+    try:
+        held = await hold(port, context, source=source)
+    except (ConnectionError, ssl.SSLError, OSError):
+        return None
+    reader, _ = held
+    try:  # past a cap the server closes at once: the TLS handshake itself fails, or EOF
+        await asyncio.wait_for(reader.read(1), 0.2)
+    except TimeoutError:
+        return held  # still open: held
+    except (ConnectionError, ssl.SSLError):
+        pass
+    held[1].close()
+    return None
+
+
+async def test_one_address_holds_at_most_its_share_and_another_always_gets_in(
+    tmp_path: Path, certs: Certs, serve: Any
+) -> None:
+    """Slowloris from one address (the issue: 2,000 unfinished headers filled all 256 places
+    and a normal client got 0 of 19 answers): the defaults let 127.0.0.1 hold 32 and no
+    more, and 127.0.0.2 is answered every time while they are held."""
+    url, _ = await serve(web_config(tmp_path, {"tls_server_config": tls(certs)}), header_timeout=30)
+    port, context = int(url.rsplit(":", 1)[1]), client_context(certs.ca)
+    flood = await asyncio.gather(*(held_or_refused(port, context, "127.0.0.1") for _ in range(300)))
+    held = [connection for connection in flood if connection is not None]
+    assert len(held) == webserver.MAX_PER_ADDRESS
+    answers = [await get(url, "127.0.0.2", ssl=context) for _ in range(10)]
+    assert answers == [200] * 10
+    for _, writer in held:
+        writer.close()
+
+
+async def test_the_last_places_go_to_addresses_that_hold_none(
+    tmp_path: Path, certs: Certs, serve: Any
+) -> None:
+    """8 places, 3 per address, 2 reserved: two flooding addresses take the 6 shared ones; a
+    third address gets one reserved place (not a second), a fourth the last one, a fifth
+    none; once one flood is closed, its address gets in again."""
+    url, _ = await serve(
+        web_config(tmp_path, {"tls_server_config": tls(certs)}),
+        max_connections=8,
+        max_per_address=3,
+        reserved=2,
+        header_timeout=30,
+    )
+    port, context = int(url.rsplit(":", 1)[1]), client_context(certs.ca)
+
+    async def count(source: str, tries: int) -> list[Held]:
+        attempts = [await held_or_refused(port, context, source) for _ in range(tries)]
+        return [connection for connection in attempts if connection is not None]
+
+    first, second = await count("127.0.0.1", 5), await count("127.0.0.2", 5)
+    assert (len(first), len(second)) == (3, 3)
+    third = await count("127.0.0.3", 3)
+    assert len(third) == 1
+    assert len(await count("127.0.0.4", 1)) == 1
+    assert await count("127.0.0.5", 1) == []
+    for _, writer in first:
+        writer.close()
+    from e2e import wait_until
+
+    async def served() -> bool:
+        return await get(url, "127.0.0.5", ssl=context) == 200
+
+    await wait_until(served, 10, "a place to free up")
 
 
 # ------------------------------------------------------------------ keys and auth on reload
