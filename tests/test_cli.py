@@ -209,3 +209,74 @@ async def test_the_live_demo_calibrates_from_its_own_windows_not_from_demo_histo
         assert "resuming from" not in live.log  # nor any cursor of the simulated history
     finally:
         assert await live.stop() == 0
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "--log-level", "debug", "--log-format", "json"],
+        ["--log-level", "debug", "--log-format", "json", "run"],
+        ["run", "--log.level", "debug", "--log.format=json"],
+        ["db", "upgrade", "--log.level=debug", "--log-format", "json"],
+    ],
+)
+def test_the_global_flags_go_before_or_after_the_command_with_prometheus_spellings(
+    argv: list[str],
+) -> None:
+    """An exporter's operator types `spectax run --log-level debug`, or Prometheus'
+    `--log.level`: both were refused ("unrecognized arguments", or an error that pointed
+    at the wrong flag)."""
+    args = _parser().parse_args(argv)
+    assert (args.log_level, args.log_format) == ("debug", "json")
+
+
+def test_a_flag_before_the_command_is_not_undone_by_the_commands_default() -> None:
+    args = _parser().parse_args(["--log-level", "warning", "check-config"])
+    assert args.log_level == "warning" and args.log_format == "text"
+
+
+def test_version_after_the_command(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["run", "--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.startswith("spectax ")
+
+
+def test_no_flag_is_taken_for_a_longer_one_it_abbreviates(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`--acceptance 0.6` passed silently for `--acceptance-length 0.6` (argparse's
+    allow_abbrev): a different quantity, a different answer."""
+    with pytest.raises(SystemExit) as exited:
+        main(["model", "predict", "--concurrency", "8", "--acceptance-len", "2.0"])
+    assert exited.value.code == 2
+    assert "unrecognized arguments: --acceptance-len" in capsys.readouterr().err
+
+
+def test_the_all_interfaces_form_of_the_listen_address_is_taken() -> None:
+    """Prometheus' `--web.listen-address=:9090` means every interface; spectax refused it."""
+    args = _parser().parse_args(["demo", "--web.listen-address", ":9837"])
+    assert args.listen_address == ":9837"
+    from spectax.config import validate
+
+    config = validate({"listen": ":9837"}, "test").config
+    assert (config.listen_host, config.listen_port) == ("", 9837)
+
+
+@pytest.mark.e2e
+def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> None:
+    """`spectax assess ... | head` ended in a BrokenPipeError traceback."""
+    levels = ",".join(map(str, range(1, 3000)))
+    predict = ["model", "predict", "--acceptance", "0.6", "--num-speculative-tokens", "3"]
+    reader = subprocess.Popen(
+        [sys.executable, "-m", "spectax", *predict, "--concurrency", levels],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert reader.stdout is not None and reader.stderr is not None
+    reader.stdout.readline()
+    reader.stdout.close()  # what `head -1` does once it has its line
+    err = reader.stderr.read().decode()
+    assert reader.wait(timeout=60) == 141, err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err

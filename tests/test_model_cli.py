@@ -69,7 +69,9 @@ def test_predict_crossover_is_where_the_speedup_crosses_one(
     config = around["speculative_config"]
     assert config["method"] == "eagle3" and config["num_speculative_tokens"] == 4
     schedule = config["num_speculative_tokens_per_batch_size"]
-    assert schedule == [[1, math.floor(x), 4], [math.floor(x) + 1, math.ceil(x * 1.1), 0]]
+    # The last range runs to the engine's largest batch (vLLM's default max_num_seqs), not
+    # to the largest --concurrency asked: every batch says its K.
+    assert schedule == [[1, math.floor(x), 4], [math.floor(x) + 1, 1024, 0]]
 
 
 def test_predict_finds_the_best_k_per_concurrency_and_its_vllm_schedule(
@@ -95,7 +97,7 @@ def test_predict_finds_the_best_k_per_concurrency_and_its_vllm_schedule(
     schedule = result["speculative_config"]["num_speculative_tokens_per_batch_size"]
     # vLLM's rules (vllm/v1/spec_decode/dynamic/utils.py): inclusive ranges from 1, in
     # order, without gaps here, each K capped by num_speculative_tokens.
-    assert schedule[0][0] == 1 and schedule[-1][1] == 128
+    assert schedule[0][0] == 1 and schedule[-1][1] == 1024  # max_num_seqs, vLLM's default
     assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(schedule))
     assert max(k for _, _, k in schedule) == result["speculative_config"]["num_speculative_tokens"]
     by_batch = {b: k for first, last, k in schedule for b in range(first, last + 1)}
@@ -598,3 +600,78 @@ def test_fit_reads_real_vllm_bench_files_as_vllm_wrote_them(
         (1, 0),
         (1, 0),
     ]
+
+
+def test_predict_answers_k3_at_8_requests_and_acceptance_0_6_from_its_help(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The question a user asks: "K=3, 8 requests, acceptance 0.6". Acceptance (vLLM's
+    acceptance rate, alpha = A/Dt) was not an input; tau = 1 + alpha*K is the same question."""
+    args = ["predict", "--num-speculative-tokens", "3", "--concurrency", "8"]
+    by_alpha = run_json(capsys, *args, "--acceptance", "0.6")
+    by_tau = run_json(capsys, *args, "--acceptance-length", str(1 + 0.6 * 3))
+    assert by_alpha["acceptance_length"] == pytest.approx(2.8)
+    assert by_alpha["acceptance_ratio"] == pytest.approx(0.6)
+    assert by_alpha["rows"] == by_tau["rows"]
+    code, _, err = run(capsys, *args, "--acceptance", "1.5")
+    assert code == 2 and "between 0 and 1" in err
+
+
+def test_predict_always_says_what_to_do_with_the_speculative_config(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The vLLM snippet appeared only with --position-acceptance and a K change: a user
+    whose K already pays everywhere was told nothing."""
+    args = ["predict", "--acceptance", "0.9", "--num-speculative-tokens", "3"]
+    code, out, _ = run(capsys, *args, "--concurrency", "1,2", "--max-num-seqs", "64")
+    assert code == 0
+    assert "recommendation: keep --speculative-config as it is (K = 3 at every batch up to 64)" in (
+        out
+    )
+
+
+def test_predict_schedule_covers_the_engines_largest_batch(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """With --concurrency 1,8,32,64,128 the last range stopped at 128: a batch above it had no
+    range of the list. It now runs to --max-num-seqs."""
+    p = "0.8,0.6,0.4,0.25,0.1"
+    args = ["predict", "--position-acceptance", p, "--num-speculative-tokens", "3"]
+    args += ["--ridge-batch", "64", "--step-overhead-ratio", "0.5", "--method", "eagle"]
+    result = run_json(capsys, *args, "--concurrency", "1,8,32,64,128", "--max-num-seqs", "512")
+    schedule = result["speculative_config"]["num_speculative_tokens_per_batch_size"]
+    assert schedule[-1][1] == 512 and schedule[-1][2] == 0
+
+
+@pytest.mark.live_vllm
+def test_predict_schedule_gives_every_batch_the_k_vllm_itself_reads_from_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """vLLM's own reading of the list (`build_dynamic_sd_schedule_lookup`, vLLM 0.32.0's
+    vllm/v1/spec_decode/dynamic/utils.py, from the live tier's install; a module of plain
+    Python) gives each batch 1..max_num_seqs the K spectax computed for it."""
+    from live_vllm import servers as live
+
+    found = sorted(
+        (live.vllm_home() / "venv").glob("lib/python*/site-packages/vllm/v1/spec_decode/dynamic")
+    )
+    if not found:
+        if live.in_ci():
+            pytest.fail("vLLM is not installed (tests/live_vllm/setup.sh)", pytrace=False)
+        pytest.skip("vLLM is not installed: run tests/live_vllm/setup.sh")
+    spec = importlib.util.spec_from_file_location("vllm_dynamic_sd", found[0] / "utils.py")
+    assert spec is not None and spec.loader is not None
+    vllm_sd = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(vllm_sd)
+
+    p = [0.8, 0.6, 0.4, 0.25, 0.1]
+    args = ["predict", "--position-acceptance", ",".join(map(str, p)), "--ridge-batch", "64"]
+    args += ["--step-overhead-ratio", "0.5", "--method", "eagle", "--max-num-seqs", "300"]
+    result = run_json(capsys, *args, "--concurrency", ",".join(map(str, range(1, 301))))
+    config = result["speculative_config"]
+    dense = vllm_sd.build_dynamic_sd_schedule_lookup(
+        config["num_speculative_tokens_per_batch_size"], 300, config["num_speculative_tokens"]
+    )
+    ours = {row["concurrency"]: row["best_num_speculative_tokens"] for row in result["rows"]}
+    assert [dense[b] for b in range(1, 301)] == [ours[b] for b in range(1, 301)]
+    assert len(set(dense[1:])) > 1  # a schedule that changes K, not a constant

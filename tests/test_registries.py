@@ -26,6 +26,13 @@ def test_the_readme_lists_the_registered_engines() -> None:
     assert readme_list("Engines (`engine:`):") == list(ENGINES)
 
 
+def test_the_example_configuration_names_every_registered_engine() -> None:
+    """It said "engine: vllm # the only engine today" with five registered."""
+    example = (README.parent / "spectax.example.yml").read_text(encoding="utf-8")
+    line = next(x for x in example.splitlines() if x.strip().startswith("engine:"))
+    assert sorted(re.findall(r"\b(" + "|".join(ENGINES) + r")\b", line)) == sorted(ENGINES)
+
+
 def test_the_readme_lists_the_registered_billing_sources() -> None:
     assert readme_list("Source types (`type:`):") == list(SOURCES)
 

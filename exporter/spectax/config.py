@@ -96,13 +96,16 @@ class Config(StrictModel):
     @field_validator("listen")
     @classmethod
     def _host_port(cls, value: str) -> str:
-        host, _, port = value.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError("must be HOST:PORT, for example 127.0.0.1:9837")
+        _, colon, port = value.rpartition(":")
+        if not colon or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(
+                "must be HOST:PORT, for example 127.0.0.1:9837 (or :9837 for every interface)"
+            )
         return value
 
     @property
     def listen_host(self) -> str:
+        """The host to bind: "" (Prometheus' `:9837`, every interface) is asyncio's too."""
         return self.listen.rpartition(":")[0].strip("[]")
 
     @property

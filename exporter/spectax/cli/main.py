@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -34,23 +35,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return status
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `spectax assess ... | head`: the reader has what it wanted. Point stdout at
+        # /dev/null so that the interpreter's own flush at exit does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a shell's own commands report it
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="spectax", description=__doc__)
-    parser.add_argument("--version", action="version", version=f"spectax {__version__}")
-    parser.add_argument(
-        "--log-level",
-        default="info",
-        choices=["debug", "info", "warning", "error"],
-        help="default info; debug is safe: secrets are blanked",
-    )
-    parser.add_argument(
-        "--log-format",
-        default="text",
-        choices=["text", "json"],
-        help="json: one object per line (time, level, logger, message, endpoint)",
-    )
+    parser = argparse.ArgumentParser(prog="spectax", description=__doc__, allow_abbrev=False)
+    _add_global_flags(parser, None)
     commands = parser.add_subparsers(
         dest="command", required=True, title="commands", metavar="COMMAND"
     )
@@ -64,7 +58,49 @@ def _parser() -> argparse.ArgumentParser:
     check_config.add_parser(commands)
     assess.add_parser(commands)
     model.add_parser(commands)
+    for command in _commands(parser):
+        command.allow_abbrev = False  # `--acceptance` must never pass for `--acceptance-length`
+        _add_global_flags(command, argparse.SUPPRESS)
     return parser
+
+
+def _add_global_flags(parser: argparse.ArgumentParser, default: str | None) -> None:
+    """--version, --log-level and --log-format, with Prometheus' own spellings (`--log.level`,
+    `--log.format`) as aliases: an exporter's operator types those. On every command too
+    (`spectax run --log-level debug`), where the default is SUPPRESS so that a flag given
+    before the command is not overwritten by the command's own default."""
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"spectax {__version__}",
+        help="print the version and exit" if default is None else argparse.SUPPRESS,
+    )
+    parser.add_argument(
+        "--log-level",
+        "--log.level",
+        dest="log_level",
+        default="info" if default is None else default,
+        choices=["debug", "info", "warning", "error"],
+        help="default info; debug is safe: secrets are blanked",
+    )
+    parser.add_argument(
+        "--log-format",
+        "--log.format",
+        dest="log_format",
+        default="text" if default is None else default,
+        choices=["text", "json"],
+        help="json: one object per line (time, level, logger, message, endpoint)",
+    )
+
+
+def _commands(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """Every command's parser, nested ones (`db migrate`) included."""
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in dict.fromkeys(action.choices.values()):
+                found += [command, *_commands(command)]
+    return found
 
 
 __all__ = ["main"]

@@ -26,8 +26,16 @@ from spectax.economics import formulas
 #: vLLM 0.32.0's SpeculativeConfig (vllm/config/speculative.py) has no switch that turns
 #: speculation off above a batch size; it has `num_speculative_tokens_per_batch_size`, a
 #: list of inclusive [first, last, K] batch ranges, the first starting at 1, K >= 0, each
-#: K capped at `num_speculative_tokens` (which must be > 0), the last range carried on.
+#: K capped at `num_speculative_tokens` (which must be > 0), the last range carried on to
+#: `max_num_seqs` (`build_dynamic_sd_schedule_lookup` in vllm/v1/spec_decode/dynamic/utils.py).
+#: spectax writes the last range out to the engine's largest batch all the same: the list then
+#: says what runs at every batch, whichever way a later vLLM fills the tail.
 VLLM_SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
+#: The largest batch a schedule covers unless `--max-num-seqs` says: vLLM 0.32's default
+#: `max_num_seqs` is 1024 on an H100/H200-class GPU and 256 on others (`EngineArgs.
+#: _get_default_max_num_seqs_and_batched_tokens`); a range past the engine's largest batch
+#: is cut at it by vLLM, so the larger default is right for both.
+DEFAULT_MAX_NUM_SEQS = 1024
 
 
 class ModelError(ValueError):
@@ -102,7 +110,8 @@ def predict(args: argparse.Namespace) -> dict[str, Any]:
             return best_k(b)[0]
         return k if formulas.speedup_per_step(tau, k, b, bstar, c, h) > 1.0 else 0
 
-    schedule = batch_schedule([k_at(b) for b in range(1, math.ceil(max(concurrencies)) + 1)])
+    largest = max(math.ceil(max(concurrencies)), args.max_num_seqs)
+    schedule = batch_schedule([k_at(b) for b in range(1, largest + 1)])
     return {
         "acceptance_length": tau,
         "acceptance_ratio": alpha,
@@ -121,6 +130,7 @@ def predict(args: argparse.Namespace) -> dict[str, Any]:
         if crossover == math.inf
         else "at",
         "speculative_config": vllm_speculative_config(schedule, k, args.method),
+        "max_num_seqs": largest,
     }
 
 
@@ -138,11 +148,19 @@ def _acceptance(args: argparse.Namespace, positions: list[float] | None) -> tupl
                 f"K = {k:g}: --position-acceptance gives only {len(positions)} positions"
             )
         return int(k), 1.0 + sum(positions[: int(k)])
-    if args.acceptance_length is None:
-        raise ModelError("give --acceptance-length TAU or --position-acceptance p0,p1,...")
+    if args.acceptance_length is None and args.acceptance is None:
+        raise ModelError(
+            "give --acceptance ALPHA, --acceptance-length TAU or --position-acceptance p0,p1,..."
+        )
+    given = "--acceptance-length" if args.acceptance is None else "--acceptance"
     if k is None:
-        raise ModelError("--acceptance-length needs --num-speculative-tokens K")
-    tau = args.acceptance_length
+        raise ModelError(f"{given} needs --num-speculative-tokens K")
+    if args.acceptance is not None:
+        if not 0 <= args.acceptance <= 1:
+            raise ModelError("--acceptance: alpha is a share of draft tokens, between 0 and 1")
+        tau = 1.0 + args.acceptance * k  # alpha = A / Dt and tau = 1 + A / Dr, Dt = K * Dr
+    else:
+        tau = args.acceptance_length
     if k < 0 or not 1 <= tau <= k + 1:
         raise ModelError(f"K = {k:g} and tau = {tau:g}: need K >= 0 and 1 <= tau <= K + 1")
     return int(k) if k == int(k) else k, tau
@@ -214,7 +232,8 @@ def _numbers(text: str, flag: str, positive: bool = False) -> list[float]:
 def predict_text(result: dict[str, Any]) -> str:
     r = result
     lines = [
-        f"§3b: tau {r['acceptance_length']:g}, K {r['num_speculative_tokens']:g}"
+        f"model (docs/economics.md): tau {r['acceptance_length']:g},"
+        f" K {r['num_speculative_tokens']:g}"
         + ("" if r["acceptance_ratio"] is None else f" (acceptance {r['acceptance_ratio']:.3f})")
         + f", c {r['draft_cost_ratio']:g},"
         f" B* {r['ridge_batch_requests']:g}, h {r['step_overhead_ratio']:g}",
@@ -251,6 +270,11 @@ def predict_text(result: dict[str, Any]) -> str:
         lines.append(
             "recommendation: turn speculation off (start vLLM without --speculative-config)"
         )
+    elif config is None and r["num_speculative_tokens"]:
+        lines.append(
+            f"recommendation: keep --speculative-config as it is (K ="
+            f" {r['num_speculative_tokens']:g} at every batch up to {r['max_num_seqs']})"
+        )
     elif config:
         lines.append(
             "recommendation (vLLM 0.32): --speculative-config '" + json.dumps(config) + "'"
@@ -271,8 +295,16 @@ def add_parser(commands: Any) -> None:
     )
     sub = model.add_subparsers(dest="model_command", title="commands", metavar="COMMAND")
     model.set_defaults(func=lambda args: _usage(model))
-    p = sub.add_parser("predict", help="speedup, verdict and crossover per concurrency (§3b)")
+    p = sub.add_parser(
+        "predict", help="speedup, verdict and crossover per concurrency (docs/economics.md)"
+    )
     given = p.add_mutually_exclusive_group()
+    given.add_argument(
+        "--acceptance",
+        type=float,
+        metavar="ALPHA",
+        help="acceptance ratio: accepted over proposed draft tokens (vLLM's acceptance rate)",
+    )
     given.add_argument(
         "--acceptance-length", type=float, metavar="TAU", help="tokens per verify step"
     )
@@ -303,6 +335,14 @@ def add_parser(commands: Any) -> None:
         help=f"h (default {economics.DEFAULT_STEP_OVERHEAD_RATIO:g}, as assess; >= h_min)",
     )
     p.add_argument("--concurrency", required=True, metavar="1,2,4,...", help="running requests")
+    p.add_argument(
+        "--max-num-seqs",
+        type=int,
+        default=DEFAULT_MAX_NUM_SEQS,
+        metavar="N",
+        help=f"the engine's max_num_seqs: the K schedule covers batches 1..N (default"
+        f" {DEFAULT_MAX_NUM_SEQS}, vLLM's largest default)",
+    )
     p.add_argument(
         "--format", choices=["text", "json"], default="text", help="output (default text)"
     )

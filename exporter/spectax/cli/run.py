@@ -34,7 +34,9 @@ def add_parser(commands: Any) -> None:
 
 
 def add_demo_parser(commands: Any) -> None:
-    demo = commands.add_parser("demo", help="simulated vLLM servers plus the daemon, on SQLite")
+    demo = commands.add_parser(
+        "demo", help="a simulated fleet of five engines plus the daemon, on SQLite"
+    )
     demo.add_argument("--config", type=Path, help="YAML file for listen, storage, intervals")
     _add_listen_address(demo, "--listen")  # --listen: the demo's flag before 0.x, kept
     demo.add_argument(

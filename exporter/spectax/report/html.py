@@ -87,7 +87,8 @@ def render_html(report: Report, chart_list: list[Chart] | None = None) -> str:
             out.append(f"<p>{escape(', '.join(report.without_history))}</p>")
     out += [
         f"<footer>spectax {escape(__version__)}: figures recomputed from the stored hourly and "
-        "daily sums (ECONOMICS.md). Self-contained: no scripts, nothing loaded from the network."
+        "daily sums (docs/economics.md explains each). Self-contained: no scripts, nothing "
+        "loaded from the network."
         "</footer>",
         "</body>",
         "</html>",

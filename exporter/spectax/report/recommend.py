@@ -165,7 +165,8 @@ def _recommend(
                     f"{len(with_traffic)} hour(s) with output and not one draft token proposed "
                     "(n-gram drafting that never finds a match, or a drafter that is not running).",
                     "Every step still paid the proposer's cost with nothing to show for it "
-                    "(ECONOMICS.md §3b: S = (r + 1)/(r(1 + h) + 1), below 1 for any h > 0), "
+                    '(docs/economics.md, "The floor under h": S = (r + 1)/(r(1 + h) + 1), '
+                    "below 1 for any h > 0), "
                     "besides the draft's memory and load time.",
                     verdicts_line(month),
                 ),

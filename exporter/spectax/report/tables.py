@@ -163,7 +163,8 @@ def speculation_table(report: Report) -> Table:
             "them): it paid when even the low end of its speedup's band was above 1, it was a "
             "tax when even the high end was below 1, uncertain when the band straddled 1 (a "
             "measured speedup has no band: above 1 pays). A window that proposed no drafts is "
-            "judged too: its steps still paid the proposer's cost (ECONOMICS.md §3b). Shares "
+            "judged too: its steps still paid the proposer's cost (docs/economics.md, "
+            '"The floor under h"). Shares '
             "are of the windows judged, per model.",
         ),
         (False, False, False, True, True, True, True, True, True, True, True),
