@@ -230,3 +230,68 @@ async def stored_rows(url: str, start: float) -> list[Any]:
         return [r for r in await store.rows("window") if r.start.timestamp() == start]
     finally:
         await store.close()
+
+
+@pytest.mark.timeout(150)
+async def test_sigterm_with_the_windows_table_locked_spools_and_exits_in_time(
+    tmp_path, request
+) -> None:
+    """PostgreSQL stalled, not down: another session holds `LOCK TABLE windows IN ACCESS
+    EXCLUSIVE MODE`, so every write waits for the lock. The store must show as behind
+    (`spectax_store_up` 0, the oldest pending write's age growing) while the windows pile
+    up, and SIGTERM must spool what is queued and exit within the unit's TimeoutStopSec.
+    It used to wait for the lock (SIGTERM ended only when the lock went, `store_up` 1)."""
+    import asyncpg
+
+    from spectax.store.writer import WRITE_BOUND_SECONDS, WriteQueue
+    from test_systemd import UNIT, directives
+
+    (stop_timeout,) = directives(UNIT.read_text())["TimeoutStopSec"]
+    stop_timeout_seconds = float(stop_timeout.removesuffix("s"))
+
+    url = request.getfixturevalue("pg_server").database()
+    async with await start_simulated_servers(DEMO_PROFILES, speed=4.0) as fleet:
+        port = free_port()
+        config = write_config(
+            tmp_path,
+            port,
+            demo_endpoints(dict(fleet.urls), DEMO_PROFILES),
+            window="2s",
+            storage_url=url,
+        )
+        spectax = Spectax(config, port)
+        await spectax.start()
+        holder = await asyncpg.connect(url.replace("postgresql+asyncpg", "postgresql"))
+        try:
+            await spectax.wait_for(
+                lambda m: (
+                    all(value(m, "spectax_endpoint_up", endpoint=n) == 1 for n in NAMES)
+                    and value(m, "spectax_store_up") == 1
+                )
+            )
+            locked = holder.transaction()
+            await locked.start()
+            await holder.execute("LOCK TABLE windows IN ACCESS EXCLUSIVE MODE")
+            m = await spectax.wait_for(
+                lambda m: (
+                    value(m, "spectax_store_up") == 0
+                    and value(m, "spectax_store_pending_windows") >= 40
+                ),
+                timeout=60,
+            )
+            age = value(m, "spectax_store_oldest_pending_age_seconds")
+            assert age is not None and age > WRITE_BOUND_SECONDS
+            assert value(m, "spectax_store_write_errors_total") >= 1
+            began = time.monotonic()
+            code = await spectax.stop(timeout=stop_timeout_seconds + 5)
+            took = time.monotonic() - began
+            assert code == 0, spectax.log_tail()
+            assert took < stop_timeout_seconds - 5, f"SIGTERM took {took:.1f} s"
+        finally:
+            await holder.close()  # the lock goes with the session
+            await spectax.kill()
+    spool = tmp_path / "state" / "spool.jsonl"
+    spooled = WriteQueue(spool).pending_rows if spool.exists() else 0
+    assert spooled >= 40, spectax.log_tail()
+    assert "not yet stored; they wait in" in spectax.log
+    assert "Traceback" not in spectax.log

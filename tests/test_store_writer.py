@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import sqlite3
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -151,6 +152,36 @@ async def test_a_locked_sqlite_postpones_the_rollup_in_one_line_and_it_runs_late
         await writer.maintain(rows_of("a", 0).rows[0]["start"], {"window": None})
         assert len(await writer.store.rows("hour")) == len(rows_of("a", 0).rows)
         assert "rollup done again" in caplog.text
+    finally:
+        await writer.stop([], 5)
+        await writer.close()
+
+
+async def test_the_oldest_pending_age_dates_a_left_spool_and_is_zero_once_written(
+    database_url: str, tmp_path: Path
+) -> None:
+    """`spectax_store_oldest_pending_age_seconds`: a spool left an hour ago is an hour old
+    before the store answers (the writes' own scrape times say so), and 0 once written."""
+    from spectax.store.spool import WriteQueue
+
+    old = rows_of("a", int(time.time()) - 3600)
+    assert old.cursor is not None
+    left = WriteQueue(tmp_path / "spool.jsonl", max_rows=1)
+    left.append(old)
+    left.spill_all()
+    writer = StoreWriter(
+        lambda: Store.open(database_url), tmp_path / "spool.jsonl", 10_000, asyncio.Event(), log
+    )
+    now = time.time()
+    assert writer.oldest_pending_age(now) == pytest.approx(now - old.cursor[0])
+    assert writer.oldest_pending_age(now) > 3000
+    assert await writer.connect() is not None
+    writer.start()
+    try:
+        await wait_until(lambda: not writer.queue, 20, "the spool to be written")
+        assert writer.oldest_pending_age(time.time()) == 0
+        writer.enqueue(rows_of("b", int(time.time())))
+        assert 0 <= writer.oldest_pending_age(time.time() + 5) <= 5 + 1
     finally:
         await writer.stop([], 5)
         await writer.close()

@@ -125,6 +125,7 @@ class Daemon:
             up=self.writer.up,
             quarantined_rows=dict(self.writer.queue.quarantine.rows),
             leader=self.writer.leading,
+            oldest_pending_age_seconds=self.writer.oldest_pending_age(time.time()),
         )
 
     @property

@@ -35,6 +35,7 @@ class StoreStatus:
     up: bool = True
     quarantined_rows: Mapping[str, int] = field(default_factory=dict)  # endpoint -> rows
     leader: bool = True  # this process writes to the store (spectax.store.leader)
+    oldest_pending_age_seconds: float = 0.0  # how long the oldest write has waited
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,7 @@ class SnapshotCollector(Collector):
         add("spectax_store_pending_windows", (), float(store.pending_windows))
         add("spectax_store_write_errors_total", (), float(store.write_errors))
         add("spectax_store_up", (), float(store.up))
+        add("spectax_store_oldest_pending_age_seconds", (), store.oldest_pending_age_seconds)
         add("spectax_leader", (), float(store.leader))
         # every endpoint from 0, so that the first quarantined row is an increase (rate())
         for name in sorted({*self._snapshots(), *store.quarantined_rows}):

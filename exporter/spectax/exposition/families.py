@@ -358,6 +358,10 @@ FAMILIES: dict[str, Family] = {
         counter("spectax_store_write_errors_total", "Failed attempts to write to the store."),
         gauge("spectax_store_up", "1 when the last attempt to reach the store succeeded."),
         gauge(
+            "spectax_store_oldest_pending_age_seconds",
+            "Seconds the oldest window write not yet in the store has waited; 0: none waits.",
+        ),
+        gauge(
             "spectax_leader",
             "1 when this process writes windows, rollups and billing to the store; 0 while"
             " it follows the other process of an HA pair (it still scrapes and serves).",

@@ -42,6 +42,12 @@ __all__ = ["StoreWriter", "WriteQueue"]
 STORE_BATCH_ROWS = 200  # window rows per transaction (~40 ms on the event loop)
 RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)  # waits after the 1st, 2nd, ... failure in a row
 DRAIN_RETRY_SECONDS = 0.5  # while draining with a deadline (start-up, shutdown): retry soon
+# A write that takes longer is cancelled and counts as a failure (the store shown down): a
+# stalled database (a table locked by another session, a hung disk) raises no error at all.
+# 200 rows take ~40 ms (bench/store_ingest.py), so this is 250 times a normal write.
+WRITE_BOUND_SECONDS = 10.0
+# At shutdown, disconnecting waits this long at most: the unit's TimeoutStopSec must hold.
+CLOSE_SECONDS = 2.0
 # Open windows are stored at least this often: 2,000 endpoints every 15 s are 133 scrapes a
 # second; one transaction each took 1.1 cores on SQLite, one a second 3 % (bench/store_ingest.py)
 OPEN_WINDOW_SECONDS = 1.0
@@ -76,6 +82,11 @@ class StoreWriter:
         self._rollup_health = LogOnce(log, "store")
         self.election = Election(Leadership(), self.queue, log)  # who writes: store.leader
         self._contending: asyncio.Task[None] | None = None
+        # Wall-clock time of the oldest write waiting (None: nothing waits); a spool left by
+        # an earlier run is as old as its first writes say.
+        self._oldest_since: float | None = None
+        if self.queue:
+            self._note_oldest(self.queue.peek(STORE_BATCH_ROWS))
 
     @property
     def leading(self) -> bool:
@@ -134,9 +145,18 @@ class StoreWriter:
         """Queue `write`; with `wake` False (an open window's progress, at every scrape) it
         waits for the writer's next pass, at most OPEN_WINDOW_SECONDS away."""
         if write is not None and self.election.accepts:
+            if self._oldest_since is None or not self.queue:
+                self._oldest_since = time.time()
             self.queue.append(write)
             if wake:
                 self._wakeup.set()
+
+    def oldest_pending_age(self, now: float) -> float:
+        """Seconds the oldest write not yet stored has waited (0: none waits): what says the
+        store is behind even while each write still succeeds, or hangs without an error."""
+        if self._oldest_since is None or not self.queue:
+            return 0.0
+        return max(0.0, now - self._oldest_since)
 
     async def settle(self, timeout: float) -> None:
         """Wait (bounded) until the background writer has stored what is queued."""
@@ -153,12 +173,15 @@ class StoreWriter:
         while self.queue and (deadline is None or time.monotonic() < deadline):
             if self._stopping.is_set() and deadline is None:
                 return
-            try:
-                await self._write_batch()
+            left = WRITE_BOUND_SECONDS if deadline is None else deadline - time.monotonic()
+            try:  # each attempt ends by the deadline: a write waiting on a lock must not hold it
+                await self._write_bounded(min(WRITE_BOUND_SECONDS, max(left, 0.0)))
+                self.up = True
             except Exception as exc:  # any failure: retried until the deadline, then spooled
                 self.write_errors += 1
+                self.up = False
                 health.failed("%s; retrying", _describe(exc), level=logging.ERROR)
-                await asyncio.sleep(DRAIN_RETRY_SECONDS)
+                await asyncio.sleep(min(DRAIN_RETRY_SECONDS, max(left, 0.0)))
 
     async def stop(self, last: Iterable[PendingWrite | None], timeout: float) -> None:
         """Stop the background writer, queue `last` (the open windows; taken only now),
@@ -184,10 +207,11 @@ class StoreWriter:
         self.queue.spill_all()  # what the database did not take waits on disk
 
     async def close(self) -> None:
-        """Disconnect (giving leadership up); say what waits in the spool for the next run."""
-        await self.election.close()
+        """Disconnect (giving leadership up), CLOSE_SECONDS at most each (a stalled database
+        must not hold the stop); say what waits in the spool for the next run."""
+        await self._bounded(self.election.close(), "giving up leadership")
         if self.store is not None:
-            await self.store.close()
+            await self._bounded(self.store.close(), "disconnecting")
         if self.queue:
             self._log.error(
                 "spectax stopped with %d window row(s) not yet stored; they wait in %s",
@@ -217,7 +241,7 @@ class StoreWriter:
             self._wakeup.clear()
             while self.queue:
                 try:
-                    await self._write_batch()
+                    await self._write_bounded(WRITE_BOUND_SECONDS)
                     self.up = True
                 except Exception as exc:  # any type: the writer must never die silently
                     self.write_errors += 1
@@ -245,6 +269,26 @@ class StoreWriter:
         finally:
             waiter.cancel()
 
+    async def _bounded(self, closing: Awaitable[None], what: str) -> None:
+        try:
+            async with asyncio.timeout(CLOSE_SECONDS):
+                await closing
+        except TimeoutError:
+            self._log.error("store: %s took over %g s; stopping without it", what, CLOSE_SECONDS)
+
+    async def _write_bounded(self, seconds: float) -> None:
+        """`_write_batch`, cancelled after `seconds` (a write is idempotent: retrying one that
+        was cut short is harmless). A database stalled on a lock raises nothing: unbounded,
+        `spectax_store_up` stayed 1 while windows piled up, and SIGTERM waited for the lock."""
+        try:
+            async with asyncio.timeout(seconds):
+                await self._write_batch()
+        except TimeoutError:
+            raise StoreError(
+                f"a write took over {seconds:g} s, cut short: the database is stalled"
+                " (a table locked by another session? its disk or network hanging?)"
+            ) from None
+
     async def _write_batch(self) -> None:
         """Store the oldest queued writes in one transaction (bench/store_ingest.py: at a
         window boundary thousands of endpoints close their windows at once)."""
@@ -255,8 +299,17 @@ class StoreWriter:
             return
         writes = self.queue.peek(STORE_BATCH_ROWS)
         if writes:
+            self._note_oldest(writes)
             await self._save(writes)
             self.queue.pop(writes)
+            if not self.queue:
+                self._oldest_since = None
+
+    def _note_oldest(self, head: list[PendingWrite]) -> None:
+        """The oldest writes queued (`head`, the next batch) date the queue: the time of
+        their scrape (their cursor), else of their last window's end."""
+        times = [_written_at(write) for write in head]
+        self._oldest_since = min(times) if times else None
 
     async def _save(self, writes: list[PendingWrite]) -> None:
         """Write `writes` in one transaction; if the database refuses a value, halve and
@@ -292,6 +345,14 @@ def _halves(writes: list[PendingWrite]) -> tuple[list[PendingWrite], list[Pendin
         [PendingWrite(write.endpoint, write.rows[:cut], None)],
         [PendingWrite(write.endpoint, write.rows[cut:], write.cursor)],
     )
+
+
+def _written_at(write: PendingWrite) -> float:
+    """When `write` was made: its scrape (the cursor's time), else its last window's end."""
+    if write.cursor is not None:
+        return write.cursor[0]
+    ends = [row["end"].timestamp() for row in write.rows if "end" in row]
+    return max(ends) if ends else time.time()
 
 
 def _describe(exc: Exception) -> str:
