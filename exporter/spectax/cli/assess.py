@@ -70,6 +70,14 @@ class AssessOptions:
 #: The span a window is given when the time between the pages is unknown: concurrency is
 #: then the pages' mean running requests, and nothing is priced (no money without a span).
 NOMINAL_SECONDS = 1.0
+#: Files whose modification times are closer than this were not written by two curls
+#: seconds apart but copied together (seen: 82 µs): their mtimes are no span to price.
+MIN_MTIME_SPAN_SECONDS = 1.0
+#: The first way to settle an uncertain verdict from two pages, before the daemon's.
+CONTROL_PAGES_STEP = (
+    "a control's pages: --control CBEFORE CAFTER, the same model served without speculation"
+    " over the same span (a measured verdict)"
+)
 
 
 def assess_pages(
@@ -87,6 +95,7 @@ def assess_pages(
     engine = engine or detect(after_text) or "vllm"
     parse = get_parser(engine)
     before, after = parse(before_text), parse(after_text)
+    _refuse_swapped(before, after)
     if not after.has_engine_metrics:
         raise AssessError("the AFTER page has no engine metrics (vLLM --disable-log-stats?)")
     seconds = options.seconds if options.seconds is not None else NOMINAL_SECONDS
@@ -160,6 +169,22 @@ def _parameters(
     return economics.Parameters(draft_cost_ratio=c, step_model=step)
 
 
+def _refuse_swapped(before: EngineSample, after: EngineSample) -> None:
+    """Pages given the wrong way round read as an engine restart with no traffic. One
+    process (the same start time on both) never counts down: say so, and what to do."""
+    start = before.process_start_time_seconds
+    if start is None or start != after.process_start_time_seconds:
+        return
+    for model, theirs in after.models.items():
+        ours = before.models.get(model)
+        if ours is not None and theirs.generation_tokens < ours.generation_tokens:
+            raise AssessError(
+                f"AFTER holds fewer output tokens than BEFORE ({theirs.generation_tokens:g}"
+                f" against {ours.generation_tokens:g}) from the same process (both started at"
+                f" {start:.0f}): swapped? give the earlier page first"
+            )
+
+
 def _speculates(sample: EngineSample) -> bool:
     return any(m.speculating for m in sample.models.values())
 
@@ -206,7 +231,10 @@ def _verdict_advice(a: economics.Assessment) -> dict[str, Any]:
     """What an uncertain verdict turns on and what would settle it (spectax.settle, as the
     status page and the report say it)."""
     target = settle.Target(name="ENDPOINT", model=a.model, has_control=False)
-    return {"turns_on": settle.turns_on(a), "settle": list(settle.settle_steps(target, a))}
+    steps = list(settle.settle_steps(target, a))
+    if steps and a.speedup_measured_ratio is None:
+        steps.insert(0, CONTROL_PAGES_STEP)
+    return {"turns_on": settle.turns_on(a), "settle": steps}
 
 
 def _latency_object(latency: economics.Latency | None) -> dict[str, Any]:
@@ -409,6 +437,11 @@ def _no_seconds_reason(before: str, after: str) -> str:
             "BEFORE and AFTER have the same modification time (copied or checked out"
             " together?): pass --seconds S, the time between the two curls"
         )
+    if 0 < elapsed < MIN_MTIME_SPAN_SECONDS:
+        return (
+            f"BEFORE and AFTER were written {elapsed * 1e3:.3g} ms apart (copied together?),"
+            " no span two curls take: pass --seconds S, the time between the two curls"
+        )
     return "AFTER is older than BEFORE: pass --seconds S, the time between the two curls"
 
 
@@ -434,7 +467,7 @@ async def _gather_pages(
     ]
     if seconds is None and not _is_url(before) and not _is_url(after):
         elapsed = os.stat(after).st_mtime - os.stat(before).st_mtime
-        seconds = elapsed if elapsed > 0 else None
+        seconds = elapsed if elapsed >= MIN_MTIME_SPAN_SECONDS else None
     return pages[0], pages[1], seconds
 
 

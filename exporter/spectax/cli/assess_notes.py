@@ -60,6 +60,7 @@ FIGURES = ASSESSMENT_KEYS[1:-1]  # the lines of the text output between the verd
 SPECULATION_KEYS = ("drafts", "draft_tokens", "accepted_tokens", "breakeven_acceptance_ratio")
 DRAFTING_KEYS = (
     "acceptance_ratio",
+    "position_acceptance_ratio",
     "acceptance_length_tokens",
     "speedup_ratio",
     "crossover_concurrency_requests",
@@ -182,7 +183,7 @@ def notes_for(
     def why(keys: Sequence[str], text: str) -> None:
         """A note for those of `keys` that are "-" and not explained yet."""
         explained = {k for n in notes for k in n.keys}
-        missing = tuple(k for k in keys if data[k] is None and k not in explained)
+        missing = tuple(k for k in keys if data[k] in (None, []) and k not in explained)
         if missing:
             notes.append(Note(missing, text))
 
@@ -220,7 +221,12 @@ def notes_for(
         else "acceptance pays at any concurrency (B_x infinite)",
     )
     if finished is None:
-        why(("speedup_measured_ratio",), "give --control CBEFORE CAFTER for a measured speedup")
+        why(
+            ("speedup_measured_ratio",),
+            "no control's pages: the first way to settle it, above"
+            if a.verdict == "uncertain"
+            else "give --control CBEFORE CAFTER for a measured speedup",
+        )
     else:
         ours, theirs = finished
         why(
@@ -288,12 +294,15 @@ def _basis_note(a: economics.Assessment) -> str | None:
     """Why the verdict is uncertain or rests on defaults, and how to get a better basis."""
     low, high = a.speedup_low_ratio, a.speedup_high_ratio
     band = f"{low:.3f} to {high:.3f}" if low is not None and high is not None else ""
+    # An uncertain verdict's ways out are its "to settle it" lines (`settle_steps`), the
+    # first of them a control's pages: not repeated here.
     if a.verdict == "uncertain" and not band:
-        return f"uncertain: no drafted-token count, so no modelled speedup; {BETTER_BASIS}"
+        return "uncertain: no drafted-token count, so no modelled speedup"
     if a.verdict == "uncertain":
         return (
             f"uncertain: the speedup's band ({band}) straddles 1, so these pages cannot tell"
-            f" whether speculation pays (basis {a.verdict_basis}); {BETTER_BASIS}"
+            f" whether speculation pays (basis {a.verdict_basis}); --ridge-batch and"
+            " --step-overhead-ratio move the estimate, not the band"
         )
     if a.verdict_basis == "default":
         return (
