@@ -362,3 +362,29 @@ async def test_a_second_spectax_on_the_same_sqlite_file_is_refused_naming_the_fi
         await first.stop()
         await second.kill()
         await targets.stop()
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(60)
+async def test_a_process_waiting_for_its_database_does_not_claim_to_lead(tmp_path: Path) -> None:
+    """/metrics is served before the store connects: while PostgreSQL cannot be reached,
+    spectax_leader is 0 (it read 1 from the start, so SpectaxNoLeader never fired)."""
+    vllm = CountingVllm()
+    targets = Targets()
+    targets.add("x", vllm.serve)
+    await targets.start()
+    nowhere = f"postgresql+asyncpg://spectax@127.0.0.1:{free_port()}/spectax"  # nothing listens
+    port = free_port()
+    endpoints = [{"name": "x", "url": targets.url("x"), "price": {"usd_per_hour": 3.99}}]
+    config = write_config(tmp_path, port, endpoints, window=f"{WINDOW:g}s", storage_url=nowhere)
+    spectax = Spectax(config, port)
+    try:
+        await spectax.start()
+        await spectax.wait_log("retrying until it answers")
+        for _ in range(3):
+            m = await spectax.wait_for(lambda m: leader(m) is not None)
+            assert leader(m) == 0, "leads without its database"
+            await asyncio.sleep(POLL_SECONDS)
+    finally:
+        await spectax.kill()
+        await targets.stop()

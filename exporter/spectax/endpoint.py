@@ -65,6 +65,7 @@ class EndpointSnapshot:
     cold_starts_total: int = 0
     cold_start_usd_total: Decimal = Decimal(0)
     last_cold_start_seconds: float | None = None
+    unobserved_seconds_total: float = 0.0  # restarts' spans no scrape saw (economics.restart_sight)
     tokens_total: dict[str, tuple[float, float, float]] = field(default_factory=dict)
     step_model: StepModel = field(default_factory=StepModel)  # the counterfactual in force
     assessments: dict[str, Assessment] = field(default_factory=dict)
@@ -102,6 +103,9 @@ class EndpointMonitor:
         self._clean_models: frozenset[str] = frozenset()  # checked for secrets ...
         self._clean_against = -1  # ... when this many secrets were registered
         self._last = Cursor.of(*restored.cursor) if restored.cursor is not None else None
+        # From the stored cursor until the first page: a restart seen then happened while
+        # spectax was not running (the restart log says so).
+        self._resumed = restored.cursor is not None
         self._sliding = SlidingWindow(window_seconds)
         self._aligned = AlignedWindows(window_seconds, restored.open_window)
         self._control_window = control_window
@@ -342,15 +346,8 @@ class EndpointMonitor:
         interval = fed or interval_between(last[1], sample, last[0], now)  # type: ignore[index]
         cold_start = None
         if interval.restarted:
-            cold_start = economics.cold_start_seconds(
-                self._tariff, sample.process_start_time_seconds, interval.start, now
-            )
-            self.snapshot = replace(self.snapshot, last_cold_start_seconds=cold_start)
-            log.info(
-                "endpoint %s: engine restarted (cold start%s)",
-                self.config.name,
-                f", {cold_start:.1f} s" if cold_start is not None else "",
-            )
+            interval, cold_start = self._restarted(interval, sample, self._resumed)
+        self._resumed = False
         interval = economics.price_interval(interval, self._tariff, cold_start)
         window = self._sliding.add(interval)
         totals = dict(self.snapshot.tokens_total)
@@ -371,6 +368,40 @@ class EndpointMonitor:
         closed = self._aligned.add(interval)
         self.calibrate(closed)
         return last, closed, window
+
+    def _restarted(
+        self, interval: Interval, sample: EngineSample, resumed: bool
+    ) -> tuple[Interval, float | None]:
+        """The restart's unobserved span on the interval, and the load seconds to bill.
+
+        What the old process served after the last scrape that saw it is lost: the span is
+        counted (the history's unobserved_seconds, spectax_unobserved_seconds_total) and told
+        once, so a review can say how much went unseen. `resumed`: the last scrape is the
+        stored cursor of an earlier run, i.e. vLLM restarted while spectax was not running.
+        """
+        start = sample.process_start_time_seconds
+        sight = economics.restart_sight(start, interval.start, interval.end)
+        cold_start = economics.billed_cold_start_seconds(self._tariff, sight)
+        self.snapshot = replace(
+            self.snapshot,
+            last_cold_start_seconds=cold_start,
+            unobserved_seconds_total=self.snapshot.unobserved_seconds_total
+            + sight.unobserved_seconds,
+        )
+        when = "while spectax was not running" if resumed else "between two scrapes"
+        if sight.age_at_first_sight is None:
+            age = "the page gives no process start between the two scrapes: the whole gap counts"
+        else:
+            age = f"the new process was {sight.age_at_first_sight:.1f} s old at first sight"
+        log.info(
+            "endpoint %s: engine restarted %s: %.1f s unobserved (what the old process served "
+            "after spectax's last scrape of it is lost); %s",
+            self.config.name,
+            when,
+            sight.unobserved_seconds,
+            age,
+        )
+        return replace(interval, unobserved_seconds=sight.unobserved_seconds), cold_start
 
     def _assessed(self, window: Window, closed: bool = True) -> AssessedWindow:
         """A history window with its economics, under the parameters now in force; a closed

@@ -56,24 +56,51 @@ class ModelSpend:
     cold_start_usd: Decimal
 
 
-def cold_start_seconds(
-    tariff: Tariff, process_start: float | None, previous: float, now: float
-) -> float | None:
-    """First successful scrape (at `now`) minus the new process's start, when the start fell
-    between the two scrapes; otherwise the configured duration (or None: unknown).
+@dataclass(frozen=True, slots=True)
+class RestartSight:
+    """What spectax saw of a restart between two scrapes (issue 30, item 10).
+
+    `unobserved_seconds`: from the last scrape of the old process to the new process's
+    start, the latest the old one can have lived. What it served then is lost: no scrape
+    saw it and its counters died with it. The new process's own traffic is not lost (its
+    counters count from zero). `age_at_first_sight`: the new process's age when first
+    scraped; None when its start is not on the page or not between the two scrapes, and
+    then the whole gap is counted unobserved (nothing bounds it better).
+
+    The age is not a cold start's length: the process may have loaded in a fraction of it
+    and served since (which its counters show). It only bounds the load from above.
+    """
+
+    unobserved_seconds: float
+    age_at_first_sight: float | None
+
+
+def restart_sight(process_start: float | None, previous: float, now: float) -> RestartSight:
+    """The unobserved span and the new process's age, for a restart between the scrapes at
+    `previous` and `now`.
 
     A scrape is stamped when its answer has arrived, so the old process's last page
     may carry a stamp up to one fetch later than the moment it was rendered: a restart
-    inside that fetch still counts as between the two scrapes.
+    inside that fetch still counts as between the two scrapes (and as 0 s unobserved).
     """
     if process_start is not None and previous - FETCH_SLACK_SECONDS <= process_start <= now:
-        return now - process_start
+        return RestartSight(max(0.0, process_start - previous), now - process_start)
+    return RestartSight(max(0.0, now - previous), None)
+
+
+def billed_cold_start_seconds(tariff: Tariff, sight: RestartSight) -> float | None:
+    """The seconds a serverless restart is billed for loading: the new process's age at first
+    sight when measured (an upper bound of the load: billing it errs on the side of cost),
+    else the configured duration, else None (unknown, not billed)."""
+    if sight.age_at_first_sight is not None:
+        return sight.age_at_first_sight
     return tariff.cold_start_seconds
 
 
 def price_interval(interval: Interval, tariff: Tariff, cold_start: float | None = None) -> Interval:
-    """The interval with its estimated spend; `cold_start` is the seconds of the restart it
-    spans (None: none, or of unknown length), billed on serverless endpoints."""
+    """The interval with its estimated spend; `cold_start` is the load seconds billed for the
+    restart it spans (billed_cold_start_seconds; None: none, or of unknown length), billed on
+    serverless endpoints."""
     billed = tariff.billing_mode == "provisioned" or interval.busy
     spend = tariff.cost(interval.seconds) if billed else ZERO
     if not interval.restarted:

@@ -177,6 +177,7 @@ def _endpoint_state(add: AddSample, name: str, snap: EndpointSnapshot) -> None:
         add("spectax_spend_usd_total", (name, "estimated"), float(snap.spend_usd_total))
     add("spectax_cold_starts_total", (name,), float(snap.cold_starts_total))
     add("spectax_cold_start_duration_seconds", (name,), snap.last_cold_start_seconds)
+    add("spectax_unobserved_seconds_total", (name,), snap.unobserved_seconds_total)
     if snap.usd_per_hour is not None and config.billing_mode == "serverless":
         add("spectax_cold_start_cost_usd_total", (name,), float(snap.cold_start_usd_total))
     absent = not_exposed(config.engine)

@@ -331,8 +331,16 @@ FAMILIES: dict[str, Family] = {
         ),
         gauge(
             "spectax_cold_start_duration_seconds",
-            "Duration of the last cold start: first successful scrape minus process start"
-            " (or the configured duration when it cannot be measured).",
+            "Load seconds billed for the last restart: the new process's age at first sight"
+            " (first successful scrape minus process start, an upper bound of the load), or"
+            " the configured duration when it cannot be measured.",
+            ENDPOINT,
+        ),
+        counter(
+            "spectax_unobserved_seconds_total",
+            "Seconds across engine restarts in which no scrape could see the old process:"
+            " from its last scrape to the new process's start (the whole gap when the start"
+            " is unknown). What it served then is lost.",
             ENDPOINT,
         ),
         gauge(
@@ -364,7 +372,8 @@ FAMILIES: dict[str, Family] = {
         gauge(
             "spectax_leader",
             "1 when this process writes windows, rollups and billing to the store; 0 while"
-            " it follows the other process of an HA pair (it still scrapes and serves).",
+            " it follows the other process of an HA pair (it still scrapes and serves), or"
+            " before it holds the lock (its database not reached yet).",
         ),
         counter(
             "spectax_store_quarantined_rows_total",

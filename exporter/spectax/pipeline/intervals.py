@@ -24,7 +24,9 @@ class Interval:
     """What happened on one endpoint between two consecutive successful scrapes.
 
     The money is the estimated spend over the interval (spectax.economics.pricing), cold
-    start included; zero until the interval is priced.
+    start included; zero until the interval is priced. `unobserved_seconds` is, across a
+    restart, the part of it in which the old process served what no scrape can ever show
+    (economics.restart_sight): its counters died with it.
     """
 
     start: float
@@ -35,6 +37,7 @@ class Interval:
     spend_usd: Decimal = Decimal(0)
     cold_start_usd: Decimal = Decimal(0)
     draft_load_usd: Decimal = Decimal(0)
+    unobserved_seconds: float = 0.0
 
     @property
     def seconds(self) -> float:

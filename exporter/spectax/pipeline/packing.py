@@ -76,8 +76,8 @@ class Deflater:
 _INTERVALS = Deflater()
 
 #: The marshalled tuple (start, end, restarted, busy, spend_usd, cold_start_usd,
-#: draft_load_usd, ((model, packed counts), ...)), deflated; the money as the Decimals'
-#: exact text.
+#: draft_load_usd, ((model, packed counts), ...), unobserved_seconds), deflated; the money
+#: as the Decimals' exact text.
 PackedInterval = bytes
 
 
@@ -92,12 +92,13 @@ def pack_interval(interval: Interval) -> PackedInterval:
             str(interval.cold_start_usd),
             str(interval.draft_load_usd),
             pack_models(interval.models),
+            interval.unobserved_seconds,
         )
     )
 
 
 def unpack_interval(packed: PackedInterval) -> Interval:
-    start, end, restarted, busy, spend_usd, cold_start_usd, draft_load_usd, models = (
+    start, end, restarted, busy, spend_usd, cold_start_usd, draft_load_usd, models, unobserved = (
         _INTERVALS.unpack(packed)
     )
     return Interval(
@@ -109,6 +110,7 @@ def unpack_interval(packed: PackedInterval) -> Interval:
         spend_usd=Decimal(spend_usd),
         cold_start_usd=Decimal(cold_start_usd),
         draft_load_usd=Decimal(draft_load_usd),
+        unobserved_seconds=unobserved,
     )
 
 

@@ -39,6 +39,7 @@ class Window:
     cold_start_usd: Decimal = Decimal(0)
     draft_load_usd: Decimal = Decimal(0)
     models: dict[str, Counts] = field(default_factory=dict)
+    unobserved_seconds: float = 0.0  # of its restarts: what no scrape could see (Interval)
 
     def time_per_output_token(self, model: str) -> float | None:
         """Mean seconds per output token of the requests that finished in the window."""
@@ -74,6 +75,7 @@ class Window:
             cold_start_usd=self.cold_start_usd - interval.cold_start_usd,
             draft_load_usd=self.draft_load_usd - interval.draft_load_usd,
             models=models,
+            unobserved_seconds=self.unobserved_seconds - interval.unobserved_seconds,
         )
 
     def add(self, interval: Interval) -> Window:
@@ -89,6 +91,7 @@ class Window:
             cold_start_usd=self.cold_start_usd + interval.cold_start_usd,
             draft_load_usd=self.draft_load_usd + interval.draft_load_usd,
             models=models,
+            unobserved_seconds=self.unobserved_seconds + interval.unobserved_seconds,
         )
 
 
@@ -109,13 +112,14 @@ def pack_window(window: Window) -> bytes:
             str(window.cold_start_usd),
             str(window.draft_load_usd),
             pack_models(window.models),
+            window.unobserved_seconds,
         )
     )
 
 
 def unpack_window(packed: bytes) -> Window:
-    start, end, seconds, busy, restarts, spend, cold_start, draft_load, models = _WINDOWS.unpack(
-        packed
+    start, end, seconds, busy, restarts, spend, cold_start, draft_load, models, unobserved = (
+        _WINDOWS.unpack(packed)
     )
     return Window(
         start=start,
@@ -127,6 +131,7 @@ def unpack_window(packed: bytes) -> Window:
         cold_start_usd=Decimal(cold_start),
         draft_load_usd=Decimal(draft_load),
         models=unpack_models(models),
+        unobserved_seconds=unobserved,
     )
 
 

@@ -42,6 +42,16 @@ def count(value: int | None) -> str:
     return DASH if value is None else f"{value:,}"
 
 
+def cold_starts_cell(f: Figures) -> str:
+    """The restarts counted and, when some went unseen, how long no scrape saw the old
+    process across them (the review's "N hours unobserved"; its traffic then is lost)."""
+    seconds = f.unobserved_seconds
+    if seconds <= 0:
+        return count(f.cold_starts)
+    span = f"{seconds / 3600:,.1f} h" if seconds >= 3600 else f"{seconds:,.0f} s"
+    return f"{count(f.cold_starts)} ({span} unobserved)"
+
+
 def ratio(value: float | None, places: int = 3) -> str:
     return DASH if value is None else f"{value:.{places}f}"
 

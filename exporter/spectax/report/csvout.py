@@ -50,6 +50,8 @@ COLUMNS = (
     "acceptance_length_tokens",
     # The windows' own speedup, summed (busy time without speculation / busy time; 0009).
     "speedup_ratio",
+    # Across the day's restarts, the seconds no scrape could see (0011).
+    "unobserved_seconds",
 )
 MEANING = {"capacity": "capacity_freed", "invoice": "invoice", "unknown": "gpu_time_value"}
 
@@ -91,6 +93,7 @@ def render_csv(report: Report) -> str:
                 e.info.engine,
                 _num(f.acceptance_length),
                 _num(f.speedup),
+                _num(f.unobserved_seconds),
             ]
         )
     return buffer.getvalue()

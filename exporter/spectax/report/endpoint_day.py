@@ -29,9 +29,10 @@ from spectax.units import NANO
 
 
 def window_level(rows: Sequence[RollupRecord], name: str) -> float:
-    """An endpoint's window-level quantity (seconds, restarts) over a period's rows."""
-    unnamed = sum(getattr(r, name) for r in rows if not r.model)
-    named = [getattr(r, name) for r in rows if r.model]
+    """An endpoint's window-level quantity (seconds, restarts, unobserved seconds) over a
+    period's rows; one not recorded (None: rolled up before its column) adds nothing."""
+    unnamed = sum(getattr(r, name) or 0 for r in rows if not r.model)
+    named = [getattr(r, name) or 0 for r in rows if r.model]
     return float(unnamed + (max(named) if named else 0))
 
 
@@ -73,6 +74,7 @@ def day_figures(
         f.busy_spend = _scaled(busy, factor)
     f.days_monitored = 1 if daily_rows else 0
     f.cold_starts = round(window_level(daily_rows, "restarts"))
+    f.unobserved_seconds = window_level(daily_rows, "unobserved_seconds")
     f.cold_start_usd = _scaled(
         sum((r.cold_start_usd or Decimal(0) for r in daily_rows), Decimal(0)), factor
     )

@@ -181,6 +181,7 @@ class Figures:
     savings_by: dict[str, float] = field(default_factory=dict)  # semantics -> net savings
     kinds: set[str] = field(default_factory=set)  # the semantics of the endpoints summed
     cold_starts: int = 0
+    unobserved_seconds: float = 0.0  # across those restarts, what no scrape saw (0011)
     cold_start_usd: Decimal = Decimal(0)
     draft_load_usd: Decimal = Decimal(0)
     overhead_priced: bool = False
@@ -386,6 +387,7 @@ class Figures:
             self.savings_by[key] = self.savings_by.get(key, 0.0) + value
         self.kinds |= other.kinds
         self.cold_starts += other.cold_starts
+        self.unobserved_seconds += other.unobserved_seconds
         self.cold_start_usd += other.cold_start_usd
         self.draft_load_usd += other.draft_load_usd
         self.overhead_priced = self.overhead_priced or other.overhead_priced

@@ -71,6 +71,8 @@ class RollupRecord(NamedTuple):
     kv_cache_blocks: float | None
     kv_block_size: float | None
     kv_cache_bytes: float | None
+    # The seconds across restarts no scrape saw (migration 0011; None before it).
+    unobserved_seconds: float | None
 
 
 _FIELDS = itemgetter(*RollupRecord._fields)

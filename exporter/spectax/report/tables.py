@@ -13,6 +13,7 @@ from spectax.report.cells import (
     band_text,
     billing_label,
     change,
+    cold_starts_cell,
     count,
     hours_share,
     kind_total_name,
@@ -251,7 +252,7 @@ def overhead_table(report: Report) -> Table:
         rows.append(
             (
                 name,
-                count(f.cold_starts),
+                cold_starts_cell(f),
                 usd(f.cold_start_usd) if f.priced else DASH,
                 usd(f.draft_load_usd) if f.priced and speculating else DASH,
                 unless_mixed(f, _recorded(f, usd(f.draft_compute))) if speculating else DASH,
@@ -275,6 +276,7 @@ def overhead_table(report: Report) -> Table:
         (
             "Cold-start cost is charged on serverless endpoints only (load time x GPUs x price); "
             "the draft's weights' share of the load time is speculation's own cost.",
+            *(_UNOBSERVED_NOTE if any(f.unobserved_seconds > 0 for _, f in items) else ()),
             "Draft compute and rejected drafts are each window's share of GPU time (drafting; "
             "verifying and drafting tokens that were thrown away) times its busy spend, as the "
             "daemon assessed the window (with its h and B*), summed. The two overlap (drafting "
@@ -285,6 +287,14 @@ def overhead_table(report: Report) -> Table:
         ),
         (False, True, True, True, True, True, True),
     )
+
+
+_UNOBSERVED_NOTE = (
+    "Unobserved: across restarts, the time from the last scrape of the old process to the "
+    "new one's start (the whole gap when the start is not on the page). What the old process "
+    "served then is lost, as no scrape saw it; keep spectax running while the engine "
+    "restarts to lose less. Windows stored before store revision 0011 did not record it.",
+)
 
 
 def _recorded(f: Figures, text: str) -> str:

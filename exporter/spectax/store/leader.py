@@ -242,7 +242,10 @@ class Election:
 
     def __init__(self, lock: Leadership, queue: WriteQueue, log: logging.Logger):
         self.lock = lock
-        self.role = Role.LEADER
+        # Not leading until the lock is won (`begin`): a process still waiting for its
+        # database must not show spectax_leader 1, or an HA pair's alert on no leader never
+        # fires; its writes are queued meanwhile, as a suspended leader's are.
+        self.role = Role.SUSPENDED
         self.take_over: Callable[[], Awaitable[None]] | None = None
         self._queue = queue
         self._log = log

@@ -82,6 +82,9 @@ class Sums:
     seconds: Mapped[float] = mapped_column(Float)
     busy_seconds: Mapped[float] = mapped_column(Float)
     restarts: Mapped[int] = mapped_column(Integer)
+    # Of those restarts, the seconds no scrape could see the old process (0011): from its
+    # last scrape to the new process's start; NULL on rows written before, "not recorded".
+    unobserved_seconds: Mapped[float | None] = mapped_column(Float)
     output_tokens: Mapped[int] = mapped_column(BigInteger)
     prompt_tokens: Mapped[int] = mapped_column(BigInteger)
     requests_finished: Mapped[int] = mapped_column(BigInteger)

@@ -44,6 +44,7 @@ def window_rows(endpoint: str, closed: AssessedWindow) -> list[dict[str, Any]]:
                 "seconds": window.seconds,
                 "busy_seconds": window.busy_seconds,
                 "restarts": window.restarts,
+                "unobserved_seconds": window.unobserved_seconds,
                 **counter_columns(counts),
                 "spend_usd": spend.spend_usd if spend else None,
                 "busy_spend_usd": spend.busy_usd if spend else None,
@@ -111,6 +112,7 @@ def window_from_rows(rows: Sequence[WindowRow]) -> Window:
         cold_start_usd=sum_usd(row.cold_start_usd for row in rows),
         draft_load_usd=sum_usd(row.draft_load_usd for row in rows),
         models={row.model: counts_from_row(row) for row in rows if row.model},
+        unobserved_seconds=first.unobserved_seconds or 0.0,
     )
 
 
