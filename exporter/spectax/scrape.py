@@ -20,6 +20,7 @@ import aiohttp
 from yarl import URL
 
 from spectax.engines import ENGINES
+from spectax import __version__
 
 if TYPE_CHECKING:
     from spectax.credentials import TargetAuth
@@ -37,6 +38,8 @@ REASONS: tuple[Reason, ...] = (
 )
 ACCEPT = "text/plain;version=0.0.4;q=0.9,*/*;q=0.1"
 # A metrics page starts with "#" or a metric name, never "<": an HTML page answered with
+# Who asks, in a target's (or a Prometheus's) access log: not aiohttp's default.
+USER_AGENT = f"spectax/{__version__}"
 # 200 (a login page, a proxy's error page, a UI at the wrong path) is not "up".
 _HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 _HTML_START = re.compile(r"\s*+<")
@@ -76,6 +79,7 @@ def scrape_session() -> aiohttp.ClientSession:
         connector=aiohttp.TCPConnector(limit=256, limit_per_host=2, force_close=True),
         cookie_jar=aiohttp.DummyCookieJar(),
     )
+        headers={"User-Agent": USER_AGENT},
 
 
 def lift_open_files_limit(endpoints: int) -> int | None:

@@ -26,6 +26,7 @@ from spectax.endpoint import EndpointMonitor
 from spectax.gpus import gpu_spec
 from spectax.pipeline.windows import aligned_start
 from spectax.report.progress import Progress
+from spectax.scrape import USER_AGENT
 from spectax.sources.fleet import carried, cursor_sample, endpoint_price
 from spectax.sources.prometheus import PrometheusReader, SourceError
 from spectax.store import Store, WindowWrite
@@ -113,7 +114,7 @@ async def backfill(
     store = await Store.open(config.database_url)
     rows = 0
     try:
-        async with aiohttp.ClientSession() as session:
+        async with aiohttp.ClientSession(headers={"User-Agent": USER_AGENT}) as session:
             for source in config.sources:
                 reader = PrometheusReader(source, session)
                 monitors: dict[str, EndpointMonitor] = {}
