@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import logging
 import math
+import socket
 from dataclasses import replace
 from decimal import Decimal
 
@@ -19,6 +20,7 @@ from spectax.config import validate
 from spectax.economics import MIN_STEP_OVERHEAD_RATIO
 from spectax.endpoint import EndpointMonitor
 from spectax.exposition import FAMILIES, Page, SnapshotCollector, StoreStatus
+from spectax.scrape import ScrapeError, fetch, scrape_session
 from spectax.web import make_app
 
 
@@ -160,6 +162,21 @@ def test_page_without_engine_metrics_is_a_clear_state(caplog) -> None:
     assert len(warnings) == 1 and "--disable-log-stats" in warnings[0]
     # spend accrues all the same: two 15 s intervals at 4 USD/h, each rounded to 1e-9 USD
     assert ms["quiet"].snapshot.spend_usd_total == 2 * Decimal("0.016666667")
+
+
+def test_a_down_endpoint_is_not_a_page_without_engine_metrics() -> None:
+    """Both read spectax_engine_metrics_present 0: an on-call engineer could not tell a dead
+    server from `--disable-log-stats`. Down, the series is absent (unknown)."""
+    ms = monitors({"name": "gone", "url": "http://h:1"})
+    ms["gone"].observe_page(0, page("spec_ngram_2_mid.txt"), 0.01)
+    assert (
+        registry_for(ms).get_sample_value("spectax_engine_metrics_present", {"endpoint": "gone"})
+        == 1
+    )
+    ms["gone"].observe_failure(ScrapeError("connection", "connection refused"), 0.01)
+    r = registry_for(ms)
+    assert r.get_sample_value("spectax_endpoint_up", {"endpoint": "gone"}) == 0
+    assert r.get_sample_value("spectax_engine_metrics_present", {"endpoint": "gone"}) is None
 
 
 def test_malformed_page_marks_the_endpoint_down_and_counts_a_parse_failure() -> None:
@@ -341,3 +358,25 @@ def test_fast_text_exposition_says_what_the_collector_says() -> None:
     again = collector.render_text().decode()
     assert _samples(again) == _samples(generate_latest(registry).decode())
     assert _samples(again) != _samples(fast)
+
+
+async def test_a_failed_connect_reads_as_what_happened_not_as_aiohttp_wrote_it() -> None:
+    """aiohttp says "Cannot connect to host 127.0.0.1:N ssl:default [Connect call failed
+    ('127.0.0.1', N)]", ssl:default even for plain http. The status page, the log and
+    check-config --probe show this message."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed at the end of the block: nothing listens
+    async with scrape_session() as session:
+        with pytest.raises(ScrapeError) as refused:
+            await fetch(session, f"http://127.0.0.1:{port}/metrics", 5.0, 1 << 20)
+        with pytest.raises(ScrapeError) as unknown:
+            await fetch(session, "http://spectax-no-such-host.invalid/metrics", 5.0, 1 << 20)
+    assert refused.value.reason == "connection"
+    assert str(refused.value) == (
+        f"http://127.0.0.1:{port}/metrics: connection refused (nothing listening on "
+        f"127.0.0.1:{port})"
+    )
+    assert "cannot resolve spectax-no-such-host.invalid" in str(unknown.value)
+    for text in (str(refused.value), str(unknown.value)):
+        assert "ssl:default" not in text and "Connect call failed" not in text

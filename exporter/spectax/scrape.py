@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import logging
 import re
 import resource
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Final, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 from yarl import URL
 
-from spectax.engines import ENGINES
 from spectax import __version__
+from spectax.engines import ENGINES
 
 if TYPE_CHECKING:
     from spectax.credentials import TargetAuth
@@ -37,9 +38,9 @@ REASONS: tuple[Reason, ...] = (
     "decode",
 )
 ACCEPT = "text/plain;version=0.0.4;q=0.9,*/*;q=0.1"
-# A metrics page starts with "#" or a metric name, never "<": an HTML page answered with
 # Who asks, in a target's (or a Prometheus's) access log: not aiohttp's default.
 USER_AGENT = f"spectax/{__version__}"
+# A metrics page starts with "#" or a metric name, never "<": an HTML page answered with
 # 200 (a login page, a proxy's error page, a UI at the wrong path) is not "up".
 _HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 _HTML_START = re.compile(r"\s*+<")
@@ -78,8 +79,8 @@ def scrape_session() -> aiohttp.ClientSession:
         timeout=aiohttp.ClientTimeout(total=None),
         connector=aiohttp.TCPConnector(limit=256, limit_per_host=2, force_close=True),
         cookie_jar=aiohttp.DummyCookieJar(),
-    )
         headers={"User-Agent": USER_AGENT},
+    )
 
 
 def lift_open_files_limit(endpoints: int) -> int | None:
@@ -151,9 +152,7 @@ async def fetch(
             "timeout", f"no complete answer from {redact(url)} within {timeout:g} s"
         ) from None
     except aiohttp.ClientError as exc:
-        raise ScrapeError(
-            "connection", f"{redact(url)}: {type(exc).__name__}: {_first_line(exc)}"
-        ) from None
+        raise ScrapeError("connection", f"{redact(url)}: {connection_problem(exc)}") from None
     except OSError as exc:
         raise ScrapeError(
             "connection", f"{redact(url)}: {exc.strerror or type(exc).__name__}"
@@ -179,6 +178,39 @@ def _html(url: str | URL, why: str) -> ScrapeError:
 
 def _too_large(url: str | URL, max_bytes: int) -> ScrapeError:
     return ScrapeError("too_large", f"{redact(url)}: body larger than {max_bytes} bytes")
+
+
+#: What a failed connect's errno means to someone who can go and look.
+_CONNECT_ERRNO: Final = {
+    errno.ECONNREFUSED: "connection refused (nothing listening on {host})",
+    errno.EHOSTUNREACH: "no route to {host} (host unreachable)",
+    errno.ENETUNREACH: "no route to {host} (network unreachable)",
+    errno.ETIMEDOUT: "no answer from {host} to connect (timed out)",
+    errno.ECONNRESET: "{host} reset the connection",
+}
+
+
+def connection_problem(exc: aiohttp.ClientError) -> str:
+    """aiohttp's error in words an operator acts on: "Cannot connect to host 127.0.0.1:18001
+    ssl:default [Connect call failed ('127.0.0.1', 18001)]" (also for plain http) becomes
+    "connection refused (nothing listening on 127.0.0.1:18001)"."""
+    if isinstance(exc, aiohttp.ClientConnectorDNSError):
+        return f"cannot resolve {exc.host} (DNS: {exc.os_error.strerror or exc.os_error})"
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        return f"TLS certificate of {exc.host}:{exc.port} not accepted: {exc.certificate_error}"
+    if isinstance(exc, aiohttp.ClientConnectorSSLError):
+        return f"TLS handshake with {exc.host}:{exc.port} failed: {_first_line(exc.os_error)}"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        host = f"{exc.host}:{exc.port}"
+        known = _CONNECT_ERRNO.get(exc.os_error.errno or 0)
+        if known:
+            return known.format(host=host)
+        return f"cannot connect to {host}: {exc.os_error.strerror or _first_line(exc.os_error)}"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "the server closed the connection before it answered"
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return f"the answer was cut short: {_first_line(exc)}"
+    return f"{type(exc).__name__}: {_first_line(exc)}"
 
 
 def _first_line(exc: BaseException) -> str:

@@ -160,7 +160,8 @@ def _endpoint_state(add: AddSample, name: str, snap: EndpointSnapshot) -> None:
         1,
     )
     add("spectax_endpoint_up", (name,), float(snap.up))
-    add("spectax_engine_metrics_present", (name,), float(snap.engine_metrics))
+    if snap.up:  # unknown while down: absent, never the 0 of a page without engine families
+        add("spectax_engine_metrics_present", (name,), float(snap.engine_metrics))
     add("spectax_scrape_duration_seconds", (name,), snap.scrape_duration_seconds)
     add("spectax_last_scrape_success_timestamp_seconds", (name,), snap.last_success_timestamp)
     for reason in REASONS:

@@ -59,7 +59,8 @@ FAMILIES: dict[str, Family] = {
         gauge("spectax_endpoint_up", "1 when the last scrape of the endpoint succeeded.", ENDPOINT),
         gauge(
             "spectax_engine_metrics_present",
-            "1 when the page carries engine metrics; 0 e.g. when vLLM runs --disable-log-stats.",
+            "1 when the page carries engine metrics; 0 e.g. when vLLM runs --disable-log-stats;"
+            " absent while the endpoint is down (spectax_endpoint_up 0).",
             ENDPOINT,
         ),
         gauge("spectax_scrape_duration_seconds", "Duration of the last scrape.", ENDPOINT),

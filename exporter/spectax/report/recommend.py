@@ -166,8 +166,7 @@ def _recommend(
                     "(n-gram drafting that never finds a match, or a drafter that is not running).",
                     "Every step still paid the proposer's cost with nothing to show for it "
                     '(docs/economics.md, "The floor under h": S = (r + 1)/(r(1 + h) + 1), '
-                    "below 1 for any h > 0), "
-                    "besides the draft's memory and load time.",
+                    "below 1 for any h > 0), besides the draft's memory and load time.",
                     verdicts_line(month),
                 ),
             )
