@@ -308,7 +308,7 @@ async def test_opencost_allocations_by_label_and_step(server: Scripted, database
 async def test_opencost_gpu_cost_and_basic_auth(server: Scripted) -> None:
     server.answer("/allocation", ("json", allocation_sets()))
     source = opencost(
-        server.url, cost="gpuCost", basic_auth={"username": "ops", "password": "pw-0123"}
+        server.url, cost="gpuCost", basic_auth={"username": "ops", "password": "pw-01234567"}
     )
     try:
         fetched = await source.fetch(T0, T0 + 3 * HOUR)

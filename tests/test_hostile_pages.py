@@ -63,7 +63,7 @@ def test_a_malformed_line_that_echoes_the_token_is_not_kept_in_the_last_error() 
 def test_a_secret_registered_later_is_checked_against_names_already_seen() -> None:
     """A reload can add a credential; a model name found clean before is checked again."""
     monitor = monitor_with_token(f"{CANARY}-first")
-    later = f"{CANARY}-added-by-a-reload"
+    later = "added-by-a-reload-0f3e9a"  # shares no 8 characters with the first token
     page = f'{G}{{model_name="{later}"}} 1\n'
     monitor.observe_page(0.0, page, 0.01)
     assert monitor.snapshot.up

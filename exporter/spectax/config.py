@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import yaml
 from pydantic import (
@@ -30,6 +30,7 @@ from spectax.billing.registry import BillingConfig, SourceSpec, resolve_billing
 from spectax.credentials import (
     TargetAuth,
     build_target_auth,
+    register_secret,
     resolve,
 )
 from spectax.economics import (
@@ -227,10 +228,13 @@ def validate(raw: Any, source: str = "<config>") -> Settings:
         target_auth[endpoint.name] = auth
     try:
         url = resolve(
-            SecretStr(config.storage_url) if config.storage_url else None, config.storage_url_file
+            SecretStr(config.storage_url) if config.storage_url else None,
+            config.storage_url_file,
+            register=False,
         )
         password = _url_password(url)
-        if password:
+        if password:  # as written in the URL and decoded, as a driver's message may say it
+            register_secret(unquote(password), "its password")
             logs.register_secret(password)
         config._database_url = database_url(url) if url else None
     except ValueError as exc:  # a CredentialError, or a URL `run` would die on

@@ -11,8 +11,9 @@ A secret is written in the configuration in one of three ways:
 
 Files are read when the configuration is loaded, so `spectax check-config` finds a missing
 one and a reload (SIGHUP) picks up a rotated one. Every resolved value is registered with
-`spectax.logs`, whose filter blanks it out of any log line as a last line of defence; the
-messages spectax writes itself never include one in the first place.
+`spectax.logs`, whose filter blanks it (and any 8 characters of it in a row) out of any log
+line as a last line of defence; the messages spectax writes itself never include one in
+the first place. A secret shorter than 8 characters is a configuration error.
 """
 
 from __future__ import annotations
@@ -92,8 +93,10 @@ def read_secret_file(path: str) -> str:
     return text
 
 
-def resolve(inline: SecretStr | None, file: str | None) -> str | None:
-    """The secret given inline (or as `${ENV}`) or in a file; None when neither is given."""
+def resolve(inline: SecretStr | None, file: str | None, *, register: bool = True) -> str | None:
+    """The secret given inline (or as `${ENV}`) or in a file; None when neither is given.
+    `register=False` for a value that is not itself the secret (a storage URL: its host and
+    database name would blank ordinary text; its password is registered on its own)."""
     if inline is not None and file is not None:
         raise CredentialError("give the value or the _file, not both")
     if file is not None:
@@ -108,6 +111,18 @@ def resolve(inline: SecretStr | None, file: str | None) -> str | None:
             value = os.environ[name]
     else:
         return None
+    return register_secret(value) if register else value
+
+
+def register_secret(value: str, what: str = "the secret") -> str:
+    """`value`, registered to be blanked; a CredentialError (naming no value) when it is
+    too short to tell its fragments from ordinary text (logs.MIN_SECRET_LENGTH)."""
+    if len(value) < logs.MIN_SECRET_LENGTH:
+        raise CredentialError(
+            f"{what} is shorter than {logs.MIN_SECRET_LENGTH} characters: spectax cannot "
+            "keep so short "
+            "a secret out of its output (it would blank ordinary words); use a longer one"
+        )
     logs.register_secret(value)
     return value
 

@@ -324,7 +324,7 @@ class EndpointMonitor:
         names = sample.models.keys()
         if names <= self._clean_models:
             return False
-        if any(logs.blank_secrets(name) != name for name in names - self._clean_models):
+        if any(logs.holds_secret(name) for name in names - self._clean_models):
             return True
         self._clean_models = frozenset(names)
         return False

@@ -7,48 +7,123 @@ attached. The endpoint is taken from `extra={"endpoint": ...}` or, for spectax's
 
 Every secret spectax resolves is registered here (`register_secret`); a filter on the
 handler replaces it in the formatted line. spectax's own messages never hold one; the
-filter is there for what a library might say.
+filter is there for what a library might say. The same check (`blank_secrets`,
+`holds_secret`) guards what a target sends before it can become a label, a row or a line
+of the status page: any 8 characters in a row of a secret, in any of its escaped forms, so
+that a truncated or re-escaped echo is caught as well as a whole one.
 """
 
 from __future__ import annotations
 
+import html
 import json
 import logging
 import sys
 import threading
 from datetime import UTC, datetime
 from typing import Any, Literal
+from urllib.parse import quote, quote_plus
 
 LogFormat = Literal["text", "json"]
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 REDACTED = "<secret>"
-_MIN_SECRET_LENGTH = 4  # shorter values would blank out ordinary words
+#: The shortest secret spectax takes (credentials.resolve refuses a shorter one), and the
+#: length of the fragments it blanks: any 8 characters of a secret, in a row, in any text.
+MIN_SECRET_LENGTH = 8
 
-_secrets: set[str] = set()
+
+class _Registered:
+    """The secrets, and every MIN_SECRET_LENGTH-character window of each, as written and
+    as each escaping below writes it. `windows` is replaced whole (never mutated) so that a
+    reader needs no lock: registration is rare (a load, a reload), blanking is on every log
+    line and label value."""
+
+    def __init__(self) -> None:
+        self.secrets: set[str] = set()
+        self.windows: frozenset[str] = frozenset()
+
+
+_registered = _Registered()
 _lock = threading.Lock()
 
 
+def _written_forms(value: str) -> set[str]:
+    """`value` as the encodings its text passes through write it: a JSON log line, a
+    Python repr in an exception (`\\` for a backslash), HTML, a Prometheus label value, a
+    URL. Each escapes character by character, so an escaped fragment of the secret is a
+    fragment of its escaped form: the windows of these forms catch it too."""
+    label = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return {
+        value,
+        json.dumps(value, ensure_ascii=False)[1:-1],
+        json.dumps(value)[1:-1],
+        repr(value)[1:-1],
+        ascii(value)[1:-1],
+        value.encode("unicode_escape").decode("ascii"),
+        html.escape(value),
+        html.escape(value, quote=False),
+        label,
+        value.replace("\\", "\\\\"),
+        quote(value, safe=""),
+        quote_plus(value, safe=""),
+    }
+
+
 def register_secret(value: str) -> None:
-    if len(value) >= _MIN_SECRET_LENGTH:
-        with _lock:
-            _secrets.add(value)
+    """Blank `value`, and any MIN_SECRET_LENGTH of its characters in a row, from now on. A
+    shorter value is not taken: it would blank ordinary words (the configuration refuses
+    a shorter secret, so only a non-secret such as a header value can be that short)."""
+    if len(value) < MIN_SECRET_LENGTH:
+        return
+    with _lock:
+        if value in _registered.secrets:
+            return
+        n = MIN_SECRET_LENGTH
+        added = {f[i : i + n] for f in _written_forms(value) for i in range(len(f) - n + 1)}
+        _registered.windows = _registered.windows | added
+        _registered.secrets.add(value)
 
 
 def secrets_registered() -> int:
     """How many secrets are registered; none is ever removed, so a change means a new one."""
-    return len(_secrets)
+    return len(_registered.secrets)
+
+
+def _secret_starts(text: str, windows: frozenset[str]) -> list[int]:
+    n = MIN_SECRET_LENGTH
+    return [i for i in range(len(text) - n + 1) if text[i : i + n] in windows]
+
+
+def holds_secret(text: str) -> bool:
+    """Whether `text` holds MIN_SECRET_LENGTH characters in a row of a registered secret
+    (in any of its written forms): one set look-up per character, O(len(text))."""
+    windows, n = _registered.windows, MIN_SECRET_LENGTH
+    return bool(windows) and not windows.isdisjoint(
+        text[i : i + n] for i in range(len(text) - n + 1)
+    )
 
 
 def blank_secrets(text: str) -> str:
-    """`text` with every registered secret replaced by `<secret>`."""
-    if not _secrets:
+    """`text` with every run of characters that registered secrets' windows cover replaced
+    by `<secret>`: a whole secret, a truncated one (a page's line cut at 120 characters, a
+    token minus its last characters) or an escaped one. O(len(text)): this runs on every
+    log line and on each new label value a target sends."""
+    windows = _registered.windows
+    if not windows:
         return text
-    with _lock:
-        known = sorted(_secrets, key=len, reverse=True)
-    for secret in known:
-        if secret in text:
-            text = text.replace(secret, REDACTED)
-    return text
+    starts = _secret_starts(text, windows)
+    if not starts:
+        return text
+    parts: list[str] = []
+    kept = 0  # where the text not yet copied begins
+    begin, end = starts[0], starts[0] + MIN_SECRET_LENGTH
+    for start in starts[1:]:
+        if start > end:  # a gap: the run so far is one secret
+            parts += [text[kept:begin], REDACTED]
+            kept, begin = end, start
+        end = start + MIN_SECRET_LENGTH
+    parts += [text[kept:begin], REDACTED, text[end:]]
+    return "".join(parts)
 
 
 def _endpoint_of(record: logging.LogRecord) -> str | None:
@@ -71,13 +146,14 @@ class JSONFormatter(logging.Formatter):
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname.lower(),
             "logger": record.name,
-            "message": record.getMessage(),
+            # Blanked before json.dumps escapes it (the handler blanks the line again).
+            "message": blank_secrets(record.getMessage()),
         }
         endpoint = _endpoint_of(record)
         if endpoint is not None:
             entry["endpoint"] = endpoint
         if record.exc_info:
-            entry["exception"] = self.formatException(record.exc_info)
+            entry["exception"] = blank_secrets(self.formatException(record.exc_info))
         return json.dumps(entry, ensure_ascii=False)
 
 
