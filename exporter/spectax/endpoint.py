@@ -258,13 +258,17 @@ class EndpointMonitor:
         """Feed a whole window (fleet mode); one the store already has is skipped."""
         if self._last is not None and interval.end <= self._last.time:
             return None
+        self._health.recovered("read from its source again")  # the next failure is told
         _, closed, window = self._observe(interval.end, sample, interval)
         self.calibrate(due := self._aligned.due(interval.end))
         self._publish(interval.end, sample, 0.0, window)
         return pending_write(self.config.name, map(self._assessed, closed + due), self.cursor())
 
-    def observe_failure(self, error: ScrapeError, duration: float) -> None:
-        self._health.failed("scrape failed (%s): %s", error.reason, error)
+    def observe_failure(self, error: ScrapeError, duration: float, told: bool = False) -> None:
+        """`told`: the failure is already logged (a fleet source's, once for all its
+        endpoints): the endpoint only shows it."""
+        if not told:
+            self._health.failed("scrape failed (%s): %s", error.reason, error)
         failures = dict(self.snapshot.failures)
         failures[error.reason] = failures.get(error.reason, 0) + 1
         self.snapshot = replace(

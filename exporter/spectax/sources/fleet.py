@@ -31,7 +31,7 @@ from spectax.pipeline.intervals import Interval
 from spectax.pipeline.windows import aligned_start
 from spectax.scrape import ScrapeError, redact
 from spectax.sources.config import PrometheusSource
-from spectax.sources.prometheus import PrometheusReader, SourceError
+from spectax.sources.prometheus import PrometheusReader, SourceError, iso
 from spectax.sources.promql import horizon
 from spectax.store.pending import PendingWrite
 
@@ -131,12 +131,17 @@ class FleetSource:
         try:
             windows = await self.reader.windows(bounds)
         except SourceError as exc:
-            self._health.failed("cannot read windows up to %s: %s", bounds[-1], exc)
-            for monitor in self.monitors.values():
-                monitor.observe_failure(ScrapeError("connection", str(exc)), 0.0)
+            self._health.failed(
+                "cannot read the windows up to %s (%d endpoint(s) wait): %s",
+                iso(bounds[-1]),
+                len(self.monitors),
+                exc,
+            )
+            for monitor in self.monitors.values():  # one line for the source, not one each
+                monitor.observe_failure(ScrapeError("connection", str(exc)), 0.0, told=True)
                 self._emit(monitor, None)
             return False
-        self._health.recovered("reading windows again")
+        self._health.recovered("reading windows again from %s", iso(bounds[0]))
         # The endpoints found in this span resume before any window is handed on: each looks
         # its queued writes up in the store writer's queue, which the windows handed on would
         # fill (20,000 endpoints found at once then scanned 20,000 growing queues).

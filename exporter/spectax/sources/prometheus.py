@@ -31,6 +31,7 @@ import re
 import sys
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
@@ -296,7 +297,13 @@ class PrometheusReader:
         if not all(countable(texts) for _, _, texts in grouped):
             # A NaN sample makes a sum NaN, or hides a value that went down from resets():
             # the name is counted from every series' raw samples, as the scrapes count.
-            log.warning("%s: %s summed to no count; read raw", redact(self.source.url), name)
+            log.warning(
+                "%s: %s summed to no count (a NaN sample) from %s to %s; its samples read raw",
+                redact(self.source.url),
+                name,
+                iso(bounds[0]),
+                iso(bounds[-1]),
+            )
             await self._raw(name, bounds, sums)
             return
         for group in grouped:
@@ -350,6 +357,11 @@ class PrometheusReader:
                 each(*series)
         except ValueError as exc:  # a value that is no number
             raise SourceError(f"{redact(url)}: {type(exc).__name__}: {exc}"[:300]) from None
+
+
+def iso(t: float) -> str:
+    """A window boundary as an operator reads it: 2026-12-03T18:40:00Z."""
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def countable(texts: list[str]) -> bool:
