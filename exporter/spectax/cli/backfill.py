@@ -77,8 +77,8 @@ def backfill_main(args: argparse.Namespace) -> int:
     if args.end <= args.start:
         print("spectax backfill: --to must be after --from", file=sys.stderr)
         return 2
-    windows = int((args.end - args.start) // settings.config.window) * len(settings.config.sources)
-    progress = Progress(windows)
+    windows = (len(boundaries(settings, args.start, args.end)) - 1) * len(settings.config.sources)
+    progress = Progress(max(0, windows))
 
     def step(count: int) -> None:
         progress.advance(count, "windows read and written")
@@ -96,6 +96,16 @@ def backfill_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def boundaries(settings: Settings, start: float, end: float) -> list[float]:
+    """The boundaries of the whole windows between `start` and `end`, up to the sources'
+    `delay` ago: a window Prometheus may not hold whole yet is the live daemon's to write
+    (so the progress counts those only: a --to in the future showed 30/719)."""
+    length = settings.config.window
+    end = min(end, time.time() - max(source.delay for source in settings.config.sources))
+    first = -aligned_start(-start, length)  # the first boundary at or after start
+    return [first + i * length for i in range(int((end - first) // length) + 1)]
+
+
 async def backfill(
     settings: Settings,
     start: float,
@@ -105,10 +115,7 @@ async def backfill(
     """Write the whole windows between `start` and `end`; returns the rows written."""
     config = settings.config
     length = config.window
-    # A window Prometheus may not hold whole yet is the live daemon's to write, not ours.
-    end = min(end, time.time() - max(source.delay for source in config.sources))
-    first = -aligned_start(-start, length)  # the first boundary at or after start
-    boundaries = [first + i * length for i in range(int((end - first) // length) + 1)]
+    bounds_all = boundaries(settings, start, end)
     chunk = max(1, int(CHUNK_SECONDS // length))
     reserved = {e.name for e in config.endpoints}
     store = await Store.open(config.database_url)
@@ -118,8 +125,8 @@ async def backfill(
             for source in config.sources:
                 reader = PrometheusReader(source, session)
                 monitors: dict[str, EndpointMonitor] = {}
-                for i in range(0, len(boundaries) - 1, chunk):
-                    bounds = boundaries[i : i + chunk + 1]
+                for i in range(0, len(bounds_all) - 1, chunk):
+                    bounds = bounds_all[i : i + chunk + 1]
                     windows = await reader.windows(bounds)
                     writes: list[WindowWrite] = []
                     for window_end in bounds[1:]:
