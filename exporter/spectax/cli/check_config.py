@@ -20,7 +20,7 @@ import yaml
 
 from spectax import logs
 from spectax.config import ConfigError, Settings, load_config
-from spectax.endpoint_config import EndpointConfig
+from spectax.endpoint_config import EndpointConfig, resolve_price
 from spectax.engines import get_parser
 from spectax.engines.base import ParseError
 from spectax.scrape import ScrapeError, fetch, metrics_url, redact, scrape_session
@@ -100,16 +100,26 @@ def _web_config_key(path: Path) -> str | None:
 def _summarise(path: Path, settings: Settings) -> None:
     config = settings.config
     print(f"{path}: OK, {len(config.endpoints)} endpoint(s)")
+    fleets: list[tuple[str, bool]] = []  # (what a source's endpoints are called, priced)
     for source in config.sources:  # fleet mode: its endpoints are found at run time
         labels = ", ".join(source.endpoint_labels)
-        print(f"  source {redact(source.url)}: an endpoint per {labels} of {{{source.selector}}}")
+        endpoint = source.endpoint_config("endpoint")  # what every endpoint found gets
+        price, _ = resolve_price(endpoint, settings.prices)
+        shown = f"{price} USD/GPU-hour x {endpoint.gpus}" if price is not None else "no price"
+        print(
+            f"  source {redact(source.url)}: an endpoint per {labels} of {{{source.selector}}},"
+            f" each {shown}"
+        )
+        fleets.append((f"every endpoint of {redact(source.url)}", price is not None))
     if not config.endpoints and not config.sources:
         print(f"warning: {path}: {NO_ENDPOINTS}")
     for endpoint in config.endpoints:
         _print_endpoint(endpoint, settings)
     names = [e.name for e in config.endpoints]
     priced = [n for n in names if n in settings.usd_per_hour]
+    priced += [fleet for fleet, has_price in fleets if has_price]
     unpriced = [n for n in names if n not in settings.usd_per_hour]
+    unpriced += [fleet for fleet, has_price in fleets if not has_price]
     for spec in settings.billing:  # billing sources; credentials are never shown
         if spec.is_estimate:
             shown = ", ".join(priced) or "none (no endpoint has a price)"
