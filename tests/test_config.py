@@ -279,7 +279,16 @@ async def test_a_libpq_storage_url_with_sslmode_opens_the_postgresql_store(
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("name", ["storage-url-port", "storage-url-sslmode-bogus"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "storage-url-port",
+        "storage-url-sslmode-bogus",
+        "storage-url-sqlite-host",  # a traceback before
+        "storage-url-password-at",  # retried forever before
+        "storage-url-no-database",  # the tables went into the `postgres` database before
+    ],
+)
 async def test_run_refuses_a_bad_storage_url_at_start_saying_what_to_write(
     tmp_path: Path, name: str
 ) -> None:
@@ -294,6 +303,102 @@ async def test_run_refuses_a_bad_storage_url_at_start_saying_what_to_write(
     assert await asyncio.wait_for(spectax.process.wait(), 60) == 2, spectax.log_tail()
     assert all(e in spectax.log for e in header(path, "expect")), spectax.log_tail()
     assert "Traceback" not in spectax.log and CANARY not in spectax.log
+
+
+async def run_until_exit(tmp_path: Path, storage_url: str) -> tuple[int | None, str]:
+    """`spectax run` on `storage_url` (one unreachable target): its exit code and log."""
+    port = free_port()
+    endpoints = [{"name": "chat", "url": "http://127.0.0.1:1/metrics"}]
+    spectax = Spectax(write_config(tmp_path, port, endpoints, storage_url=storage_url), port)
+    await spectax.start()
+    assert spectax.process is not None
+    try:
+        code = await asyncio.wait_for(spectax.process.wait(), 30)
+    finally:
+        await spectax.kill()
+    return code, spectax.log
+
+
+@pytest.mark.e2e
+async def test_a_sqlite_directory_that_cannot_be_made_is_named_by_check_config_and_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A SQLite file under a regular file: `run` died in mkdir with a traceback."""
+    (tmp_path / "a-file").write_text("")
+    url = f"sqlite+aiosqlite:///{tmp_path}/a-file/sub/h.sqlite"
+    said = f"cannot create the directory {tmp_path}/a-file/sub"
+    config = write(tmp_path, f"storage_url: '{url}'\n")
+    assert main(["check-config", str(config)]) == 2
+    assert said in capsys.readouterr().err
+    code, log = await run_until_exit(tmp_path, url)
+    assert code == 1 and said in log and "Not a directory" in log, log[-3000:]
+    assert "Traceback" not in log
+
+
+@pytest.mark.e2e
+async def test_sqlite_in_memory_is_warned_of_by_check_config_and_refused_by_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """History that vanishes at every stop is never what a monitoring daemon is for."""
+    url = "sqlite+aiosqlite:///:memory:"
+    config = write(tmp_path, f"storage_url: '{url}'\n")
+    assert main(["check-config", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "warning:" in out and "`spectax run` refuses it: SQLite in memory" in out
+    code, log = await run_until_exit(tmp_path, url)
+    assert code == 2 and "SQLite in memory keeps no history past a stop" in log, log[-3000:]
+    assert "Traceback" not in log
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    ("user", "database", "said"),
+    [
+        ("postgres", "spectax_nosuch_db", 'database "spectax_nosuch_db" does not exist'),
+        ("spectax_nosuch_role", "postgres", 'role "spectax_nosuch_role" does not exist'),
+    ],
+)
+async def test_a_database_or_role_that_does_not_exist_is_named_by_the_probe_and_ends_run(
+    pg_server: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    user: str,
+    database: str,
+    said: str,
+) -> None:
+    """`run` retried these forever ("retrying until it answers"); the server's answer will
+    not change, so `run` now exits saying what to fix, and `check-config --probe` says it
+    first. The password is in neither."""
+    url = f"postgresql+asyncpg://{user}:{CANARY}@127.0.0.1:{pg_server.port}/{database}"
+    config = write(tmp_path, f"storage_url: '{url}'\n")
+    assert await asyncio.to_thread(main, ["check-config", str(config)]) == 0  # no probe
+    assert await asyncio.to_thread(main, ["check-config", str(config), "--probe"]) == 1
+    out, err = capsys.readouterr()
+    assert f"storage_url: FAILED: cannot open the store (postgresql+asyncpg): {said}" in out
+    assert CANARY not in out + err
+    code, log = await run_until_exit(tmp_path, url)
+    assert code == 1 and said in log and "retrying" not in log, log[-3000:]
+    assert "Traceback" not in log and CANARY not in log
+
+
+async def test_the_probe_says_the_postgresql_store_answers(
+    pg_server: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = pg_server.database()
+    config = write(tmp_path, f"storage_url: '{url}'\n")
+    assert await asyncio.to_thread(main, ["check-config", str(config), "--probe"]) == 0
+    name = url.rsplit("/", 1)[1]
+    assert f"storage_url: PostgreSQL database '{name}' answers" in capsys.readouterr().out
+    import asyncpg
+
+    connection = await asyncpg.connect(url.replace("postgresql+asyncpg", "postgresql"))
+    try:  # the probe created nothing (opening the store would have made its tables)
+        assert (
+            await connection.fetchval("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'")
+            == 0
+        )
+    finally:
+        await connection.close()
 
 
 TWO_ENDPOINTS = """

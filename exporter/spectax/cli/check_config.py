@@ -24,6 +24,7 @@ from spectax.endpoint_config import EndpointConfig, resolve_price
 from spectax.engines import get_parser
 from spectax.engines.base import ParseError
 from spectax.scrape import ScrapeError, fetch, metrics_url, redact, scrape_session
+from spectax.store import db
 from spectax.webconfig import WebConfigError, load_web_config
 
 # Valid but useless to `spectax run`, which refuses it: scraping nothing, it would serve no
@@ -82,6 +83,9 @@ def check_config_command(args: argparse.Namespace) -> int:
     if settings is None or failed:
         return 2
     _summarise(path, settings)
+    if problem := db.sqlite_directory_problem(settings.config.database_url):
+        print(f"spectax: invalid configuration {path}: storage_url: {problem}", file=sys.stderr)
+        return 2
     if args.probe:
         return 1 if asyncio.run(probe(settings)) else 0
     return 0
@@ -113,6 +117,8 @@ def _summarise(path: Path, settings: Settings) -> None:
         fleets.append((f"every endpoint of {redact(source.url)}", price is not None))
     if not config.endpoints and not config.sources:
         print(f"warning: {path}: {NO_ENDPOINTS}")
+    if db.in_memory(config.database_url):
+        print(f"warning: {path}: storage_url: `spectax run` refuses it: {db.IN_MEMORY}")
     for endpoint in config.endpoints:
         _print_endpoint(endpoint, settings)
     names = [e.name for e in config.endpoints]
@@ -159,10 +165,20 @@ async def probe(settings: Settings) -> int:
         reports = await asyncio.gather(
             *(_probe_one(session, e, settings) for e in config.endpoints)
         )
+    stored = await _probe_store(config.database_url)
     print("probe:")
-    for line, _ in reports:
+    for line, _ in [*reports, stored]:
         print(f"  {logs.blank_secrets(line)}")
-    return sum(1 for _, ok in reports if not ok)
+    return sum(1 for _, ok in [*reports, stored] if not ok)
+
+
+async def _probe_store(url: str) -> tuple[str, bool]:
+    """Connect to the store once, as `run` would, changing nothing: a database or role that
+    does not exist made `run` retry forever."""
+    try:
+        return f"storage_url: {await db.probe(url)}", True
+    except db.StoreError as exc:
+        return f"storage_url: FAILED: {exc}", False
 
 
 async def _probe_one(

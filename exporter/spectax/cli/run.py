@@ -17,6 +17,7 @@ from typing import Any
 
 from spectax.cli.check_config import NO_ENDPOINTS
 from spectax.config import ConfigError, load_config, validate
+from spectax.store.db import IN_MEMORY, in_memory
 
 
 def add_parser(commands: Any) -> None:
@@ -74,6 +75,9 @@ def run_command(args: argparse.Namespace) -> int:
     if not settings.config.endpoints and not settings.config.sources:
         where = args.config or "the defaults (no --config FILE given)"
         print(f"spectax run: {where}: {NO_ENDPOINTS}", file=sys.stderr)
+        return 2
+    if in_memory(settings.config.database_url):
+        print(f"spectax run: {args.config}: storage_url: {IN_MEMORY}", file=sys.stderr)
         return 2
     from spectax.daemon import Daemon
 

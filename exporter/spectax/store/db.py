@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Self
+from urllib.parse import unquote, urlsplit
 
-from sqlalchemy import ColumnElement, literal_column
+from sqlalchemy import ColumnElement, literal_column, text
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DataError, IntegrityError, SQLAlchemyError
@@ -35,6 +37,26 @@ _DATA_SQLSTATE_CLASSES = ("22", "23")
 
 class StoreError(RuntimeError):
     """The database could not be reached or refused a write. The message never holds the URL."""
+
+
+class StoreUnusable(StoreError):
+    """The store cannot work as the URL says (no such database or role, a password refused,
+    a SQLite directory that cannot be made): waiting changes nothing, so `run` exits saying
+    what to fix instead of retrying forever."""
+
+
+#: SQLSTATEs of a connection refused for what the URL says, and what to do about each.
+UNUSABLE_SQLSTATES = {
+    "3D000": "create that database (createdb NAME) or correct its name in storage_url",
+    "28000": "create that role, allow it in pg_hba.conf, or correct the user in storage_url",
+    "28P01": "correct the password in storage_url (percent-encoded)",
+}
+#: Why `spectax run` refuses SQLite in memory (check-config warns of it).
+IN_MEMORY = (
+    "SQLite in memory keeps no history past a stop (every restart starts from nothing, and"
+    " nothing is left to report on): give a file, e.g. sqlite+aiosqlite:////var/lib/spectax"
+    "/spectax.sqlite"
+)
 
 
 #: The drivers spectax ships: `postgresql://` and `sqlite://` without one (libpq and
@@ -82,9 +104,100 @@ def database_url(text: str) -> str:
     if url.port is not None and not 0 < url.port < 65536:
         raise ValueError(f"port {url.port} is out of range 1-65535")
     if backend == "sqlite":  # only the scheme: rendering would percent-encode `:memory:`
+        if url.host or url.username or url.port or not url.database:
+            raise ValueError(
+                "a SQLite URL is the scheme, three slashes and the file's path:"
+                " sqlite+aiosqlite:///RELATIVE/PATH or sqlite+aiosqlite:////ABSOLUTE/PATH"
+            )
         return f"{driver}:{text.split(':', 1)[1]}"
+    _read_alike(text, url)
+    if not url.database:
+        raise ValueError(
+            "no database name: end the URL with /DATABASE (without one PostgreSQL picks the"
+            " database named after the user, often `postgres`, and the tables went there)"
+        )
     taken = _asyncpg_query(url.set(drivername=driver))
     return text if taken == url else taken.render_as_string(hide_password=False)
+
+
+def _read_alike(text: str, url: URL) -> None:
+    """ValueError when the URL's user, password, host or port read otherwise by the standard
+    (RFC 3986) than by SQLAlchemy: an unencoded @ / ? or # in the password. SQLAlchemy ends
+    the password at the first @, so `p@ss@db` reached the host `ss@db`, retried forever."""
+    try:
+        split = urlsplit(text)
+        alike = (
+            (split.hostname or "") == (url.host or "").lower()
+            and split.port == url.port
+            and unquote(split.password or "") == (url.password or "")
+        )
+    except ValueError:  # the standard's port is not a number: it split the password
+        alike = False
+    if not alike:
+        raise ValueError(
+            "the user or password holds an unencoded @, /, ? or #: percent-encode each"
+            " (@ as %40, / as %2F, ? as %3F, # as %23)"
+        )
+
+
+def in_memory(url: str) -> bool:
+    """Whether `url` (as `database_url` returns it) is SQLite in memory."""
+    return url.startswith("sqlite") and not _shared(url)
+
+
+def sqlite_directory_problem(url: str) -> str | None:
+    """Why the SQLite file of `url` could not be created, found without creating anything
+    (check-config), or None: its directory's nearest existing ancestor must be a directory
+    this process may write."""
+    path = _sqlite_path(url)
+    if path is None:
+        return None
+    ancestor = path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        return f"cannot create the directory {path.parent}: {ancestor} is not a directory"
+    if not (path.exists() or os.access(ancestor, os.W_OK | os.X_OK)):
+        return f"cannot create {path}: {ancestor} is not writable by this user"
+    return None
+
+
+async def probe(url: str) -> str:
+    """Connect to the store of `url` (as `database_url` returns it) and disconnect, changing
+    nothing (check-config --probe): what it is, or StoreError (StoreUnusable: the URL must
+    change) saying what is wrong."""
+    if url.startswith("sqlite"):
+        if problem := sqlite_directory_problem(url):
+            raise StoreUnusable(problem)
+        return "SQLite in memory" if in_memory(url) else f"SQLite file {_sqlite_path(url)}"
+    engine = create_async_engine(url)
+    try:
+        async with engine.connect() as connection:
+            await connection.execute(text("SELECT 1"))
+    except DATABASE_ERRORS as exc:
+        raise _open_error(url, exc) from None
+    finally:
+        await engine.dispose()
+    return f"PostgreSQL database {make_url(url).database!r} answers"
+
+
+def _open_error(url: str, exc: BaseException) -> StoreError:
+    """A failure to connect as a StoreError; StoreUnusable when the server refused what
+    the URL names (UNUSABLE_SQLSTATES), which no retry can change."""
+    original = getattr(exc, "orig", None)
+    sqlstate = getattr(original, "sqlstate", None)
+    where = f"cannot open the store ({_backend(url)})"
+    if sqlstate in UNUSABLE_SQLSTATES:  # the server's own words: `database "x" does not exist`
+        said = (str(original).splitlines() or [sqlstate])[0][:200]
+        return StoreUnusable(f"{where}: {said}: {UNUSABLE_SQLSTATES[sqlstate]}")
+    return StoreError(f"{where}: {reason(exc)}")
+
+
+def _sqlite_path(url: str) -> Path | None:
+    """The file of a SQLite URL (as `database_url` returns it); None: in memory, not SQLite."""
+    if not url.startswith("sqlite") or in_memory(url) or ":///" not in url:
+        return None
+    return Path(url.split(":///", 1)[1].split("?", 1)[0])
 
 
 def _asyncpg_query(url: URL) -> URL:
@@ -144,11 +257,15 @@ class Database:
         try:
             url = database_url(url)
         except ValueError as exc:
-            raise StoreError(f"storage_url: {exc}") from None
-        if url.startswith("sqlite") and ":///" in url:
-            path = url.split(":///", 1)[1]
-            if path and path != ":memory:":
-                Path(path).parent.mkdir(parents=True, exist_ok=True)
+            raise StoreUnusable(f"storage_url: {exc}") from None
+        if (path := _sqlite_path(url)) is not None:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:  # a traceback at `run` before
+                raise StoreUnusable(
+                    f"storage_url: cannot create the directory {path.parent} for the SQLite"
+                    f" file: {exc.strerror or type(exc).__name__}"
+                ) from None
         engine = create_async_engine(url, pool_pre_ping=True)
         try:
             if create_apart and not migrate and _shared(url):
@@ -160,7 +277,7 @@ class Database:
                 await conn.run_sync(schema.upgrade if migrate else schema.ensure_current)
         except DATABASE_ERRORS as exc:
             await engine.dispose()
-            raise StoreError(f"cannot open the store ({_backend(url)}): {reason(exc)}") from None
+            raise _open_error(url, exc) from None
         except schema.SchemaMismatch:
             await engine.dispose()
             raise

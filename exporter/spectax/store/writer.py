@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spectax.health import LogOnce
-from spectax.store.db import StoreDataError, StoreError, reason
+from spectax.store.db import StoreDataError, StoreError, StoreUnusable, reason
 from spectax.store.leader import POLL_SECONDS, Election, Leadership, leadership
 from spectax.store.pending import PendingWrite
 from spectax.store.spool import WriteQueue
@@ -94,13 +94,15 @@ class StoreWriter:
         return self.election.leading
 
     async def connect(self) -> Store | None:
-        """Connect, retrying while the database is unreachable; a schema mismatch is fatal.
-        None: asked to stop while waiting."""
+        """Connect, retrying while the database is unreachable; a schema mismatch and a URL
+        the server refuses (StoreUnusable) are fatal. None: asked to stop while waiting."""
         health = LogOnce(self._log, "store")
         attempt = 0
         while not self._stopping.is_set():
             try:
                 store = await self._open_store()
+            except StoreUnusable:  # no such database or role, a bad URL: retrying cannot help
+                raise
             except StoreError as exc:
                 health.failed("%s; retrying until it answers", exc, level=logging.ERROR)
                 attempt += 1
