@@ -7,8 +7,8 @@
 Writes spectax.rules.yml, spectax.alerts.yml and runbook.md into --out. Each alert's
 runbook_url is the base followed by its section's anchor (``#speculationisatax``...), so
 the operator sets the base once, here, instead of editing nine annotations. Without
---runbook-url the base is the runbook installed beside the rules (``file://OUT/runbook.md``),
-which is also what the committed rule files carry for the default --out.
+--runbook-url the base is the runbook spectax serves at /runbook on localhost:9837, what
+the committed rule files carry: give the address others reach spectax at, or a wiki page.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from urllib.parse import urlsplit
 HERE = Path(__file__).resolve().parent
 RULE_FILES = ("spectax.rules.yml", "spectax.alerts.yml")
 DEFAULT_OUT = Path("/etc/prometheus/spectax")
-DEFAULT_RUNBOOK_URL = f"{DEFAULT_OUT.as_uri()}/runbook.md"
+#: spectax serves the runbook itself (a file:// link does not open from a browser's http page).
+DEFAULT_RUNBOOK_URL = "http://localhost:9837/runbook"
 KEY = "runbook_url: "
 
 
@@ -64,12 +65,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="directory to write")
     parser.add_argument(
         "--runbook-url",
-        help="base URL of the runbook page (default: the runbook.md written to --out)",
+        help="base URL of the runbook page (default: spectax's own /runbook on"
+        f" localhost:9837, {DEFAULT_RUNBOOK_URL}; give the address others reach it at)",
     )
     args = parser.parse_args(argv)
     out = args.out.resolve()
     try:
-        base = check_base(args.runbook_url or f"{out.as_uri()}/runbook.md")
+        base = check_base(args.runbook_url or DEFAULT_RUNBOOK_URL)
         written = install(out, base)
     except (ValueError, OSError) as error:
         print(f"install.py: {error}", file=sys.stderr)

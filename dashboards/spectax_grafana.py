@@ -26,9 +26,9 @@ DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 SCHEMA_VERSION = 39  # Grafana 10.4+; the JSON below uses that version's panel options
 TAGS = ["spectax"]
 # Where panels' runbook links point until the operator sets the `runbook_url` variable
-# (generate.py --runbook-url): the runbook alerts/install.py writes beside the rules, so
-# a panel and the alert it explains open the same section.
-RUNBOOK_URL = "file:///etc/prometheus/spectax/runbook.md"
+# (generate.py --runbook-url): the runbook spectax serves at /runbook, as the committed
+# alerts do, so a panel and the alert it explains open the same section.
+RUNBOOK_URL = "http://localhost:9837/runbook"
 
 # Fields grafanalib emits that current Grafana no longer has (schema: additionalProperties
 # false). Dropped by SpectaxDashboard; nothing else is rewritten.

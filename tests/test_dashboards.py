@@ -65,7 +65,7 @@ PANELS = {
 }
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 RUNBOOK = DASHBOARDS.parent / "alerts" / "runbook.md"
-RUNBOOK_URL = "file:///etc/prometheus/spectax/runbook.md"  # alerts/install.py's default
+RUNBOOK_URL = "http://localhost:9837/runbook"  # alerts/install.py's default
 SELECTOR = re.compile(r"\b([a-z_]+:spectax_[a-z_]+:[a-z0-9_]+|spectax_[a-z_]+|up)\b(\{[^}]*\})?")
 
 

@@ -260,8 +260,9 @@ def test_an_uncertain_card_says_what_it_turns_on_and_what_would_settle_it() -> N
     assert all(f"<li>{escape(step)}</li>" in card for step in steps)
     assert "control: ngram-control" in card and "--base-url http://h:1 " in card
     assert "what is this?" in card
-    if DOCS_URL:
-        assert DOCS_URL.endswith("docs/economics.md#what-an-uncertain-verdict-turns-on")
+    # Served by spectax itself (tests/test_served_docs.py opens it), not a file:// link.
+    assert DOCS_URL == "/docs/economics#what-an-uncertain-verdict-turns-on"
+    assert f'<a href="{DOCS_URL}">what is this?</a>' in card
     for settled in ("heavy-draft", "idle", "plain"):  # a tax or no speculation: nothing to settle
         assert "data-settle" not in shown[settled]
 

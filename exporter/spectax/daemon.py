@@ -40,7 +40,12 @@ from spectax.reload import endpoint_changes, read_new_configuration, sources_cha
 from spectax.schedule import Jobs, ScrapeSchedule, finish_tasks
 from spectax.scrape import ScrapeError, fetch, lift_open_files_limit, metrics_url, scrape_session
 from spectax.sources.fleet import Fleet
-from spectax.status import StatusHistory, endpoint_states, render_status_page
+from spectax.status import (
+    StatusHistory,
+    endpoint_states,
+    render_status_page,
+    served_documents,
+)
 from spectax.store import Store
 from spectax.store.pending import PendingWrite
 from spectax.store.writer import StoreWriter
@@ -156,6 +161,7 @@ class Daemon:
             middlewares=[self.guard.middleware],
             render_page=self._render_page,
             status_page=lambda: render_status_page(self.snapshots(), self.status, time.time()),
+            documents=served_documents(),
         )
         self._server = await start_server(
             app, self.config.listen_host, self.config.listen_port, self.guard.server_ssl

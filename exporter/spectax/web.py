@@ -17,7 +17,7 @@ import hashlib
 import html
 import ssl
 import zlib
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 
 import bcrypt
 from aiohttp import web
@@ -65,12 +65,14 @@ def make_app(
     middlewares: Sequence[Middleware] = (),
     render_page: RenderPage | None = None,
     status_page: Callable[[], str] | None = None,
+    documents: Mapping[str, str] | None = None,
 ) -> web.Application:
     """`endpoints()` gives (name, up, last error or "") for the bare landing page;
     `status_page()` renders the status page (`spectax.status`) served at `/` instead;
     `reload()` re-reads the configuration (`POST /-/reload`), raising ValueError when it
     is bad; `middlewares` are the web config's (basic auth, headers); `render_page()` is
-    the fast text exposition, used instead of the registry when given."""
+    the fast text exposition, used instead of the registry when given; `documents` maps a
+    path to a whole HTML page served there (the runbook: `spectax.status.docs`)."""
     app = web.Application(middlewares=list(middlewares))
     app[REGISTRY_KEY] = registry
     app[READY_KEY] = ready
@@ -84,7 +86,16 @@ def make_app(
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/-/healthy", healthy)
     app.router.add_get("/-/ready", ready_handler)
+    for path, document in (documents or {}).items():
+        app.router.add_get(path, _document(document))
     return app
+
+
+def _document(document: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def serve(request: web.Request) -> web.Response:
+        return web.Response(text=document, content_type="text/html", charset="utf-8")
+
+    return serve
 
 
 async def metrics(request: web.Request) -> web.Response:

@@ -2,11 +2,19 @@
 
 `history.py` keeps a few hours of figures per endpoint in memory, recorded from the
 snapshots `/metrics` reads; `page.py` renders the page from those snapshots and that
-history (server-side, inline CSS and SVG, no script); `chart.py` draws the small chart.
-Nothing here does I/O: the handler only formats what is already in memory.
+history (server-side, inline CSS and SVG, no script); `chart.py` draws the small chart;
+`docs.py` renders the runbook and the economics its links open, once, at start-up.
+Nothing here does I/O per request: the handler only formats what is already in memory.
 """
 
+from spectax.status.docs import PAGES, page_html
 from spectax.status.history import StatusHistory
 from spectax.status.page import endpoint_states, render_status_page
 
-__all__ = ["StatusHistory", "endpoint_states", "render_status_page"]
+
+def served_documents() -> dict[str, str]:
+    """Path -> HTML of each page this install can serve (`docs.PAGES`)."""
+    return {path: html for path in PAGES if (html := page_html(path)) is not None}
+
+
+__all__ = ["StatusHistory", "endpoint_states", "render_status_page", "served_documents"]

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from html import escape
-from pathlib import Path
 
 from spectax import __version__, economics, logs, settle
 from spectax.economics import Assessment, Capacity
@@ -20,20 +19,19 @@ from spectax.endpoint import EndpointSnapshot
 from spectax.engines import not_exposed
 from spectax.settle import Target, settle_steps, turns_on
 from spectax.status.chart import chart
+from spectax.status.docs import ECONOMICS_PATH, RUNBOOK_PATH
 from spectax.status.history import StatusHistory, main_assessment
 
-# Where the shipped alerts' runbook_url points by default (alerts/install.py installs the
-# runbook beside the rules), sections by alert name.
-RUNBOOK_URL = "file:///etc/prometheus/spectax/runbook.md"
+# The runbook and the economics, served by spectax itself (`spectax.status.docs`): a
+# `file://` link does not open from an http page.
+RUNBOOK_URL = RUNBOOK_PATH
 REPORT_COMMAND = "spectax report --config YOUR-CONFIG.yml --format html --out report.html"
 # A person glances at the page; the window it summarises is minutes long (5 min by
 # default), so a reload every 30 s is fresh enough and costs one request per open tab.
 REFRESH_SECONDS = 30
-# "What is this?" beside an uncertain verdict: the section of docs/economics.md that says
-# what a band straddling 1 means. The daemon serves no docs, so the link is to the file in
-# the source tree when spectax runs from one (as the README installs it), like the runbook's.
-_DOCS_FILE = Path(__file__).resolve().parents[3] / settle.DOCS.split("#", 1)[0]
-DOCS_URL = f"{_DOCS_FILE.as_uri()}#{settle.DOCS.split('#', 1)[1]}" if _DOCS_FILE.is_file() else None
+# "What is this?" beside an uncertain verdict: the section of the economics that says what
+# a band straddling 1 means, as spectax serves it.
+DOCS_URL = f"{ECONOMICS_PATH}#{settle.DOCS.split('#', 1)[1]}"
 # 100 cards are ~4 screens already; past that /metrics (or Grafana) is the tool, and the
 # page stays quick to render at 2,000 endpoints. The worst come first, so none is hidden.
 MAX_ENDPOINTS = 100
@@ -256,11 +254,7 @@ def _settle(snapshot: EndpointSnapshot, a: Assessment) -> str:
         has_control=config.control is not None,
     )
     steps = "".join(f"<li>{escape(step)}</li>" for step in settle_steps(target, a))
-    what = (
-        f' (<a href="{escape(DOCS_URL)}">what is this?</a>)'
-        if DOCS_URL
-        else f" (what is this? <code>{escape(settle.DOCS)}</code>)"
-    )
+    what = f' (<a href="{escape(DOCS_URL)}">what is this?</a>)'
     return (
         f'<div class="settle" data-settle="{escape(a.model)}">'
         f"<p>Uncertain: it turns on this: {escape(said)}{what}.</p>"
