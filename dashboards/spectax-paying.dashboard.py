@@ -105,7 +105,7 @@ verdict = table(
     " endpoint, the band is the measured speedup. Basis: measured (a control), calibrated"
     " (the speed without speculation fitted from a control or the endpoint's own history),"
     " profile (a stored profile or benchmark sweep) or default (configured B* and an"
-    " assumed step overhead: usually uncertain; see the README, 'Three ways to a"
+    " assumed step overhead: usually uncertain; see docs/verdicts.md, 'Three ways to a"
     " trustworthy verdict'). Only a tax on a basis other than default pages. Figures are"
     " over spectax's window (default 5 minutes); a window that proposed no drafts is"
     " priced like any other. Savings are negative when speculation is a tax; on"

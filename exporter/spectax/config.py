@@ -334,7 +334,7 @@ def _describe(error: Any) -> str:
         path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
     message = error["msg"]
     if error["type"] == "extra_forbidden":
-        message = "unknown key (check the spelling; see the README's configuration reference)"
+        message = "unknown key (check the spelling; see docs/configuration.md)"
     elif error["type"] == "literal_error":
         message = f"{message}, got {error.get('input')!r}"
     return f"{path or '<top>'}: {message}"

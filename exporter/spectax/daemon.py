@@ -89,7 +89,7 @@ class Daemon:
         self._reload_lock = asyncio.Lock()
         self._reload_tasks: set[asyncio.Task[None]] = set()
         self.monitors: dict[str, EndpointMonitor] = {}
-        self.fleet = Fleet()  # the endpoints found in Prometheus (README "Fleet mode")
+        self.fleet = Fleet()  # the endpoints found in Prometheus (docs/fleet.md)
         self.store: Store | None = None
         self._stop_requested = asyncio.Event()
         self.writer = StoreWriter(

@@ -80,7 +80,7 @@ WHY_NOT_DRAFTING = {
     "no_speculation": "the pages show no speculative decoding",
     "no_traffic": "no output tokens were generated between the pages",
 }
-# The figures a quantity an engine does not expose leaves "-" (README "Engines").
+# The figures a quantity an engine does not expose leaves "-" (docs/engines.md).
 ABSENT_KEYS = {
     "draft_tokens": (
         "draft_tokens",

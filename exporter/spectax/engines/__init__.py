@@ -3,8 +3,8 @@
 Usage: `get_parser("vllm")(page_text)` returns an `EngineSample`. Adding an
 engine is one module beside `vllm.py` (its `parse` and `CAPABILITIES`) and one
 `Engine` in `ENGINES`: the
-configuration's `engine:` accepts the names registered here, and the README's
-list is tested against them.
+configuration's `engine:` accepts the names registered here, and the list in
+docs/engines.md is tested against them.
 """
 
 from __future__ import annotations

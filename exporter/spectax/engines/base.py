@@ -224,7 +224,7 @@ class EngineSample:
 #: nothing for it (never a 0 that looks real).
 Support = Literal["exact", "derived", "absent"]
 
-#: The quantities of the capability matrix (README "Engines"), one row per engine.
+#: The quantities of the capability matrix (docs/engines.md), one row per engine.
 QUANTITIES: tuple[str, ...] = (
     "output_tokens",
     "prompt_tokens",

@@ -115,7 +115,7 @@ class FileLock(Leadership):
             raise StoreLocked(
                 f"another spectax process (pid {holder}) is running on {database};"
                 " SQLite takes one spectax process: stop it, or run a pair on PostgreSQL"
-                " (README, High availability)"
+                " (docs/ha.md)"
             ) from None
         self._file.seek(0)
         self._file.truncate()
