@@ -24,7 +24,7 @@ from pydantic import (
     model_validator,
 )
 
-from spectax import logs
+from spectax import logs, yamlfile
 from spectax.billing.prices import PriceTable, PriceTableError
 from spectax.billing.registry import BillingConfig, SourceSpec, resolve_billing
 from spectax.credentials import (
@@ -143,19 +143,28 @@ def load_config(path: Path | str | None, listen: str | None = None) -> Settings:
     """Read, validate and resolve a configuration file (None: the defaults); `listen` wins."""
     source = str(path) if path is not None else "<defaults>"
     raw: Any = {}
+    duplicates: list[str] = []
     if path is not None:
         try:
             text = Path(path).read_text(encoding="utf-8")
         except OSError as exc:
             raise ConfigError(source, [f"cannot read: {exc.strerror}"]) from None
         try:
-            raw = yaml.safe_load(text) or {}
+            raw, duplicates = yamlfile.load(text)
+            raw = raw or {}
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
             problem = getattr(exc, "problem", None) or str(exc)
             raise ConfigError(source, [f"{where}not valid YAML: {problem}"]) from None
-    return validate({**raw, "listen": listen} if listen and type(raw) is dict else raw, source)
+    raw = {**raw, "listen": listen} if listen and type(raw) is dict else raw
+    if not duplicates:
+        return validate(raw, source)
+    try:  # the rest is checked too (as YAML reads it: the last of each key), in one report
+        validate(raw, source)
+    except ConfigError as exc:
+        raise ConfigError(source, duplicates + exc.problems) from None
+    raise ConfigError(source, duplicates)
 
 
 def validate(raw: Any, source: str = "<config>") -> Settings:
@@ -165,6 +174,7 @@ def validate(raw: Any, source: str = "<config>") -> Settings:
     config, valid = _validate_fields(raw, problems)
     if config is None:
         raise ConfigError(source, problems)
+    field_errors = len(problems)  # the cross-field problems follow
     # Every name as written, even of an endpoint with a bad field: a reference to it is good.
     names = [_name(e) for e in _list(raw.get("endpoints"))]  # by position in the file
     prices = PriceTable.load(None)
@@ -246,6 +256,9 @@ def validate(raw: Any, source: str = "<config>") -> Settings:
         problems.append("scrape_timeout: must not be longer than scrape_interval")
     if not timing and config.window < 2 * config.scrape_interval:
         problems.append("window: must hold at least two scrape intervals")
+    problems[field_errors:] = [
+        p for p in problems[field_errors:] if not valid.follows_from_a_dropped_field(p)
+    ]
     if problems:
         raise ConfigError(source, problems)
     named = {e.name: (e.price and e.price.gpu) or e.gpu for e in config.endpoints}  # as priced
@@ -277,38 +290,113 @@ def _shared_parts(config: Config) -> Config:
 
 @dataclass(frozen=True)
 class _Validated:
-    """What validated: the file's index of each endpoint and source, the keys dropped."""
+    """What validated: the file's index of each endpoint and source, the top-level keys
+    dropped, and the paths of the fields dropped from an entry kept without them (for
+    `endpoints[2].price`: `endpoints[2].price` and what depends on it)."""
 
     endpoints: list[int]
     billing: list[int]
     dropped: set[str]
+    fields: tuple[str, ...] = ()
+
+    def follows_from_a_dropped_field(self, problem: str) -> bool:
+        """Whether a cross-field problem is about a field dropped for its own error, so only
+        a false problem (a `required` for a value that is there but invalid)."""
+        return any(problem.startswith((f"{path}:", f"{path}.")) for path in self.fields)
+
+
+# Values a required field takes while the entry's other fields are checked; never reported.
+_PLACEHOLDERS: dict[str, dict[str, Any]] = {
+    "endpoints": {"name": "invalid-entry", "url": "http://invalid.invalid"},
+    "sources": {"url": "http://invalid.invalid", "endpoint_labels": ["invalid"]},
+}
+_DEPENDS = {"gpu": ("price",)}  # a dropped gpu: the price looked up for it is not checked
+_LISTS = ("endpoints", "billing", "sources")
 
 
 def _validate_fields(raw: dict[str, Any], problems: list[str]) -> tuple[Config | None, _Validated]:
-    """The field errors, and a Config of what validated for the cross-field checks (issue 16)."""
+    """The field errors, and a Config of what validated for the cross-field checks (issue 16).
+
+    An entry of `endpoints`, `billing` or `sources` with a bad field is kept without that
+    field (a required one takes a placeholder), so that its other checks (credentials,
+    prices, a source's own check) still run: one error no longer hides another of the same
+    entry (issue 30). A check a model makes only once its fields are valid may find more;
+    an entry still failing then is left out."""
     lists: dict[str, list[Any]] = {key: _list(raw.get(key)) for key in _LISTS}
-    try:
-        whole = Config.model_validate(raw)
-        every = [list(range(len(lists[key]))) for key in _LISTS]
-        return whole, _Validated(every[0], every[1], set())
-    except ValidationError as exc:
-        errors = exc.errors()
-    problems += [_describe(error) for error in errors]
-    bad_items = {(e["loc"][0], e["loc"][1]) for e in errors if len(e["loc"]) > 1}
-    dropped = {str(e["loc"][0]) for e in errors if e["loc"]} - {
-        key for key, index in bad_items if isinstance(index, int) and key in _LISTS
-    }
-    kept = {key: [i for i in range(len(lists[key])) if (key, i) not in bad_items] for key in _LISTS}
-    pruned = {key: value for key, value in raw.items() if key not in dropped}
-    pruned.update({key: [lists[key][i] for i in kept[key]] for key in _LISTS if key in raw})
-    try:
-        config: Config | None = Config.model_validate(pruned)
-    except ValidationError:
-        config = None  # what is left does not hold together: the field errors are all we say
-    return config, _Validated(kept["endpoints"], kept["billing"], dropped)
+    where = {key: list(range(len(lists[key]))) for key in _LISTS}  # the file's index of each
+    pruned, dropped, fields = dict(raw), set[str](), set[str]()
+    for _ in range(3):
+        try:
+            config = Config.model_validate(pruned)
+        except ValidationError as exc:
+            errors = exc.errors()
+        else:
+            valid = _Validated(where["endpoints"], where["billing"], dropped, tuple(fields))
+            return config, valid
+        bad: dict[tuple[str, int], set[str] | None] = {}  # by entry: bad fields, None: all
+        for error in errors:
+            loc = error["loc"]
+            if loc and loc[0] in _LISTS and len(loc) > 1 and isinstance(loc[1], int):
+                key, n = str(loc[0]), loc[1]
+                field = _field_of(lists[key][n], loc)
+                path = f"{key}[{where[key][n]}].{field}"
+                said = _describe({**error, "loc": (key, where[key][n], *loc[2:])})
+                if path not in fields and said not in problems:  # not a field dropped here
+                    problems.append(said)
+                if field is None or (
+                    error["type"] == "missing" and field not in _PLACEHOLDERS.get(key, {})
+                ):
+                    bad[(key, n)] = None
+                elif (names := bad.setdefault((key, n), set())) is not None:
+                    names.add(field)
+            elif loc:
+                problems.append(_describe(error))
+                dropped.add(str(loc[0]))
+            else:
+                problems.append(_describe(error))
+        pruned = {key: value for key, value in pruned.items() if key not in dropped}
+        for key in _LISTS:
+            if key in pruned:
+                lists[key], where[key] = _kept(key, lists[key], where[key], bad, fields)
+                pruned[key] = lists[key]
+    return None, _Validated([], [], dropped)
 
 
-_LISTS = ("endpoints", "billing")
+def _field_of(entry: Any, loc: tuple[Any, ...]) -> str | None:
+    """The entry's own key an error is under (a billing entry's after its type tag)."""
+    if not isinstance(entry, dict) or len(loc) < 3:
+        return None
+    if len(loc) >= 4 and loc[2] == entry.get("type") and loc[2] not in entry:
+        return str(loc[3])
+    return str(loc[2])
+
+
+def _kept(
+    key: str,
+    entries: list[Any],
+    where: list[int],
+    bad: dict[tuple[str, int], set[str] | None],
+    fields: set[str],
+) -> tuple[list[Any], list[int]]:
+    """The entries of list `key` without their bad fields (or left out), and their indices
+    in the file; `fields` gets the paths of the fields dropped and of what depends on them."""
+    kept: list[Any] = []
+    indices: list[int] = []
+    for n, entry in enumerate(entries):
+        names = bad.get((key, n), set())
+        if names is None:
+            continue
+        placeholder = _PLACEHOLDERS.get(key, {})
+        kept.append(
+            {k: v for k, v in entry.items() if k not in names}
+            | {k: placeholder[k] for k in names if k in placeholder}
+            if names
+            else entry
+        )
+        indices.append(where[n])
+        for name in names:
+            fields.update(f"{key}[{where[n]}].{part}" for part in (name, *_DEPENDS.get(name, ())))
+    return kept, indices
 
 
 def _list(value: Any) -> list[Any]:

@@ -43,6 +43,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, SecretStr, ValidationError
 
+from spectax import yamlfile
 from spectax.credentials import CredentialError, expand_path
 from spectax.units import InvalidFile, StrictModel
 
@@ -144,7 +145,8 @@ def load_web_config(path: Path | str | None) -> WebConfig:
         return WebConfig()
     source = str(path)
     try:
-        raw: Any = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        raw, duplicates = yamlfile.load(Path(path).read_text(encoding="utf-8"))
+        raw = raw or {}
     except OSError as exc:
         raise WebConfigError(source, [f"cannot read: {exc.strerror}"]) from None
     except yaml.YAMLError as exc:
@@ -153,7 +155,7 @@ def load_web_config(path: Path | str | None) -> WebConfig:
         raise WebConfigError(source, [f"{where}not valid YAML"]) from None
     if not isinstance(raw, dict):
         raise WebConfigError(source, ["the top level must be a mapping"])
-    problems: list[str] = []
+    problems: list[str] = list(duplicates)
     try:
         parsed = _WebConfigFile.model_validate(raw)
     except ValidationError as exc:

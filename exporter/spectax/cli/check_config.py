@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from spectax import logs
+from spectax import logs, yamlfile
 from spectax.config import ConfigError, Settings, load_config
 from spectax.endpoint_config import EndpointConfig, resolve_price
 from spectax.engines import get_parser
@@ -94,7 +94,7 @@ def check_config_command(args: argparse.Namespace) -> int:
 def _web_config_key(path: Path) -> str | None:
     """The `web_config_file` of a configuration that did not validate, if it names one."""
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw, _ = yamlfile.load(path.read_text(encoding="utf-8"))  # duplicates: said above
     except (OSError, yaml.YAMLError):
         return None
     value = raw.get("web_config_file") if isinstance(raw, dict) else None
