@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from array import array
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
@@ -33,6 +33,7 @@ from spectax.engines.base import EngineSample, ParseError
 from spectax.gpus import GpuSpec, RooflinePrior
 from spectax.health import LogOnce
 from spectax.pipeline.intervals import Interval, interval_between
+from spectax.pipeline.ledger import Admission, ModelLedger
 from spectax.pipeline.packing import Cursor
 from spectax.pipeline.windows import AlignedWindows, SlidingWindow, Window
 from spectax.scrape import ScrapeError
@@ -70,6 +71,7 @@ class EndpointSnapshot:
     step_model: StepModel = field(default_factory=StepModel)  # the counterfactual in force
     assessments: dict[str, Assessment] = field(default_factory=dict)
     capacities: dict[str, Capacity] = field(default_factory=dict)  # the KV cache, per model
+    models_dropped: dict[str, int] = field(default_factory=dict)  # by reason (pipeline.ledger)
 
 
 ControlLookup = Callable[[], Window | None]
@@ -107,6 +109,11 @@ class EndpointMonitor:
         # spectax was not running (the restart log says so).
         self._resumed = restored.cursor is not None
         self._sliding = SlidingWindow(window_seconds)
+        # The models held over time, forgotten after a window on no page (pipeline.ledger).
+        self._models = ModelLedger(window_seconds)
+        if restored.cursor is not None:
+            self._models.admit(restored.cursor[0], restored.cursor[1].models)
+        self._told_churn = False
         self._aligned = AlignedWindows(window_seconds, restored.open_window)
         self._control_window = control_window
         self._control_curve = control_curve
@@ -244,10 +251,11 @@ class EndpointMonitor:
                 self.config.name,
             )
         first = self._last is None
-        previous, closed, window = self._observe(now, sample, None)
+        held = self._held(now, sample)
+        previous, closed, window = self._observe(now, held, None)
         self._publish(now, sample, duration, window)
         if first:  # the baseline: a crash before the first window closes resumes here
-            return pending_write(self.config.name, [], (now, sample))
+            return pending_write(self.config.name, [], (now, held))
         if not closed:
             return None
         # The interval that closed them lies in the new open window: the stored history
@@ -259,7 +267,10 @@ class EndpointMonitor:
         if self._last is not None and interval.end <= self._last.time:
             return None
         self._health.recovered("read from its source again")  # the next failure is told
-        _, closed, window = self._observe(interval.end, sample, interval)
+        held = self._held(interval.end, sample)
+        if held is not sample:
+            interval = replace(interval, models=_only(interval.models, held.models.keys()))
+        _, closed, window = self._observe(interval.end, held, interval)
         self.calibrate(due := self._aligned.due(interval.end))
         self._publish(interval.end, sample, 0.0, window)
         return pending_write(self.config.name, map(self._assessed, closed + due), self.cursor())
@@ -332,6 +343,41 @@ class EndpointMonitor:
             return True
         self._clean_models = frozenset(names)
         return False
+
+    def _held(self, now: float, sample: EngineSample) -> EngineSample:
+        """`sample` with only the models this endpoint holds (pipeline.ledger): a target
+        rotating its model names would otherwise grow its counters, windows and rows without
+        end. What is dropped is counted (spectax_models_dropped_total) and told once."""
+        admission = self._models.admit(now, sample.models)
+        if admission.expired:
+            totals = dict(self.snapshot.tokens_total)
+            for name in admission.expired:
+                totals.pop(name, None)
+            self.snapshot = replace(self.snapshot, tokens_total=totals)
+        if admission.refused or admission.expired:
+            self._count_dropped(admission)
+        if admission.kept is None:
+            return sample
+        return replace(sample, models=_only(sample.models, admission.kept))
+
+    def _count_dropped(self, admission: Admission) -> None:
+        dropped = dict(self.snapshot.models_dropped)
+        for reason, count in (("limit", admission.refused), ("expired", len(admission.expired))):
+            if count:
+                dropped[reason] = dropped.get(reason, 0) + count
+        self.snapshot = replace(self.snapshot, models_dropped=dropped)
+        if admission.refused and not self._told_churn:
+            self._told_churn = True  # said once: a rotating target refuses names every scrape
+            log.warning(
+                "endpoint %s: more than %d model names within %.0f s (does the target put a "
+                "request or session id in model_name?); new names are not exported or stored "
+                "until held ones are on no page for %.0f s; "
+                'spectax_models_dropped_total{reason="limit"} counts them',
+                self.config.name,
+                self._models.limit,
+                self._models.expiry,
+                self._models.expiry,
+            )
 
     def cursor(self) -> tuple[float, EngineSample] | None:
         """The last page's time and sample, where a restart resumes: unpacked at each call."""
@@ -458,3 +504,9 @@ class EndpointMonitor:
             capacities=capacities,
             step_model=params.step_model,
         )
+
+
+def _only(models: Mapping[str, Any], names: Collection[str]) -> dict[str, Any]:
+    """`models` restricted to `names` (the page's or interval's models an endpoint holds),
+    in their order."""
+    return {name: value for name, value in models.items() if name in names}

@@ -25,6 +25,7 @@ from spectax.endpoint import EndpointSnapshot
 from spectax.engines import not_exposed
 from spectax.exposition.families import FAMILIES, AddSample, Family
 from spectax.exposition.text import Page, TextEncoder
+from spectax.pipeline.ledger import DROP_REASONS
 from spectax.scrape import REASONS
 
 
@@ -166,6 +167,9 @@ def _endpoint_state(add: AddSample, name: str, snap: EndpointSnapshot) -> None:
     add("spectax_last_scrape_success_timestamp_seconds", (name,), snap.last_success_timestamp)
     for reason in REASONS:
         add("spectax_scrape_failures_total", (name, reason), float(snap.failures.get(reason, 0)))
+    for dropped in DROP_REASONS:
+        count = float(snap.models_dropped.get(dropped, 0))
+        add("spectax_models_dropped_total", (name, dropped), count)
     add("spectax_acceptance_threshold_ratio", (name,), config.acceptance_threshold)
     if (slo := config.latency_slo) is not None:
         add("spectax_latency_slo_seconds", (name, slo.metric, slo.percentile), slo.seconds)

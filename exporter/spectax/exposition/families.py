@@ -70,6 +70,14 @@ FAMILIES: dict[str, Family] = {
             ENDPOINT,
         ),
         counter("spectax_scrape_failures_total", "Failed scrapes by reason.", ENDPOINT, "reason"),
+        counter(
+            "spectax_models_dropped_total",
+            "Model names not exported or stored: limit - a new name refused while the endpoint"
+            " holds 128 (counted on each page it is on); expired - a held name forgotten after"
+            " a window on no page.",
+            ENDPOINT,
+            "reason",
+        ),
         gauge(
             "spectax_acceptance_ratio",
             "Accepted / proposed draft tokens over the window (vLLM's acceptance rate, alpha).",
