@@ -142,6 +142,22 @@ def test_check_config_and_run_refuse_a_3_character_token(
     assert not (tmp_path / "state").exists()
 
 
+def test_a_name_in_the_file_holding_a_fragment_of_its_secret_is_a_config_error() -> None:
+    """Names of the file become labels, rows and lines of the status page too."""
+    secret = token(24)
+    config = {
+        "endpoints": [
+            {"name": f"chat-{secret[3:12]}", "url": "http://127.0.0.1:1", "bearer_token": secret},
+            {"name": "b", "url": "http://127.0.0.1:2", "gpu": f"H100 {secret[-8:]}"},
+        ]
+    }
+    with pytest.raises(ConfigError) as error:
+        validate(config)
+    said = [p for p in error.value.problems if "characters in a row of a configured secret" in p]
+    assert [p.split(":")[0] for p in said] == ["endpoints[0].name", "endpoints[1].gpu"]
+    assert secret[3:12] not in str(error.value) and secret[-8:] not in str(error.value)
+
+
 # ------------------------------------------------------------ end to end
 
 

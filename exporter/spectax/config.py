@@ -39,7 +39,7 @@ from spectax.economics import (
     draft_cost_ratio_for,
     step_overhead_floor,
 )
-from spectax.endpoint_config import EndpointConfig, resolve_price
+from spectax.endpoint_config import EndpointConfig, PriceConfig, resolve_price
 from spectax.gpus import GpuSpec, gpu_spec
 from spectax.sources.config import PrometheusSource
 from spectax.store.db import database_url
@@ -250,7 +250,7 @@ def validate(raw: Any, source: str = "<config>") -> Settings:
     except ValueError as exc:  # a CredentialError, or a URL `run` would die on
         problems.append(f"storage_url{'_file' if config.storage_url_file else ''}: {exc}")
     billing, billing_problems = resolve_billing(config.billing, names, valid.billing)
-    problems += billing_problems
+    problems += billing_problems + _echoing_a_secret(config, valid)
     timing = {"scrape_interval", "scrape_timeout", "window"} & valid.dropped
     if not timing and config.scrape_timeout > config.scrape_interval:
         problems.append("scrape_timeout: must not be longer than scrape_interval")
@@ -264,6 +264,35 @@ def validate(raw: Any, source: str = "<config>") -> Settings:
     named = {e.name: (e.price and e.price.gpu) or e.gpu for e in config.endpoints}  # as priced
     gpus = {name: known for name, gpu in named.items() if (known := gpu_spec(gpu))}
     return Settings(_shared_parts(config), prices, usd_per_hour, target_auth, billing, gpus)
+
+
+def _echoing_a_secret(config: Config, valid: _Validated) -> list[str]:
+    """The names of the file that hold 8 characters in a row of one of its secrets (all
+    registered by now): each becomes a label, a row or a line of the status page, where a
+    fragment of a credential must never be shown (issue 30). The value is never said."""
+    named: list[tuple[str, str | None]] = []
+    for i, e in zip(valid.endpoints, config.endpoints, strict=True):
+        price = e.price or PriceConfig()
+        for key, text in {
+            "name": e.name,
+            "gpu": e.gpu,
+            "profile": e.profile,
+            "control": e.control,
+            "price.provider": price.provider,
+            "price.product": price.product,
+            "price.gpu": price.gpu,
+        }.items():
+            named.append((f"endpoints[{i}].{key}", text))
+    for i, b in zip(valid.billing, config.billing, strict=True):
+        named.append((f"billing[{i}].name", b.name))
+    for i, s in zip(valid.sources, config.sources, strict=True):
+        named.append((f"sources[{i}].name_prefix", s.name_prefix))
+    return [
+        f"{path}: holds 8 or more characters in a row of a configured secret; it "
+        "would be shown in /metrics, the status page and the store: choose another"
+        for path, value in named
+        if value and logs.holds_secret(value)
+    ]
 
 
 def _shared_parts(config: Config) -> Config:
@@ -298,6 +327,7 @@ class _Validated:
     billing: list[int]
     dropped: set[str]
     fields: tuple[str, ...] = ()
+    sources: tuple[int, ...] = ()
 
     def follows_from_a_dropped_field(self, problem: str) -> bool:
         """Whether a cross-field problem is about a field dropped for its own error, so only
@@ -331,8 +361,8 @@ def _validate_fields(raw: dict[str, Any], problems: list[str]) -> tuple[Config |
         except ValidationError as exc:
             errors = exc.errors()
         else:
-            valid = _Validated(where["endpoints"], where["billing"], dropped, tuple(fields))
-            return config, valid
+            lists_of = where["endpoints"], where["billing"]
+            return config, _Validated(*lists_of, dropped, tuple(fields), tuple(where["sources"]))
         bad: dict[tuple[str, int], set[str] | None] = {}  # by entry: bad fields, None: all
         for error in errors:
             loc = error["loc"]
