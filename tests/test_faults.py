@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from e2e import Spectax, free_port, value, write_config
+from e2e import Spectax, free_port, value, wait_until, write_config
 from spectax.engines import get_parser
 from spectax.simulate import DEMO_PROFILES, start_simulated_servers
 from spectax.simulate.fleet import demo_endpoints
@@ -232,6 +232,28 @@ async def stored_rows(url: str, start: float) -> list[Any]:
         await store.close()
 
 
+def unit_stop_timeout() -> float:
+    """The shipped unit's TimeoutStopSec, in seconds: what systemd waits before SIGKILL."""
+    from test_systemd import UNIT, directives
+
+    (value,) = directives(UNIT.read_text())["TimeoutStopSec"]
+    return float(value.removesuffix("s"))
+
+
+async def connect(url: str) -> Any:
+    """Another session on the database of `url` (asyncpg's own connection)."""
+    import asyncpg
+
+    return await asyncpg.connect(url.replace("postgresql+asyncpg", "postgresql"))
+
+
+async def lock_windows(holder: Any) -> None:
+    """Hold the windows table locked in `holder`'s open transaction, as an operator's
+    `LOCK TABLE` or a long migration does, until `holder` closes."""
+    await holder.transaction().start()
+    await holder.execute("LOCK TABLE windows IN ACCESS EXCLUSIVE MODE")
+
+
 @pytest.mark.timeout(150)
 async def test_sigterm_with_the_windows_table_locked_spools_and_exits_in_time(
     tmp_path, request
@@ -241,14 +263,9 @@ async def test_sigterm_with_the_windows_table_locked_spools_and_exits_in_time(
     (`spectax_store_up` 0, the oldest pending write's age growing) while the windows pile
     up, and SIGTERM must spool what is queued and exit within the unit's TimeoutStopSec.
     It used to wait for the lock (SIGTERM ended only when the lock went, `store_up` 1)."""
-    import asyncpg
-
     from spectax.store.writer import WRITE_BOUND_SECONDS, WriteQueue
-    from test_systemd import UNIT, directives
 
-    (stop_timeout,) = directives(UNIT.read_text())["TimeoutStopSec"]
-    stop_timeout_seconds = float(stop_timeout.removesuffix("s"))
-
+    stop_timeout_seconds = unit_stop_timeout()
     url = request.getfixturevalue("pg_server").database()
     async with await start_simulated_servers(DEMO_PROFILES, speed=4.0) as fleet:
         port = free_port()
@@ -261,7 +278,7 @@ async def test_sigterm_with_the_windows_table_locked_spools_and_exits_in_time(
         )
         spectax = Spectax(config, port)
         await spectax.start()
-        holder = await asyncpg.connect(url.replace("postgresql+asyncpg", "postgresql"))
+        holder = await connect(url)
         try:
             await spectax.wait_for(
                 lambda m: (
@@ -269,9 +286,7 @@ async def test_sigterm_with_the_windows_table_locked_spools_and_exits_in_time(
                     and value(m, "spectax_store_up") == 1
                 )
             )
-            locked = holder.transaction()
-            await locked.start()
-            await holder.execute("LOCK TABLE windows IN ACCESS EXCLUSIVE MODE")
+            await lock_windows(holder)
             m = await spectax.wait_for(
                 lambda m: (
                     value(m, "spectax_store_up") == 0
@@ -294,4 +309,44 @@ async def test_sigterm_with_the_windows_table_locked_spools_and_exits_in_time(
     spooled = WriteQueue(spool).pending_rows if spool.exists() else 0
     assert spooled >= 40, spectax.log_tail()
     assert "not yet stored; they wait in" in spectax.log
+    assert "Traceback" not in spectax.log
+
+
+@pytest.mark.timeout(120)
+async def test_sigterm_while_starting_on_a_locked_windows_table_exits_in_time(
+    tmp_path, request
+) -> None:
+    """Started while another session holds the windows table locked, spectax connects and
+    then waits in restoring the endpoints from it; SIGTERM then went unheard (the stop
+    waited for the start) until systemd killed it. Now the start is given up."""
+    stop_timeout = unit_stop_timeout()
+    url = request.getfixturevalue("pg_server").database()
+    await (await Store.open(url)).close()  # the tables, to be locked
+    async with await start_simulated_servers(DEMO_PROFILES, speed=1.0) as fleet:
+        port = free_port()
+        spectax = Spectax(config_for(tmp_path, port, fleet, url), port)
+        holder = await connect(url)
+        try:
+            await lock_windows(holder)
+            await spectax.start()
+            await spectax.wait_for(lambda m: value(m, "spectax_store_up") == 1)
+
+            async def restore_waits() -> bool:
+                return bool(
+                    await holder.fetchval(
+                        "SELECT count(*) FROM pg_locks"
+                        " WHERE NOT granted AND relation = 'windows'::regclass"
+                    )
+                )
+
+            await wait_until(restore_waits, 20, "spectax to wait for the lock", [spectax])
+            assert await spectax.get("/-/ready") == (503, "spectax is starting.\n")
+            began = time.monotonic()
+            code = await spectax.stop(timeout=stop_timeout + 5)
+            took = time.monotonic() - began
+            assert code == 0, spectax.log_tail()
+            assert took < stop_timeout - 5, f"SIGTERM took {took:.1f} s"
+        finally:
+            await holder.close()
+            await spectax.kill()
     assert "Traceback" not in spectax.log

@@ -224,11 +224,28 @@ class Daemon:
             loop.add_signal_handler(signum, self._stop_requested.set)
         loop.add_signal_handler(signal.SIGHUP, self._reload_on_signal)
         try:
-            await self.start()
+            await self._start_unless_stopped()
             await self._stop_requested.wait()
         finally:
             log.info("spectax stopping")
             await self.stop()
+
+    async def _start_unless_stopped(self) -> None:
+        """`start`, given up (cancelled) when SIGTERM comes first: a start waiting on a
+        stalled database (restoring from a windows table another session holds locked)
+        left SIGTERM unheard until systemd killed the process."""
+        starting = asyncio.ensure_future(self.start())
+        stopping = asyncio.ensure_future(self._stop_requested.wait())
+        try:
+            await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+            starting.cancel()  # nothing if it is done
+        while not starting.done():  # as the writer's stop: cancelled again until it ends
+            starting.cancel()
+            await asyncio.wait({starting}, timeout=0.5)
+        if not starting.cancelled():
+            starting.result()  # its error (a schema mismatch, a store that cannot work)
 
     # ------------------------------------------------------------ reload
 
