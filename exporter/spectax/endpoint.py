@@ -383,6 +383,12 @@ class EndpointMonitor:
         """The last page's time and sample, where a restart resumes: unpacked at each call."""
         return None if self._last is None else self._last.unpacked()
 
+    @property
+    def cursor_time(self) -> float | None:
+        """The cursor's time alone, without unpacking its sample (a fleet source asks it of
+        every endpoint each window)."""
+        return None if self._last is None else self._last.time
+
     def _observe(
         self, now: float, sample: EngineSample, fed: Interval | None
     ) -> tuple[tuple[float, EngineSample] | None, list[Window], Window | None]:

@@ -56,10 +56,10 @@ def carried(monitor: EndpointMonitor, interval: Interval, source: PrometheusSour
     the windows in which none of its series had a sample (Prometheus paused, every
     replica gone a while) go into the next one, as a direct scrape after a gap counts the
     gap; its tokens do too (spectax.sources.promql.horizon), within the same horizon."""
-    cursor = monitor.cursor()
-    if cursor is None or not interval.start - horizon(source) < cursor[0] < interval.start:
+    last = monitor.cursor_time
+    if last is None or not interval.start - horizon(source) < last < interval.start:
         return interval
-    return replace(interval, start=cursor[0])
+    return replace(interval, start=last)
 
 
 def endpoint_price(settings: Settings, config: EndpointConfig) -> Decimal | None:
