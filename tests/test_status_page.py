@@ -136,23 +136,33 @@ def test_the_page_shows_each_endpoints_verdict_with_its_basis_and_figures() -> N
     assert "no_drafts" not in html
     ngram = monitors["ngram"].snapshot.assessments["tiny-llama"]
     card = shown["ngram"]
-    assert f"{564 / 740:.3f} vs break-even {ngram.breakeven_acceptance_ratio:.3f}" in card
-    assert f"modelled {ngram.speedup_ratio:.2f}× · measured —" in card
+    assert (
+        f"{564 / 740:.3f} of drafted tokens accepted; it pays above"
+        f" {ngram.breakeven_acceptance_ratio:.3f}" in card
+    )
+    assert f"estimated {ngram.speedup_ratio:.2f}× · measured —" in card
     low, high = ngram.speedup_low_ratio, ngram.speedup_high_ratio
     assert low is not None and high is not None and low < 1 < high
     assert 'data-verdict="uncertain" data-basis="default"' in card
+    # What it rests on, in words (issue 32: "B* and h guessed", "band —–—" were jargon).
     assert (
-        "on defaults: a guess (B* and h assumed; no control, history or profile fitted yet)"
-        f" · band {low:.2f}×–{high:.2f}×" in card
+        "a guess, nothing measured yet (no control, no history before speculation, no"
+        " profile); the GPU's ridge batch and the step overhead are assumed"
+        f" · speedup somewhere from {low:.2f}× to {high:.2f}×" in card
     )
-    assert (
-        "configured · step overhead h 0.10 assumed (the band spans the method's floor to 3)" in card
-    )
+    assert "spectax's defaults · step overhead 0.10, assumed" in card
+    # The money first and larger; uncertain, the counterfactual money is the band's range,
+    # not one precise dollar figure.
+    lead = card.index("<div class=lead><dt>$ per million output tokens</dt>")
+    assert lead < card.index("<dt>p99 TPOT</dt>") < card.index("<dt>acceptance</dt>")
     assert f"${ngram.cost_per_million_output_tokens_usd:,.3f} actual" in card
-    assert f"${ngram.cost_per_million_output_tokens_no_speculation_usd:,.3f} without" in card
-    savings = ngram.per_hour(ngram.speculation_savings_usd)
-    assert savings is not None and savings > 0
-    assert f"savings per hour (capacity)</dt><dd>+${savings:,.3f}/h" in card
+    without = ngram.cost_per_million_no_speculation_band_usd
+    assert without is not None and without[0] < without[1]
+    assert f"${without[0]:,.3f} to ${without[1]:,.3f} without speculation" in card
+    band = [ngram.per_hour(v) for v in ngram.speculation_savings_band_usd or ()]
+    assert len(band) == 2 and band[0] is not None and band[1] is not None
+    assert band[0] < 0 < band[1]  # the band straddles 1: a tax at one end, a saving at the other
+    assert f"savings per hour (capacity)</dt><dd>−${-band[0]:,.3f}/h to +${band[1]:,.3f}/h" in card
     assert f"recommended K</dt><dd>{ngram.recommended_speculative_tokens} (running 4)" in card
     assert "savings per hour (invoice)" in shown["draft"]  # serverless: money on the bill
     heavy = monitors["heavy-draft"].snapshot.assessments["tiny-llama"]
@@ -215,10 +225,10 @@ def test_the_page_shows_p99_tpot_beside_the_verdict_with_its_slo_and_basis() -> 
     ("basis", "source", "said"),
     [
         ("measured", "control", "measured against its control ctl</span>"),
-        ("calibrated", "control", "from its control's plain curve · band"),
-        ("calibrated", "baseline", "from its own plain curve before speculation · band"),
-        ("profile", "profile", "from a stored profile llama-h100 · band"),
-        ("profile", "sweep", "from a stored profile llama-h100 (a benchmark sweep) · band"),
+        ("calibrated", "control", "estimated from its control ctl's plain decoding · speedup"),
+        ("calibrated", "baseline", "estimated from its own windows before speculation was on"),
+        ("profile", "profile", "estimated from the stored profile llama-h100 · speedup"),
+        ("profile", "sweep", "the stored profile llama-h100 (a benchmark sweep) · speedup"),
     ],
 )
 def test_each_verdict_says_how_it_was_reached(basis: str, source: str, said: str) -> None:
@@ -241,7 +251,18 @@ def test_each_verdict_says_how_it_was_reached(basis: str, source: str, said: str
     card = cards(page_)["e"]
     assert said in card and f'data-basis="{basis}"' in card
     if basis != "measured":  # with a control configured, why it is not measured yet
-        assert "a measured speedup needs full windows" in card
+        assert "measured once a full window has 10 finished requests on each side" in card
+        assert "no control" not in card  # issue 32: the card denied the control it had
+
+
+def test_a_guess_with_a_control_configured_says_it_waits_for_it() -> None:
+    _, monitors, history = fixture_page()
+    snapshot = monitors["ngram"].snapshot
+    config = snapshot.config.model_copy(update={"control": "ctl"})
+    fields = {**_fields(snapshot), "config": config}
+    card = cards(render_status_page({"e": type(snapshot)(**fields)}, history, 180.0))["e"]
+    assert "a guess, until its control ctl is measured (a full window with 10" in card
+    assert "no control" not in card
 
 
 def test_an_uncertain_card_says_what_it_turns_on_and_what_would_settle_it() -> None:
@@ -274,7 +295,7 @@ def test_a_break_even_above_1_is_shown_as_no_acceptance_pays_here() -> None:
     changed = dataclasses.replace(a, no_acceptance_pays=True, breakeven_acceptance_ratio=None)
     fields = {**_fields(snapshot), "assessments": {model: changed}}
     card = cards(render_status_page({"e": type(snapshot)(**fields)}, history, 180.0))["e"]
-    assert " vs no acceptance pays here</dd>" in card and "break-even —" not in card
+    assert "accepted; no acceptance pays at this load</dd>" in card and "above —" not in card
 
 
 def test_a_hostile_model_name_is_shown_as_text_never_as_markup() -> None:

@@ -148,6 +148,10 @@ class Assessment:
     speculative_tokens: int | None = None
     recommended_speedup_ratio: float | None = None
     latency: Latency | None = None  # quantiles, and speculation's effect on them
+    #: The money at the two ends of the speedup's band (low, high): what an uncertain verdict
+    #: shows instead of one precise figure; equal ends for a measured speedup.
+    cost_per_million_no_speculation_band_usd: tuple[float, float] | None = None
+    speculation_savings_band_usd: tuple[float, float] | None = None
 
     @property
     def speedup_in_force(self) -> float | None:
@@ -204,8 +208,7 @@ def assess_model(
     g, c, step = traffic.output_tokens, params.draft_cost_ratio, params.step_model
     # An engine without a drafted count (SGLang, TGI) speculates, but cannot be priced.
     speculating = traffic.draft_tokens is not None or traffic.drafts is not None
-    dt, a = traffic.draft_tokens or 0.0, traffic.accepted_tokens or 0.0
-    dr = traffic.drafts or 0.0
+    dt, a, dr = traffic.draft_tokens or 0.0, traffic.accepted_tokens or 0.0, traffic.drafts or 0.0
     priced = traffic.draft_tokens is not None and g > 0
     drafting = priced and dt > 0
     estimate = None
@@ -230,18 +233,14 @@ def assess_model(
         h = implied_step_overhead(
             g, a, dt, traffic.concurrency, step.ridge_batch, c, measured_speedup
         )
-    in_force = (
-        measured_speedup
-        if measured_speedup is not None
-        else (estimate.speedup if estimate else None)
-    )
+    in_force = estimate.speedup if estimate and measured_speedup is None else measured_speedup
     # Every figure uses the h its speedup implies, held within physics: an h under the floor
     # (or past 20) says c or B* are off, and the nearest h physics allows stands in for it.
     h = min(
         max(h if h is not None else step.step_overhead, step.step_overhead_floor), MAX_STEP_OVERHEAD
     )
     derived = _derived(traffic, params, h, in_force)
-    cash = _money_figures(traffic, params, money, in_force, derived.shares, speculating)
+    cash = _money_figures(traffic, params, money, (in_force, band), derived.shares, speculating)
     return Assessment(
         model=model,
         output_tokens=g,
@@ -284,6 +283,8 @@ def assess_model(
         draft_compute_usd=cash.draft_compute,
         rejected_usd=cash.rejected,
         vram_usd=cash.vram,
+        cost_per_million_no_speculation_band_usd=cash.cost_per_million_without_band,
+        speculation_savings_band_usd=cash.savings_band,
     )
 
 
@@ -367,27 +368,41 @@ class _MoneyFigures:
     draft_compute: float | None = None
     rejected: float | None = None
     vram: float | None = None
+    cost_per_million_without_band: tuple[float, float] | None = None
+    savings_band: tuple[float, float] | None = None
 
 
 def _money_figures(
     traffic: Traffic,
     params: Parameters,
     money: Money,
-    in_force: float | None,
+    speedups: tuple[float | None, tuple[float, float] | None],
     shares: tuple[float, float] | None,
     speculating: bool,
 ) -> _MoneyFigures:
-    """The window's money at the speedup in force: spend, cost per million, savings, and
-    the draft overhead in dollars (the busy spend times each share)."""
+    """The window's money at the speedup in force and at the ends of its band (`speedups`):
+    spend, cost per million, savings, and the draft overhead in dollars (the busy spend
+    times each share)."""
     g, spend, busy = traffic.output_tokens, money.spend_usd, money.busy_spend_usd
     if spend is None:
         return _MoneyFigures(busy=busy)
-    savings = counterfactual = None
-    if in_force is not None and busy is not None:
-        savings = speculation_savings_usd(busy, in_force, money.draft_load_usd)
-        counterfactual = cost_per_million_without_speculation(
-            spend, busy, in_force, g, money.draft_load_usd
+    in_force, band = speedups
+
+    def at(s: float) -> tuple[float, float | None]:
+        assert spend is not None and busy is not None
+        return (
+            speculation_savings_usd(busy, s, money.draft_load_usd),
+            cost_per_million_without_speculation(spend, busy, s, g, money.draft_load_usd),
         )
+
+    savings = counterfactual = savings_band = counterfactual_band = None
+    if in_force is not None and busy is not None:
+        savings, counterfactual = at(in_force)
+    if band is not None and busy is not None:
+        (low_savings, low_cost), (high_savings, high_cost) = at(band[0]), at(band[1])
+        savings_band = (low_savings, high_savings)
+        if low_cost is not None and high_cost is not None:
+            counterfactual_band = (low_cost, high_cost)
     vram = None
     if speculating:
         vram = vram_opportunity_usd(spend, params.draft_weight_bytes, params.gpu_memory_bytes)
@@ -401,6 +416,8 @@ def _money_figures(
         draft_compute=busy * shares[0] if busy is not None and shares else None,
         rejected=busy * shares[1] if busy is not None and shares else None,
         vram=vram,
+        cost_per_million_without_band=counterfactual_band,
+        savings_band=savings_band,
     )
 
 

@@ -84,6 +84,7 @@ border:1px solid currentColor;margin-left:.4rem;text-transform:uppercase}
 .v-no_traffic{color:var(--idle)}
 dl{display:grid;grid-template-columns:repeat(auto-fit,minmax(14rem,1fr));gap:.3rem 1rem;margin:0}
 dt{color:var(--muted);font-size:.8rem}dd{margin:0 0 .2rem}
+.lead dd{font-size:1.15rem;font-weight:600}
 svg.chart{width:100%;height:110px;display:block;margin-top:.4rem}
 svg text{font-size:10px;fill:var(--muted)}svg title{display:none}
 .grid{stroke:var(--line);stroke-width:1}
@@ -195,46 +196,82 @@ def _model(snapshot: EndpointSnapshot, a: Assessment) -> str:
     )
     unpriced = snapshot.usd_per_hour is None
     kind = "invoice" if config.billing_mode == "serverless" else "capacity"
-    savings = a.per_hour(a.speculation_savings_usd)
     running_k = len(a.position_acceptance_ratio)
     k = a.recommended_speculative_tokens
     actual = _usd(a.cost_per_million_output_tokens_usd, unpriced)
-    without = _usd(a.cost_per_million_output_tokens_no_speculation_usd, unpriced)
-    acceptance, breakeven = _ratio(a.acceptance_ratio), _ratio(a.breakeven_acceptance_ratio)
     figures = [("$ per million output tokens", actual)]
-    # A break-even above 1 is no acceptance at all: the step's overhead alone outweighs it.
-    against = "no acceptance pays here" if a.no_acceptance_pays else f"break-even {breakeven}"
-    acceptance = f"{acceptance} vs {against}"
-    modelled = _times(a.speedup_ratio)
-    if "draft_tokens" in not_exposed(config.engine):  # SGLang, TGI: no drafted count
-        acceptance = modelled = f"not exposed by {escape(config.engine)}"
-        length = a.acceptance_length_tokens
-        acceptance += "" if length is None else f" (length {length:.2f} tokens, derived)"
     if a.draft_tokens is not None or a.drafts is not None:  # the figures of speculation
         figures = [
-            ("acceptance", acceptance),
-            ("speedup", f"modelled {modelled} · measured {_times(a.speedup_measured_ratio)}"),
-            ("counterfactual", _counterfactual(config.profile, a)),
-            ("$ per million output tokens", f"{actual} actual · {without} without speculation"),
-            (f"savings per hour ({kind})", _usd(savings, unpriced, signed=True, unit="/h")),
+            ("$ per million output tokens", f"{actual} actual · {_without(a, unpriced)}"),
+            (f"savings per hour ({kind})", _savings(a, unpriced)),
+            ("acceptance", _acceptance(config.engine, a)),
+            ("speedup", _speedup(config.engine, a)),
+            ("plain decoding estimated from", _counterfactual(config.profile, a)),
             (
                 "recommended K",
                 ("0: turn speculation off" if k == 0 else _plain(k))
                 + (f" (running {running_k})" if running_k else ""),
             ),
         ]
-    figures.insert(0, ("p99 TPOT", _tail(snapshot, a)))
+    figures.insert(1, ("p99 TPOT", _tail(snapshot, a)))
     figures.append(("concurrency", f"{a.concurrency_requests:.1f} requests"))
     capacity = snapshot.capacities.get(a.model)
     if capacity is not None:
         figures += _capacity(capacity, config.control)
-    cells = "".join(f"<div><dt>{dt}</dt><dd>{dd}</dd></div>" for dt, dd in figures)
+    # The money first, larger: the figure the eye lands on.
+    cells = "".join(
+        f"<div{' class=lead' * (i == 0)}><dt>{dt}</dt><dd>{dd}</dd></div>"
+        for i, (dt, dd) in enumerate(figures)
+    )
     return (
         f'<div class="model" data-model="{escape(a.model)}" data-verdict="{a.verdict}" '
         f'data-basis="{a.verdict_basis or ""}">'
         f'<h3>{escape(a.model)}: <span class="v-{a.verdict}">{verdict}</span>{tax_link} '
         f'<span class="muted">{basis}</span></h3><dl>{cells}</dl>{_settle(snapshot, a)}</div>'
     )
+
+
+def _without(a: Assessment, unpriced: bool) -> str:
+    """The cost without speculation: a range where the speedup is uncertain, since one
+    precise dollar figure would claim what the verdict does not know."""
+    band = a.cost_per_million_no_speculation_band_usd
+    if a.verdict == "uncertain" and band is not None:
+        low, high = sorted(band)
+        return f"{_usd(low, unpriced)} to {_usd(high, unpriced)} without speculation"
+    without = _usd(a.cost_per_million_output_tokens_no_speculation_usd, unpriced)
+    return f"{without} without speculation"
+
+
+def _savings(a: Assessment, unpriced: bool) -> str:
+    band = a.speculation_savings_band_usd
+    if a.verdict == "uncertain" and band is not None:
+        low, high = sorted(a.per_hour(v) or 0.0 for v in band)
+        return (
+            f"{_usd(low, unpriced, signed=True, unit='/h')} to "
+            f"{_usd(high, unpriced, signed=True, unit='/h')}"
+        )
+    return _usd(a.per_hour(a.speculation_savings_usd), unpriced, signed=True, unit="/h")
+
+
+def _acceptance(engine: str, a: Assessment) -> str:
+    if "draft_tokens" in not_exposed(engine):  # SGLang, TGI: no drafted count
+        length = a.acceptance_length_tokens
+        derived = "" if length is None else f"; {length:.2f} tokens a step, derived"
+        return f"— ({escape(engine)} does not count drafted tokens{derived})"
+    # A break-even above 1 is no acceptance at all: the step's overhead alone outweighs it.
+    against = (
+        "no acceptance pays at this load"
+        if a.no_acceptance_pays
+        else f"it pays above {_ratio(a.breakeven_acceptance_ratio)}"
+    )
+    return f"{_ratio(a.acceptance_ratio)} of drafted tokens accepted; {against}"
+
+
+def _speedup(engine: str, a: Assessment) -> str:
+    measured = _times(a.speedup_measured_ratio)
+    if "draft_tokens" in not_exposed(engine):
+        return f"estimated — ({escape(engine)} does not count drafted tokens) · measured {measured}"
+    return f"estimated {_times(a.speedup_ratio)} · measured {measured}"
 
 
 def _settle(snapshot: EndpointSnapshot, a: Assessment) -> str:
@@ -306,46 +343,66 @@ def _tail(snapshot: EndpointSnapshot, a: Assessment) -> str:
 
 
 def _basis(control: str | None, profile: str | None, a: Assessment) -> str:
-    """What the verdict rests on, in words, and how sure it is, beside it: a verdict on
-    defaults alone is a guess, and the reader must see that before acting on it."""
+    """What the verdict rests on, in words a person reads at a glance, and how sure it is: a
+    verdict on defaults alone is a guess, and the reader must see that before acting on it."""
     if a.verdict_basis is None:
         return "nothing to weigh"
     low, high = a.speedup_low_ratio, a.speedup_high_ratio
-    band = "" if low is None and high is None else f" · band {_times(low)}–{_times(high)}"
     if a.verdict_basis == "measured":  # the band is the measured speedup itself
         return f"measured against its control {escape(control or '')}"
-    waiting = (
-        " (a measured speedup needs full windows and 10 finished requests each side)"
+    band = (
+        ""
+        if low is None or high is None
+        else f" · speedup somewhere from {_times(low)} to {_times(high)}"
+    )
+    nothing_yet = (
+        f"until its control {escape(control)} is measured (a full window with 10 finished"
+        " requests on each side)"
         if control
-        else ""
+        else "nothing measured yet (no control, no history before speculation, no profile)"
     )
     said = {
-        "calibrated": "from "
+        "calibrated": "estimated from "
         + (
-            "its control's plain curve"
+            f"its control {escape(control or '')}'s plain decoding"
             if a.model_source == "control"
-            else "its own plain curve before speculation"
+            else "its own windows before speculation was on"
         ),
-        "profile": f"from a stored profile {escape(profile or '')}"
+        "profile": f"estimated from the stored profile {escape(profile or '')}"
         + (" (a benchmark sweep)" if a.model_source == "sweep" else ""),
-        "default": "on defaults: a guess (B* "
+        "default": "a guess, "
+        + nothing_yet
         + (
-            "from the roofline prior, h assumed"
+            "; the GPU's datasheet gives its ridge batch, the step overhead is assumed"
             if a.model_source == "roofline"
-            else "and h assumed"
-        )
-        + "; no control, history or profile fitted yet)",
+            else "; the GPU's ridge batch and the step overhead are assumed"
+        ),
     }[a.verdict_basis]
+    waiting = (
+        "; measured once a full window has 10 finished requests on each side"
+        if control and a.verdict_basis != "default"
+        else ""
+    )
     return f"{said}{band}{waiting}"
 
 
 def _counterfactual(profile: str | None, a: Assessment) -> str:
-    """Where the speedup without speculation came from, and the step overhead h in force."""
-    named = f" {escape(profile)}" if profile and a.model_source in ("profile", "sweep") else ""
-    h = "—" if a.step_overhead_ratio is None else f"{a.step_overhead_ratio:.2f}"
+    """Where the cost of the same output without speculation came from, and the step
+    overhead h (a speculative step's fixed cost beyond a plain one's) it used."""
+    source = {
+        "control": "its control's plain decoding",
+        "baseline": "its own windows before speculation",
+        "profile": f"the profile {escape(profile or '')}",
+        "sweep": f"the profile {escape(profile or '')} (a benchmark sweep)",
+        "roofline": "the GPU's datasheet (ridge batch)",
+        "configured": "spectax's defaults",
+    }.get(a.model_source, escape(a.model_source))
+    if a.step_overhead_ratio is None:
+        return f"{source} · step overhead not priced (no drafted-token count)"
+    h = f"{a.step_overhead_ratio:.2f}"
     if a.model_source in ("roofline", "configured") and a.verdict_basis != "measured":
-        h += " assumed (the band spans the method's floor to 3)"  # nothing measured h
-    return f"{a.model_source}{named} · step overhead h {h}"
+        h += ", assumed"  # nothing measured h
+    return f"{source} · step overhead {h}"
 
 
 def _ratio(value: float | None) -> str:
