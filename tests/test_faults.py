@@ -232,12 +232,18 @@ async def stored_rows(url: str, start: float) -> list[Any]:
         await store.close()
 
 
-def unit_stop_timeout() -> float:
-    """The shipped unit's TimeoutStopSec, in seconds: what systemd waits before SIGKILL."""
+async def stops_before_systemd_kills_it(spectax: Spectax) -> None:
+    """SIGTERM: exit 0 with 5 s to spare before the shipped unit's TimeoutStopSec (when
+    systemd sends SIGKILL)."""
     from test_systemd import UNIT, directives
 
     (value,) = directives(UNIT.read_text())["TimeoutStopSec"]
-    return float(value.removesuffix("s"))
+    bound = float(value.removesuffix("s"))
+    began = time.monotonic()
+    code = await spectax.stop(timeout=bound + 5)
+    took = time.monotonic() - began
+    assert code == 0, spectax.log_tail()
+    assert took < bound - 5, f"SIGTERM took {took:.1f} s"
 
 
 async def connect(url: str) -> Any:
@@ -265,7 +271,6 @@ async def test_sigterm_with_the_windows_table_locked_spools_and_exits_in_time(
     It used to wait for the lock (SIGTERM ended only when the lock went, `store_up` 1)."""
     from spectax.store.writer import WRITE_BOUND_SECONDS, WriteQueue
 
-    stop_timeout_seconds = unit_stop_timeout()
     url = request.getfixturevalue("pg_server").database()
     async with await start_simulated_servers(DEMO_PROFILES, speed=4.0) as fleet:
         port = free_port()
@@ -297,11 +302,7 @@ async def test_sigterm_with_the_windows_table_locked_spools_and_exits_in_time(
             age = value(m, "spectax_store_oldest_pending_age_seconds")
             assert age is not None and age > WRITE_BOUND_SECONDS
             assert value(m, "spectax_store_write_errors_total") >= 1
-            began = time.monotonic()
-            code = await spectax.stop(timeout=stop_timeout_seconds + 5)
-            took = time.monotonic() - began
-            assert code == 0, spectax.log_tail()
-            assert took < stop_timeout_seconds - 5, f"SIGTERM took {took:.1f} s"
+            await stops_before_systemd_kills_it(spectax)
         finally:
             await holder.close()  # the lock goes with the session
             await spectax.kill()
@@ -319,7 +320,6 @@ async def test_sigterm_while_starting_on_a_locked_windows_table_exits_in_time(
     """Started while another session holds the windows table locked, spectax connects and
     then waits in restoring the endpoints from it; SIGTERM then went unheard (the stop
     waited for the start) until systemd killed it. Now the start is given up."""
-    stop_timeout = unit_stop_timeout()
     url = request.getfixturevalue("pg_server").database()
     await (await Store.open(url)).close()  # the tables, to be locked
     async with await start_simulated_servers(DEMO_PROFILES, speed=1.0) as fleet:
@@ -341,11 +341,7 @@ async def test_sigterm_while_starting_on_a_locked_windows_table_exits_in_time(
 
             await wait_until(restore_waits, 20, "spectax to wait for the lock", [spectax])
             assert await spectax.get("/-/ready") == (503, "spectax is starting.\n")
-            began = time.monotonic()
-            code = await spectax.stop(timeout=stop_timeout + 5)
-            took = time.monotonic() - began
-            assert code == 0, spectax.log_tail()
-            assert took < stop_timeout - 5, f"SIGTERM took {took:.1f} s"
+            await stops_before_systemd_kills_it(spectax)
         finally:
             await holder.close()
             await spectax.kill()
