@@ -612,6 +612,16 @@ async def test_one_address_holds_at_most_its_share_and_another_always_gets_in(
         writer.close()
 
 
+def test_connections_are_counted_per_ipv4_address_and_per_ipv6_64() -> None:
+    address = webserver.client_address
+    assert address(("127.0.0.2", 5000)) == "127.0.0.2"
+    assert address(("::ffff:10.0.0.1", 5000, 0, 0)) == "10.0.0.1"  # a dual-stack socket
+    one = address(("2001:db8:1:2:aaaa::1", 5000, 0, 0))
+    assert one == address(("2001:db8:1:2:ffff::9", 6000, 0, 0)) == "2001:db8:1:2::/64"
+    assert address(("2001:db8:1:3::1", 5000, 0, 0)) != one
+    assert address(("fe80::1%lo", 5000, 0, 1)) == "fe80::/64"
+
+
 async def test_the_last_places_go_to_addresses_that_hold_none(
     tmp_path: Path, certs: Certs, serve: Any
 ) -> None:

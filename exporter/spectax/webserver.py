@@ -109,10 +109,10 @@ class Limits:
     reserved: int = RESERVED
 
 
-def client_address(transport: asyncio.BaseTransport) -> str:
-    """Whom a connection is counted against: its IPv4 address, or its IPv6 /64 (one host is
-    handed a whole /64, so counting its single addresses would bound nothing)."""
-    peer = transport.get_extra_info("peername")
+def client_address(peer: object) -> str:
+    """Whom a connection from `peer` (the socket's peername) is counted against: its IPv4
+    address, or its IPv6 /64 (one host is handed a whole /64, so counting its single
+    addresses would bound nothing)."""
     host = peer[0] if isinstance(peer, tuple) and peer else ""
     try:
         address = ipaddress.ip_address(str(host).split("%", 1)[0])
@@ -152,7 +152,7 @@ class ConnectionGate:
         return held == 0 or self.open < max(limits.total - limits.reserved, limits.per_address)
 
     def admit(self, transport: asyncio.Transport) -> None:
-        address = client_address(transport)
+        address = client_address(transport.get_extra_info("peername"))
         if not self._admits(address):
             transport.abort()
             return
