@@ -98,13 +98,15 @@ def test_tensorrt_llm_s_measured_draft_overhead_replaces_the_configured_c() -> N
     assert monitors["trtllm"].parameters(None).draft_cost_ratio == pytest.approx(0.05)
 
 
-def test_the_status_page_says_not_exposed_by_the_engine() -> None:
+def test_the_status_page_says_what_the_engine_does_not_count() -> None:
     monitors = fed()
     html = render_status_page(
         {n: m.snapshot for n, m in monitors.items()}, StatusHistory(step_seconds=60.0), 120.0
     )
     shown = cards(html)
     for engine in ("sglang", "tgi"):
-        assert f"not exposed by {engine} (length 2.47 tokens, derived)" in shown[engine]
-    assert "not exposed" not in shown["trtllm"]
-    assert "0.491 vs break-even" in shown["trtllm"]
+        said = f"— ({engine} does not count drafted tokens; 2.47 tokens a step, derived)"
+        assert said in shown[engine]
+        assert f"estimated — ({engine} does not count drafted tokens)" in shown[engine]
+    assert "does not count" not in shown["trtllm"]
+    assert "0.491 of drafted tokens accepted; it pays above" in shown["trtllm"]

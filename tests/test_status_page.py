@@ -491,3 +491,16 @@ async def test_the_demos_status_page_in_chromium_shows_the_verdicts_of_metrics(
         assert seen["width"] <= 800  # readable at 800 px: nothing runs off to the right
     assert light["background"] != dark["background"]  # dark mode is honoured
     assert (ARTIFACTS / "status-page.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_monthly_review_command_is_the_one_that_works_here(tmp_path) -> None:
+    """The header said `spectax report --config YOUR-CONFIG.yml` in the demo, which has no
+    configuration file: its month is `spectax demo --history 30d`'s."""
+    _, monitors, history = fixture_page()
+    snapshots = {n: m.snapshot for n, m in monitors.items()}
+    demo = render_status_page(snapshots, history, 180.0)
+    assert "spectax demo --history 30d, then: spectax report --format html" in demo
+    config = tmp_path / "spectax.yml"
+    run = render_status_page(snapshots, history, 180.0, config)
+    assert f"spectax report --config {config} --format html --out report.html" in run
+    assert "YOUR-CONFIG" not in demo + run

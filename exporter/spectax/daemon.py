@@ -160,7 +160,9 @@ class Daemon:
             reload=self.reload if self._config_path is not None else None,
             middlewares=[self.guard.middleware],
             render_page=self._render_page,
-            status_page=lambda: render_status_page(self.snapshots(), self.status, time.time()),
+            status_page=lambda: render_status_page(
+                self.snapshots(), self.status, time.time(), self._config_path
+            ),
             documents=served_documents(),
         )
         self._server = await start_server(

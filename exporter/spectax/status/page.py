@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from html import escape
+from pathlib import Path
 
 from spectax import __version__, economics, logs, settle
 from spectax.economics import Assessment, Capacity
@@ -25,7 +26,6 @@ from spectax.status.history import StatusHistory, main_assessment
 # The runbook and the economics, served by spectax itself (`spectax.status.docs`): a
 # `file://` link does not open from an http page.
 RUNBOOK_URL = RUNBOOK_PATH
-REPORT_COMMAND = "spectax report --config YOUR-CONFIG.yml --format html --out report.html"
 # A person glances at the page; the window it summarises is minutes long (5 min by
 # default), so a reload every 30 s is fresh enough and costs one request per open tab.
 REFRESH_SECONDS = 30
@@ -98,10 +98,22 @@ path.acceptance{stroke:var(--fg)}path.breakeven{stroke:var(--tax);stroke-dasharr
 """
 
 
+def report_command(config_path: Path | None) -> str:
+    """The monthly review's command for this daemon: with its own configuration file, or,
+    for `spectax demo` (none), the demo's month of simulated history."""
+    if config_path is None:
+        return "spectax demo --history 30d, then: spectax report --format html --out report.html"
+    return f"spectax report --config {config_path} --format html --out report.html"
+
+
 def render_status_page(
-    snapshots: Mapping[str, EndpointSnapshot], history: StatusHistory, now: float
+    snapshots: Mapping[str, EndpointSnapshot],
+    history: StatusHistory,
+    now: float,
+    config_path: Path | None = None,
 ) -> str:
-    """The whole page, as text; the history forgets endpoints no longer configured."""
+    """The whole page, as text; the history forgets endpoints no longer configured;
+    `config_path` is the daemon's configuration file, for the monthly review's command."""
     history.keep_only(snapshots)
     cards = sorted(snapshots.items(), key=lambda item: (RANK[_state(item[1])], item[0]))
     counts: dict[str, int] = {}
@@ -133,7 +145,7 @@ def render_status_page(
 As of {_clock(now)} UTC; this page reloads every {REFRESH_SECONDS} s.</p>
 <p><a href="/metrics">/metrics</a> · <a href="{RUNBOOK_URL}">runbook</a> ·
 <a href="/-/healthy">/-/healthy</a> · <a href="/-/ready">/-/ready</a> ·
-monthly review: <code>{escape(REPORT_COMMAND)}</code></p>
+monthly review: <code>{escape(report_command(config_path))}</code></p>
 {body or '<p class="muted">No endpoint configured.</p>'}{more}
 </body></html>
 """
