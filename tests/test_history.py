@@ -287,6 +287,31 @@ async def test_export_as_csv_and_json(database_url, capsys, tmp_path) -> None:
     assert {"endpoint", "model", "start", "output_tokens", "verdict"} <= set(exported[0])
 
 
+async def test_export_json_gives_positions_and_buckets_as_json_not_strings_of_it(
+    database_url, capsys, tmp_path
+) -> None:
+    """`export --format json` gave the per-position counts and the histogram buckets as
+    JSON strings inside the JSON: a consumer had to decode twice."""
+    store = await Store.open(database_url)
+    try:
+        await fill(store, database_url, minutes=20)
+    finally:
+        await store.close()
+    config = str(_write_config(settings(database_url), tmp_path))
+    assert await asyncio.to_thread(main, ["export", "--config", config, "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows and all(isinstance(r["accepted_per_position"], list) for r in rows)
+    assert any(r["accepted_per_position"] for r in rows)
+    buckets = [k for k in rows[0] if k.endswith("_buckets")]
+    assert buckets
+    assert not [(k, r[k]) for r in rows for k in buckets if isinstance(r[k], str)]
+    assert any(isinstance(r[k], (list, dict)) for r in rows for k in buckets)
+    assert await asyncio.to_thread(main, ["export", "--config", config, "--format", "csv"]) == 0
+    text = capsys.readouterr().out  # CSV cells stay JSON text, one per cell
+    first = next(csv.DictReader(io.StringIO(text)))
+    assert json.loads(first["accepted_per_position"]) == rows[0]["accepted_per_position"]
+
+
 def _write_config(config, directory=None):
     import tempfile
     from pathlib import Path

@@ -81,12 +81,21 @@ async def export(
         for row, spend, basis in based
     ]
     if output_format == "json":
+        for record in records:  # the store keeps these as JSON text: give them as JSON
+            for column in columns:
+                if _holds_json(column) and isinstance(record[column], str):
+                    record[column] = json.loads(record[column])
         return json.dumps(records, indent=1) + "\n"
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
     writer.writerows(records)
     return buffer.getvalue()
+
+
+def _holds_json(column: str) -> bool:
+    """The columns the store keeps as JSON text: per-position counts, histogram buckets."""
+    return column == "accepted_per_position" or column.endswith("_buckets")
 
 
 def _plain(value: Any) -> Any:
