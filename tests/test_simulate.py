@@ -554,3 +554,21 @@ async def test_fixed_ports() -> None:
     await probe.close()
     async with await start_simulated_servers({"a": CODE, "b": CONTROL}, port=base) as fleet:
         assert fleet.urls == {"a": f"http://127.0.0.1:{base}", "b": f"http://127.0.0.1:{base + 1}"}
+
+
+async def test_simulated_history_does_not_log_each_simulated_restart(tmp_path, caplog) -> None:
+    """`demo --history 30d` wrote 35 INFO "engine restarted" lines for restarts it had
+    simulated itself; its summary line counts them."""
+    import logging
+
+    from spectax.config import validate
+    from spectax.simulate.fleet import DEMO_DEFAULTS
+    from spectax.simulate.history import write_demo_history
+
+    url = f"sqlite+aiosqlite:///{tmp_path}/demo.sqlite"
+    settings = validate({**DEMO_DEFAULTS, "storage_url": url}, "<test>")
+    caplog.set_level(logging.INFO)
+    written = await write_demo_history(settings, 2 * 86400, now=1_764_000_000, restarts_per_week=20)
+    assert written.cold_starts > 0
+    assert not [r for r in caplog.records if "restarted" in r.getMessage()]
+    assert logging.getLogger("spectax.monitor").level == logging.NOTSET  # as it was

@@ -19,10 +19,12 @@ converge to, the control simulator's own a + b*n (exact: no residual spread).
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import random
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -123,34 +125,65 @@ async def write_demo_history(
     windows = int(span_seconds // window_seconds)
     start = end - windows * window_seconds
     boundaries = [start + k * window_seconds for k in range(1, windows + 1)]
-    chunks = sum(1 for t in boundaries if t % DAY == 0 or t == end)
-    endpoints = settings.config.endpoints
-    steps, done = chunks, 0
     store = await Store.open(settings.config.database_url)
     try:
-        for profile in profiles.values():
-            await store.save_profile(profile, from_timestamp(start))
-        runs = [_EndpointRun.start(endpoint, settings, start, end, window_seconds,
-                                   restarts_per_week, profiles.get(endpoint.name))
-                for endpoint in endpoints]  # fmt: skip
-        cold_starts = sum(len(run.restarts) for run in runs)
-        for t in boundaries:
-            for run in runs:
-                run.step_to(t)
-            if t % DAY == 0 or t == end:  # a UTC day is stored, then rolled up once for all
-                for run in runs:
-                    if t == end:
-                        run.pending += _rows(run.monitor.flush())  # the last window, at `end`
-                    await store.save(run.monitor.config.name, run.pending, None)
-                    run.pending = []
-                await store.rollup()
-                done += 1
-                if progress is not None:
-                    progress(done, steps)
+        with _quiet_monitors():
+            return await _simulate(store, settings, profiles, (start, boundaries),
+                                   window_seconds, restarts_per_week, progress)  # fmt: skip
     finally:
         await store.close()
+
+
+@contextlib.contextmanager
+def _quiet_monitors() -> Iterator[None]:
+    """The monitors' INFO lines off while history is simulated: each simulated restart said
+    "engine restarted" (35 lines for 30 days), when the summary counts them all at the end."""
+    monitor = logging.getLogger("spectax.monitor")
+    level = monitor.level
+    monitor.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        monitor.setLevel(level)
+
+
+async def _simulate(
+    store: Store,
+    settings: Settings,
+    profiles: Mapping[str, Profile],
+    span: tuple[float, list[float]],
+    window_seconds: float,
+    restarts_per_week: float,
+    progress: Callable[[int, int], None] | None,
+) -> HistoryWritten:
+    """Run every endpoint's simulator and monitor from `span`'s start over its window ends,
+    storing a UTC day at once."""
+    start, boundaries = span
+    end = boundaries[-1] if boundaries else start
+    endpoints = settings.config.endpoints
+    steps = sum(1 for t in boundaries if t % DAY == 0 or t == end)
+    done = 0
+    for profile in profiles.values():
+        await store.save_profile(profile, from_timestamp(start))
+    runs = [_EndpointRun.start(endpoint, settings, start, end, window_seconds,
+                               restarts_per_week, profiles.get(endpoint.name))
+            for endpoint in endpoints]  # fmt: skip
+    cold_starts = sum(len(run.restarts) for run in runs)
+    for t in boundaries:
+        for run in runs:
+            run.step_to(t)
+        if t % DAY == 0 or t == end:  # a UTC day is stored, then rolled up once for all
+            for run in runs:
+                if t == end:
+                    run.pending += _rows(run.monitor.flush())  # the last window, at `end`
+                await store.save(run.monitor.config.name, run.pending, None)
+                run.pending = []
+            await store.rollup()
+            done += 1
+            if progress is not None:
+                progress(done, steps)
     return HistoryWritten(
-        start, end, windows, cold_starts, tuple(e.name for e in endpoints), window_seconds
+        start, end, len(boundaries), cold_starts, tuple(e.name for e in endpoints), window_seconds
     )
 
 
