@@ -554,3 +554,26 @@ def test_the_readme_systemd_steps_install_the_shipped_example() -> None:
     readme = (REPOSITORY / "README.md").read_text()
     steps = readme.split("## Install as a service (systemd)", 1)[1].split("\n## ", 1)[0]
     assert "install -m 0644 spectax.example.yml /etc/spectax/spectax.yml" in steps
+
+
+def test_check_config_warns_of_a_credential_sent_over_plain_http(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Basic auth to an http:// target passed check-config without a word: the password
+    crosses the network in the clear on every scrape."""
+    text = f"""
+state_directory: {tmp_path}/state
+endpoints:
+  - name: clear
+    url: http://10.0.0.5:8000/metrics
+    basic_auth: {{username: spectax, password: correct-horse-battery}}
+  - name: sealed
+    url: https://10.0.0.6:8000/metrics
+    basic_auth: {{username: spectax, password: correct-horse-battery}}
+"""
+    assert main(["check-config", str(write(tmp_path, text))]) == 0
+    out = capsys.readouterr().out
+    warned = [line for line in out.splitlines() if line.startswith("warning:")]
+    assert len(warned) == 1, out
+    assert "endpoint clear: sends its basic auth over plain http" in warned[0]
+    assert "https://" in warned[0] and "correct-horse" not in out

@@ -15,6 +15,7 @@ import asyncio
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -155,6 +156,12 @@ def _print_endpoint(endpoint: EndpointConfig, settings: Settings) -> None:
     ]
     if auth:
         print(f"    sends: {', '.join(auth)} (values not shown)")
+    secret = [kind for kind in auth if kind != "TLS settings"]
+    if secret and urlsplit(endpoint.url).scheme == "http":
+        print(
+            f"warning: endpoint {endpoint.name}: sends its {' and '.join(secret)} over plain"
+            " http: anyone on the path reads it; use an https:// url (`tls:` for its CA)"
+        )
 
 
 async def probe(settings: Settings) -> int:
