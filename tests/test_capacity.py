@@ -3,7 +3,7 @@ server and the plain one served the same tiny Llama with the same 1 GiB KV budge
 
 from __future__ import annotations
 
-import math
+import dataclasses
 
 import pytest
 
@@ -16,6 +16,8 @@ from spectax.pipeline.counts import Counts
 from spectax.pipeline.intervals import interval_between
 from spectax.pipeline.packing import pack_counts, unpack_counts
 from spectax.pipeline.windows import SlidingWindow, interval_window
+from spectax.report.capacity import CapacityRow
+from spectax.report.capacity_table import HEADERS, capacity_table
 from spectax.report.charts import charts
 from spectax.report.render import render
 from spectax.store import Store
@@ -42,8 +44,8 @@ def test_draft_blocks_measured_against_the_control() -> None:
     counts = draft.models[M]
     context = (counts.prompt_tokens + counts.generation_tokens) / counts.requests_finished
     assert capacity.context_tokens == pytest.approx(context)
-    per_request = math.ceil(context / 128)
-    assert capacity.blocks_per_request == per_request
+    per_request = max(1.0, context / 128 + 0.5)  # each last block half full, at least one
+    assert capacity.blocks_per_request == pytest.approx(per_request)
     assert capacity.concurrency_capacity_requests == pytest.approx(5461 / per_request)
     assert capacity.concurrency_capacity_no_draft_requests == pytest.approx(8192 / per_request)
 
@@ -182,7 +184,7 @@ async def test_the_reports_capacity_section_from_the_stored_sums(tmp_path) -> No
     report = await report_of(url, MAY, golden_settings(url))
     rows = {r.endpoint: r for r in report.capacity}
     assert set(rows) == {"coder", "creative", "creative-plain"}
-    per_request = math.ceil((2 + 1) * 200 / 16)  # prompt 2x + output x tokens, x/200 requests
+    per_request = (2 + 1) * 200 / 16 + 0.5  # prompt 2x + output x tokens, x/200 requests
     creative, control = rows["creative"].capacity, rows["creative-plain"].capacity
     assert (creative.draft_blocks, creative.draft_blocks_basis) == (8000 - 6000, "measured")
     assert creative.draft_kv_share_ratio == pytest.approx(2000 / 8000)
@@ -205,3 +207,52 @@ async def test_the_reports_capacity_section_from_the_stored_sums(tmp_path) -> No
     assert chart.svg is not None  # the speculating endpoints with a basis, named with it
     assert "creative (measured)" in chart.svg and "coder (configured)" in chart.svg
     assert "creative-plain" not in chart.svg  # no draft: nothing to give back
+
+
+def held_at(context_tokens: float) -> float:
+    """Requests an 8,192-block cache of 16-token blocks holds at a mean context, one request
+    finished (the mean is its tokens)."""
+    counts = Counts(
+        kv_cache_blocks=8192.0,
+        kv_block_size=16.0,
+        requests_finished=1.0,
+        prompt_tokens=context_tokens,
+        generation_tokens=0.0,
+    )
+    held = capacity_of(counts, 60.0).concurrency_capacity_requests
+    assert held is not None
+    return held
+
+
+@pytest.mark.parametrize("blocks", [1, 2, 30])
+def test_requests_held_move_smoothly_when_the_mean_context_crosses_a_block(blocks: int) -> None:
+    """One token more of mean context across a block's end (16 -> 17 tokens): rounding the
+    mean up to whole blocks halved the requests held (8,192 -> 4,096); the mean's blocks as
+    a fraction, each last block half full, moves them by a token's worth."""
+    edge = 16.0 * blocks
+    below, above = held_at(edge), held_at(edge + 1)
+    assert above < below  # a longer context holds fewer
+    assert below / above < 1 + 1.5 / (blocks + 0.5) / 16  # one token of 16 per block
+    # Between the bounds of the true mean of ceil(tokens / 16): L/16 .. L/16 + 1, at least 1.
+    for context in (edge, edge + 1, edge + 8):
+        per_request = 8192 / held_at(context)
+        assert max(1.0, context / 16) <= per_request < context / 16 + 1
+
+
+def test_the_report_shows_whole_requests_floored() -> None:
+    """2,184.8 requests is 2,184 whole ones held at once: floored, never rounded up."""
+    counts = Counts(
+        kv_cache_blocks=5462.0,
+        kv_block_size=16.0,
+        requests_finished=1.0,
+        prompt_tokens=32.0,  # 32 / 16 + 1/2 = 2.5 blocks: 5,462 / 2.5 = 2,184.8
+        generation_tokens=0.0,
+    )
+    capacity = capacity_of(
+        counts, 60.0, speculating=True, control=dataclasses.replace(counts, kv_cache_blocks=8194.0)
+    )
+    assert capacity.concurrency_capacity_requests == pytest.approx(2184.8)
+    assert capacity.concurrency_capacity_no_draft_requests == pytest.approx(3277.6)
+    row = CapacityRow("e", M, capacity, True, "plain")
+    cells = dict(zip(HEADERS, capacity_table([row]).rows[0], strict=True))
+    assert (cells["Holds (requests)"], cells["Without draft"]) == ("2,184", "3,277")

@@ -17,7 +17,6 @@ The blocks the draft costs have a basis, like the savings (ECONOMICS.md §3b):
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -42,7 +41,7 @@ class Capacity:
     preemptions_per_hour: float = 0.0
     #: Mean prompt + output tokens of the requests that finished in the window.
     context_tokens: float | None = None
-    #: KV-cache blocks a request of `context_tokens` holds at its end.
+    #: KV-cache blocks a request holds at its end, on average: `blocks_per_request`.
     blocks_per_request: float | None = None
     #: Requests of `context_tokens` the KV cache holds at once (its bound on concurrency).
     concurrency_capacity_requests: float | None = None
@@ -72,6 +71,20 @@ class Capacity:
         return (self.kv_cache_blocks + self.draft_blocks) / self.blocks_per_request
 
 
+def blocks_per_request(context_tokens: float, block_size: float) -> float:
+    """The mean blocks a request holds, estimated from the mean context alone.
+
+    Each request holds ceil(its tokens / block_size) blocks, so the mean over requests lies
+    between mean / block_size and that + 1 (and is at least 1). Rounding the mean up
+    (`ceil(mean / block_size)`) makes the requests held jump by x2 when the mean context
+    crosses one block (16 -> 17 tokens: 8,192 -> 4,096 requests). With lengths spread over
+    more than a block, each request's last block is half full on average: mean / block_size
+    + 1/2, kept at least 1 (no request holds less than a block). It moves smoothly with the
+    mean and is off by at most half a block from the true mean of ceil (docs/economics.md,
+    "Capacity")."""
+    return max(1.0, context_tokens / block_size + 0.5)
+
+
 def capacity_of(
     counts: Counts,
     seconds: float,
@@ -91,7 +104,7 @@ def capacity_of(
     context = None
     if counts.requests_finished > 0:
         context = (counts.prompt_tokens + counts.generation_tokens) / counts.requests_finished
-    per_request = math.ceil(context / size) if context and size else None
+    per_request = blocks_per_request(context, size) if context and size else None
     draft: float | None = None
     basis: CapacityBasis | None = None
     theirs = control.kv_cache_blocks if control is not None else None

@@ -6,6 +6,8 @@ Apart from `tables.py` (which reads a whole `Report`): this one lays out the row
 
 from __future__ import annotations
 
+import math
+
 from spectax.report.capacity import CapacityRow
 from spectax.report.tables import Table
 
@@ -36,9 +38,10 @@ NOTES = (
     " does not state its KV bytes. The share is of the KV cache the endpoint would have"
     " without the draft.",
     "Holds: requests of the month's mean context length (prompt + output tokens per finished"
-    " request) that fit in the KV cache at once, blocks over blocks per request; without"
-    " draft: with the draft's blocks given back. A bound set by memory (the engine's"
-    " max_num_seqs may bind first).",
+    " request) that fit in the KV cache at once, whole requests: blocks over the mean blocks"
+    " a request holds (mean context / block size + 1/2, its last block half full on"
+    " average), floored; without draft: with the draft's blocks given back. A bound set by"
+    " memory (the engine's max_num_seqs may bind first).",
     "KV headroom and waiting: time averages over the monitored seconds; preempted: requests"
     " evicted from a full KV cache (vLLM num_preemptions_total), per hour.",
 )
@@ -84,8 +87,8 @@ def _row(r: CapacityRow) -> tuple[str, ...]:
         _count(c.kv_cache_blocks),
         takes,
         basis,
-        _count(c.concurrency_capacity_requests),
-        _count(c.concurrency_capacity_no_draft_requests),
+        _requests(c.concurrency_capacity_requests),
+        _requests(c.concurrency_capacity_no_draft_requests),
         _share(c.kv_headroom_ratio),
         f"{c.requests_waiting:.1f}",
         f"{c.preemptions_per_hour:,.1f}",
@@ -95,6 +98,16 @@ def _row(r: CapacityRow) -> tuple[str, ...]:
 
 def _count(value: float | None) -> str:
     return "—" if value is None else f"{value:,.0f}"
+
+
+def _requests(value: float | None) -> str:
+    """Whole requests, floored: a cache that holds 2,730.5 requests holds 2,730 of them."""
+    return "—" if value is None else f"{whole_requests(value):,}"
+
+
+def whole_requests(value: float) -> int:
+    """The requests a KV cache holds whole (the charts' labels use it too)."""
+    return math.floor(value)
 
 
 def _share(value: float | None) -> str:
