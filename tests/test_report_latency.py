@@ -60,21 +60,24 @@ def rows() -> list[dict[str, Any]]:
                 billing="serverless",
             )
             for field in ("time_per_output_token", "time_to_first_token"):
-                histogram = grown(endpoint, first, last, field)
-                row[f"{field}_sum"] = histogram.sum
-                row[f"{field}_count"] = histogram.count
-                row[f"{field}_buckets"] = encode_buckets(histogram.buckets)
+                with_buckets(row, field, grown(endpoint, first, last, field))
             out.append(row)
     return out
 
 
-@pytest.fixture
-async def store_url(tmp_path: Path) -> str:
-    url = f"sqlite+aiosqlite:///{tmp_path / 'latency.sqlite'}"
+def with_buckets(row: dict[str, Any], field: str, histogram: Histogram) -> None:
+    """A stored window's columns of one latency histogram (`field`: time_per_output_token)."""
+    row[f"{field}_sum"] = histogram.sum
+    row[f"{field}_count"] = histogram.count
+    row[f"{field}_buckets"] = encode_buckets(histogram.buckets)
+
+
+async def stored(url: str, windows: list[dict[str, Any]]) -> str:
+    """`windows` saved per endpoint through the store, rolled up: the report's history."""
     store = await Store.open(url)
     try:
         by_endpoint: dict[str, list[dict[str, Any]]] = {}
-        for row in rows():
+        for row in windows:
             by_endpoint.setdefault(row["endpoint"], []).append(row)
         for endpoint, endpoint_rows in by_endpoint.items():
             await store.save(endpoint, endpoint_rows, None)
@@ -82,6 +85,11 @@ async def store_url(tmp_path: Path) -> str:
     finally:
         await store.close()
     return url
+
+
+@pytest.fixture
+async def store_url(tmp_path: Path) -> str:
+    return await stored(f"sqlite+aiosqlite:///{tmp_path / 'latency.sqlite'}", rows())
 
 
 def p99(endpoint: str, field: str = "time_per_output_token") -> float:

@@ -15,11 +15,18 @@ its own, from the engine's histograms (spectax.pipeline.quantiles):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
 from spectax.pipeline.counts import Counts
-from spectax.pipeline.quantiles import QUANTILES, Quantiles, latency_quantiles
+from spectax.pipeline.quantiles import (
+    QUANTILES,
+    Bounds,
+    Quantiles,
+    latency_quantiles,
+    one_bucket,
+)
 from spectax.pipeline.windows import Window
 
 LatencyBasis = Literal["measured", "modeled"]
@@ -44,6 +51,9 @@ class Latency:
     quantiles: dict[str, Quantiles]
     ratios: dict[tuple[str, str], float] = field(default_factory=dict)
     basis: LatencyBasis | None = None
+    #: Measured ratios whose two quantiles fell in the same bucket, with its bounds: the
+    #: histogram cannot tell them apart, whatever the ratio of the interpolations.
+    one_bucket: dict[tuple[str, str], Bounds] = field(default_factory=dict)
 
     def seconds(self, metric: str, label: str) -> float | None:
         found = self.quantiles.get(metric)
@@ -66,7 +76,7 @@ def assess_latency(
     theirs = _control_counts(control, model)
     if theirs is not None:
         reference = latency_quantiles(theirs)
-        ratios = {}
+        ratios, same = {}, {}
         enough = min(counts.requests_finished, theirs.requests_finished) >= MIN_REQUESTS
         for metric, found in ours.items() if enough else ():
             if metric not in reference:
@@ -76,8 +86,11 @@ def assess_latency(
                 without = plain[label]
                 if value is not None and without:
                     ratios[(metric, label)] = value / without
+                    bucket = one_bucket(found, reference[metric], label)
+                    if bucket is not None:
+                        same[(metric, label)] = bucket
         if ratios:  # else too few requests on a side: modelled, as the throughput verdict
-            return Latency(ours, ratios, "measured")
+            return Latency(ours, ratios, "measured", same)
     if modeled_speedup and "tpot" in ours:
         ratios = {("tpot", label): 1.0 / modeled_speedup for label, _ in QUANTILES}
         return Latency(ours, ratios, "modeled")
@@ -91,18 +104,56 @@ def latency_verdict(latency: Latency | None, metric: str = "tpot", label: str = 
         return ""
     ratio = latency.ratios[(metric, label)]
     quantile = f"{label} {_NAMES.get(metric, metric)}"
-    if abs(ratio - 1.0) <= SAME_WITHIN:
-        effect = f"speculation leaves {quantile} unchanged here"
-    elif ratio > 1:
-        effect = f"speculation makes {quantile} {ratio:.1f}x worse here"
-    else:
-        effect = f"speculation makes {quantile} {1 / ratio:.1f}x better here"
+    effect = effect_words(quantile, ratio, latency.one_bucket.get((metric, label)), " here")
     basis = (
         "measured against the control"
         if latency.basis == "measured"
         else "modelled: 1 / the step model's mean speedup, not a measured tail"
     )
     return f"{effect} ({basis})"
+
+
+def effect_words(quantile: str, ratio: float, bucket: Bounds | None, where: str = "") -> str:
+    """Speculation's effect on `quantile` ("p99 TPOT") in words, `where` after the effect
+    (" here"): the one wording of the status page's latency verdict and the report's.
+
+    `bucket`: both quantiles fell in it (pipeline.quantiles.one_bucket), so the histogram
+    cannot tell them apart, and "unchanged" or "1.1x worse" would be the interpolation
+    talking; that is said instead, with the bucket's bounds."""
+    if bucket is not None:
+        return (
+            f"{quantile} within one bucket with and without speculation{where}"
+            f" ({bucket_words(bucket)}): the histogram cannot tell them apart"
+        )
+    if abs(ratio - 1.0) <= SAME_WITHIN:
+        return f"speculation leaves {quantile} unchanged{where}"
+    if ratio > 1:
+        return f"speculation makes {quantile} {ratio:.1f}x worse{where}"
+    return f"speculation makes {quantile} {1 / ratio:.1f}x better{where}"
+
+
+def bucket_words(bucket: Bounds) -> str:
+    """A bucket's bounds as a reader takes them: "20–25 ms", "≥ 80 s" (the +Inf bucket)."""
+    lower, upper = bucket
+    if upper == math.inf:
+        return f"≥ {duration_words(lower)}"
+    lower = max(lower, 0.0)
+    if (lower >= 1) == (upper >= 1):  # one unit: "50–75 ms", "10–15 s"
+        unit = duration_words(upper).rsplit(" ", 1)[1]
+        scale = 1 if upper >= 1 else 1000
+        return f"{_trimmed(lower * scale)}–{_trimmed(upper * scale)} {unit}"
+    return f"{duration_words(lower)}–{duration_words(upper)}"
+
+
+def duration_words(seconds: float) -> str:
+    """A bucket bound, as written in the engine's histogram: "80 s", "2.5 ms"."""
+    if seconds >= 1:
+        return f"{_trimmed(seconds)} s"
+    return f"{_trimmed(seconds * 1000)} ms"
+
+
+def _trimmed(value: float) -> str:
+    return f"{value:,.3f}".rstrip("0").rstrip(".")
 
 
 def _control_counts(control: Window | None, model: str) -> Counts | None:

@@ -12,6 +12,7 @@ than two buckets) this answers None: no quantile, never a number that looks meas
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from bisect import bisect_left
 from collections.abc import Iterable
@@ -38,44 +39,84 @@ _PRECISION = 1e-12  # Prometheus' tolerance for float noise between adjacent buc
 def bucket_quantile(q: float, buckets: Iterable[tuple[float, float]]) -> float | None:
     """The q-quantile of cumulative `buckets` ((upper bound, count), any order), as
     Prometheus' histogram_quantile gives it; None where it gives NaN."""
+    return _located(q, buckets)[0]
+
+
+#: A bucket by its bounds (lower, upper]: the first bucket's lower bound is 0 (Prometheus'
+#: rule, as for the interpolation), or -inf when its upper bound is not positive; the +Inf
+#: bucket's upper bound is math.inf.
+Bounds = tuple[float, float]
+
+
+def _located(
+    q: float, buckets: Iterable[tuple[float, float]]
+) -> tuple[float | None, Bounds | None]:
+    """The q-quantile and the bucket holding its rank (None: no bucket, as for q outside
+    [0, 1]). The bucket is what the histogram knows: two quantiles in the same one cannot be
+    told apart, whatever the interpolation makes of them."""
     if math.isnan(q):
-        return None
+        return None, None
     if q < 0:
-        return -math.inf
+        return -math.inf, None
     if q > 1:
-        return math.inf
+        return math.inf, None
     ordered = sorted(buckets, key=lambda b: b[0])
     if not ordered or ordered[-1][0] != math.inf:
-        return None
+        return None, None
     bounds, counts = _coalesced(ordered)
     _correct_precision(counts)
     _ensure_monotonic(counts)
     if len(bounds) < 2 or counts[-1] == 0:
-        return None
+        return None, None
     rank = q * counts[-1]
     b = bisect_left(counts, rank, 0, len(counts) - 1)  # the first bucket holding the rank
+    lower = bounds[b - 1] if b > 0 else (0.0 if bounds[0] > 0 else -math.inf)
     if b == len(bounds) - 1:
-        return bounds[-2]
+        return bounds[-2], (lower, math.inf)
     if b == 0 and bounds[0] <= 0:
-        return bounds[0]
+        return bounds[0], (lower, bounds[0])
     start, end, count = 0.0, bounds[b], counts[b]
     if b > 0:
         start = bounds[b - 1]
         count -= counts[b - 1]
         rank -= counts[b - 1]
-    return start + (end - start) * (rank / count)
+    return start + (end - start) * (rank / count), (lower, end)
 
 
 @dataclass(frozen=True, slots=True)
 class Quantiles:
-    """p50, p95 and p99 of one histogram over one span; None where there is no quantile."""
+    """p50, p95 and p99 of one histogram over one span; None where there is no quantile.
+
+    `buckets` holds the bucket each one fell in, in the same order (empty when not known):
+    a quantile in the +Inf bucket is its lower bound, no measurement of the value, and two
+    quantiles in one bucket are no different as far as the histogram can tell."""
 
     p50: float | None
     p95: float | None
     p99: float | None
+    buckets: tuple[Bounds | None, ...] = dataclasses.field(default=(), compare=False)
 
     def by_label(self) -> dict[str, float | None]:
         return {"p50": self.p50, "p95": self.p95, "p99": self.p99}
+
+    def bucket(self, label: str) -> Bounds | None:
+        """The bucket the `label` quantile ("p99") fell in; None when not known."""
+        for (name, _), bounds in zip(QUANTILES, self.buckets, strict=False):
+            if name == label:
+                return bounds
+        return None
+
+    def beyond_finite(self, label: str) -> bool:
+        """The quantile fell in the +Inf bucket: it is at least the largest finite bound."""
+        bounds = self.bucket(label)
+        return bounds is not None and bounds[1] == math.inf
+
+
+def one_bucket(ours: Quantiles, theirs: Quantiles, label: str) -> Bounds | None:
+    """The bucket both `label` quantiles fell in, when they fell in the same one (the same
+    bounds on both sides); None when they did not, or that is not known."""
+    mine = ours.bucket(label)
+    return mine if mine is not None and mine == theirs.bucket(label) else None
 
 
 def quantiles(histogram: Histogram | None) -> Quantiles | None:
@@ -83,7 +124,9 @@ def quantiles(histogram: Histogram | None) -> Quantiles | None:
     none, rows stored before migration 0007) or without observations."""
     if histogram is None or not histogram.buckets or not histogram.count:
         return None
-    return Quantiles(*(bucket_quantile(q, histogram.buckets) for _, q in QUANTILES))
+    found = [_located(q, histogram.buckets) for _, q in QUANTILES]
+    (p50, b50), (p95, b95), (p99, b99) = found
+    return Quantiles(p50, p95, p99, buckets=(b50, b95, b99))
 
 
 def latency_quantiles(counts: object) -> dict[str, Quantiles]:

@@ -17,6 +17,7 @@ from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING
 
 from spectax.report.build import Report
+from spectax.report.capacity_table import whole_requests
 from spectax.report.figures import Figures, total
 
 if TYPE_CHECKING:
@@ -261,6 +262,21 @@ def _latency_chart(report: Report) -> Chart:
 def _capacity_chart(report: Report) -> Chart:
     """Requests the KV cache holds with the draft and without it: capacity, not money."""
     title = "Requests the KV cache holds at once, with the draft and without it, by endpoint"
+    fig = capacity_figure(report)
+    if fig is None:
+        return Chart(
+            "capacity",
+            title,
+            None,
+            "No speculating endpoint stored its KV cache with a basis for the draft's blocks.",
+        )
+    return Chart("capacity", title, _scoped("capacity", _svg(fig)))
+
+
+def capacity_figure(report: Report) -> Figure | None:
+    """The capacity chart's figure (None: nothing to draw). Its legend sits above the axes,
+    outside them: inside, wherever it went, it covered a bar and its label for some month.
+    The labels are whole requests, floored, as in the table."""
     items = [
         r
         for r in report.capacity
@@ -268,24 +284,20 @@ def _capacity_chart(report: Report) -> Chart:
         and r.capacity.concurrency_capacity_requests is not None
     ][:MAX_BARS]
     if not items:
-        return Chart(
-            "capacity",
-            title,
-            None,
-            "No speculating endpoint stored its KV cache with a basis for the draft's blocks.",
-        )
+        return None
     items.reverse()
     names = [f"{r.endpoint} ({r.capacity.draft_blocks_basis})" for r in items]
-    fig, ax = _bars_figure(names)
+    fig, ax = _bars_figure(names, top=0.45)
     held = [r.capacity.concurrency_capacity_requests or 0.0 for r in items]
     without = [r.capacity.concurrency_capacity_no_draft_requests or 0.0 for r in items]
     ax.barh(names, without, color="none", edgecolor=COUNTERFACTUAL, hatch="//", label="without")
     bars = ax.barh(names, held, height=0.5, color=LINE, label="with the draft")
-    ax.bar_label(bars, labels=[f"{v:,.0f}" for v in held], padding=3, fontsize=8)
+    ax.bar_label(bars, labels=[f"{whole_requests(v):,}" for v in held], padding=3, fontsize=8)
     ax.set_xlabel("requests of the month's mean context length (basis of the draft's blocks)")
-    ax.legend(loc="lower right", fontsize=8, ncols=2)
+    ax.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), fontsize=8, ncols=2, frameon=False)
+    ax.margins(x=0.08)
     ax.grid(axis="y", visible=False)
-    return Chart("capacity", title, _scoped("capacity", _svg(fig)))
+    return fig
 
 
 # ---------------------------------------------------------------- helpers
@@ -317,17 +329,20 @@ def _grid(n: int) -> tuple[Figure, Sequence[Axes]]:
     return fig, list(axes[:n])
 
 
-def _bars_figure(names: Sequence[str], bottom: float = 0.6) -> tuple[Figure, Axes]:
-    """Horizontal bars, one per name, with room on the left for the longest name."""
+def _bars_figure(
+    names: Sequence[str], bottom: float = 0.6, top: float = 0.15
+) -> tuple[Figure, Axes]:
+    """Horizontal bars, one per name, with room on the left for the longest name (and `top`
+    inches above the axes, for a legend placed there)."""
     from matplotlib.figure import Figure
 
-    height = 0.4 + bottom + 0.32 * max(len(names), 2)
+    height = 0.25 + top + bottom + 0.32 * max(len(names), 2)
     label = 0.25 + 0.075 * max((len(n) for n in names), default=8)
     fig = Figure(figsize=(WIDTH_IN, height))
     fig.subplots_adjust(
         left=min(label, 4.0) / WIDTH_IN,
         right=1 - 0.2 / WIDTH_IN,
-        top=1 - 0.15 / height,
+        top=1 - top / height,
         bottom=bottom / height,
     )
     return fig, fig.subplots()

@@ -16,9 +16,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 
-from spectax.economics.latency import SAME_WITHIN
+from spectax.economics.latency import effect_words
 from spectax.engines.base import Buckets, Histogram
-from spectax.pipeline.quantiles import LATENCY_METRICS, QUANTILES, Quantiles, merged, quantiles
+from spectax.pipeline.quantiles import (
+    LATENCY_METRICS,
+    QUANTILES,
+    Bounds,
+    Quantiles,
+    merged,
+    one_bucket,
+    quantiles,
+)
 from spectax.report.records import RollupRecord
 from spectax.store.rows import decode_buckets
 
@@ -59,6 +67,12 @@ class LatencyFigures:
             return 1.0 / self.modeled_speedup
         return None
 
+    def one_bucket(self, metric: str, label: str) -> Bounds | None:
+        """The bucket both quantiles (with and without speculation, measured) fell in, when
+        it is one bucket: the histogram cannot tell them apart. None when modelled."""
+        ours, theirs = self.quantiles.get(metric), self.without.get(metric)
+        return one_bucket(ours, theirs, label) if ours and theirs else None
+
 
 def month_latency(
     rows: Sequence[RollupRecord],
@@ -90,18 +104,13 @@ def latency_verdict_text(f: LatencyFigures) -> str:
     ratio = f.ratio("tpot", "p99")
     if ratio is None:
         return DASH
-    if abs(ratio - 1.0) <= SAME_WITHIN:
-        effect = "unchanged"
-    elif ratio > 1:
-        effect = f"{ratio:.1f}x worse"
-    else:
-        effect = f"{1 / ratio:.1f}x better"
+    effect = effect_words("p99 TPOT", ratio, f.one_bucket("tpot", "p99"))
     basis = (
         f"measured against {f.control}"
         if f.basis == "measured"
         else "modelled: 1 / the windows' speedup"
     )
-    return f"speculation makes p99 TPOT {effect} ({basis})"
+    return f"{effect} ({basis})"
 
 
 def _quantiles(rows: Sequence[RollupRecord]) -> dict[str, Quantiles]:

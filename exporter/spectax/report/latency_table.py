@@ -3,6 +3,8 @@ ratio with against without speculation, and the basis of each figure (report.lat
 
 from __future__ import annotations
 
+from spectax.economics.latency import bucket_words
+from spectax.pipeline.quantiles import Quantiles
 from spectax.report.build import Report
 from spectax.report.latency import DASH, latency_verdict_text
 from spectax.report.tables import Table
@@ -30,7 +32,7 @@ def latency_table(report: Report) -> Table:
                 (
                     e.info.name,
                     name,
-                    *(_ms(v) for v in (found.p50, found.p95, found.p99)),
+                    *(_cell(found, label) for label in ("p50", "p95", "p99")),
                     DASH if ratio is None else f"{ratio:.2f}x",
                     _basis(f.basis, f.control) if ratio is not None else DASH,
                 )
@@ -54,7 +56,7 @@ def latency_table(report: Report) -> Table:
         (
             "Quantiles are measured: the month's summed histogram buckets (each endpoint's "
             "models together), interpolated as Prometheus' histogram_quantile does; a rank "
-            "in the +Inf bucket shows the largest finite bound. TPOT is each request's time "
+            "in the +Inf bucket reads ≥ the largest finite bound. TPOT is each request's time "
             "per output token, inter-token the time between two tokens, TTFT the time to the "
             "first token.",
             "With / without: measured is the quantile against the control endpoint's over the "
@@ -66,7 +68,13 @@ def latency_table(report: Report) -> Table:
     )
 
 
-def _ms(seconds: float | None) -> str:
+def _cell(found: Quantiles, label: str) -> str:
+    """The quantile in ms; in the +Inf bucket, "≥" its lower bound ("≥ 80 s"): the value
+    shown there is the largest finite bound, not a measurement (80,000.0 ms read as one)."""
+    bucket = found.bucket(label)
+    if bucket is not None and found.beyond_finite(label):
+        return bucket_words(bucket)
+    seconds = found.by_label()[label]
     return DASH if seconds is None else f"{seconds * 1000:,.1f} ms"
 
 
