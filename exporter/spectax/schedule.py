@@ -19,7 +19,7 @@ import functools
 import heapq
 import itertools
 import logging
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from datetime import UTC
 from typing import Any
 
@@ -36,10 +36,16 @@ class ScrapeSchedule:
         scrape: Callable[[str], Coroutine[Any, Any, None]],
         interval: float,
         tick: float = TICK_SECONDS,
+        clock: Callable[[], float] | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ):
+        """`clock` and `sleep` are the event loop's time and `asyncio.sleep` unless given
+        (a test's virtual clock, which advances time instead of waiting for it)."""
         self._scrape = scrape
         self.interval = interval
         self._tick = tick
+        self._clock = clock
+        self._sleep = sleep
         self._due: list[tuple[float, int, str]] = []  # (loop time, tie-breaker, endpoint)
         self._order = itertools.count()
         self._running: dict[str, asyncio.Task[None]] = {}
@@ -58,7 +64,7 @@ class ScrapeSchedule:
         """Schedule `names` anew (a reload; none: pause); scrapes in flight finish on their own."""
         self.interval = interval
         listed = list(names)
-        now = asyncio.get_running_loop().time()
+        now = self._now()
         count = max(len(listed), 1)
         self._due = [
             (now + self.interval * i / count, next(self._order), name)
@@ -79,10 +85,12 @@ class ScrapeSchedule:
         if not task.cancelled() and task.exception() is not None:
             log.error("endpoint %s: scrape crashed", name, exc_info=task.exception())
 
+    def _now(self) -> float:
+        return self._clock() if self._clock is not None else asyncio.get_running_loop().time()
+
     async def _tick_loop(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
-            now = loop.time()
+            now = self._now()
             while self._due and self._due[0][0] <= now:
                 at, _, name = heapq.heappop(self._due)
                 if name in self._running:
@@ -94,7 +102,7 @@ class ScrapeSchedule:
                 # the next turn on this endpoint's grid that is still ahead
                 turns = int((now - at) // self.interval) + 1
                 heapq.heappush(self._due, (at + turns * self.interval, next(self._order), name))
-            await asyncio.sleep(self._tick)
+            await self._sleep(self._tick)
 
 
 class Jobs:

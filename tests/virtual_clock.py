@@ -1,0 +1,43 @@
+"""A virtual clock for code that takes `clock` and `sleep` (spectax.schedule): time moves
+only when a test advances it, so a test of timing asserts exact times and never sleeps."""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+
+
+class VirtualClock:
+    """`now()` and `sleep(seconds)` in virtual time; `advance(seconds)` runs every sleeper
+    that falls due in order, letting the tasks it wakes run before time moves on."""
+
+    def __init__(self, start: float = 1000.0):
+        self.time = start
+        self._sleepers: list[tuple[float, int, asyncio.Future[None]]] = []
+        self._order = itertools.count()
+
+    def now(self) -> float:
+        return self.time
+
+    async def sleep(self, seconds: float) -> None:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._sleepers, (self.time + max(seconds, 0.0), next(self._order), future))
+        await future
+
+    async def advance(self, seconds: float) -> None:
+        until = self.time + seconds
+        await _settle()
+        while self._sleepers and self._sleepers[0][0] <= until:
+            at, _, future = heapq.heappop(self._sleepers)
+            self.time = max(self.time, at)
+            if not future.done():
+                future.set_result(None)
+            await _settle()
+        self.time = until
+
+
+async def _settle() -> None:
+    """Let every task that can run, run (a woken task may start others)."""
+    for _ in range(20):
+        await asyncio.sleep(0)
