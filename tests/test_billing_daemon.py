@@ -216,7 +216,7 @@ async def test_no_credential_ever_shows(
         },
         {
             "type": "opencost",
-            "name": "oc-token-file",
+            "name": "oc-bearer-file",  # not "oc-token-file": 8 characters of its own secret
             "url": f"{echo.url}/echo",
             "label": "app",
             "bearer_token_file": file("OPENCOST_TOKEN"),

@@ -156,6 +156,11 @@ def test_a_name_in_the_file_holding_a_fragment_of_its_secret_is_a_config_error()
     said = [p for p in error.value.problems if "characters in a row of a configured secret" in p]
     assert [p.split(":")[0] for p in said] == ["endpoints[0].name", "endpoints[1].gpu"]
     assert secret[3:12] not in str(error.value) and secret[-8:] not in str(error.value)
+    # Against this file's secrets only: one an earlier configuration had (still blanked
+    # from the log) refuses no name.
+    earlier = registered(token(24))
+    config["endpoints"] = [{"name": f"chat-{earlier[:9]}", "url": "http://127.0.0.1:1"}]
+    assert validate(config).config.endpoints[0].name == f"chat-{earlier[:9]}"
 
 
 # ------------------------------------------------------------ end to end

@@ -168,6 +168,12 @@ def load_config(path: Path | str | None, listen: str | None = None) -> Settings:
 
 
 def validate(raw: Any, source: str = "<config>") -> Settings:
+    with logs.collected_secrets() as secrets:
+        return _validate(raw, source, secrets)
+
+
+def _validate(raw: Any, source: str, secrets: set[str]) -> Settings:
+    """`validate`, `secrets` collecting those the file configures as they are resolved."""
     if not isinstance(raw, dict):
         raise ConfigError(source, ["the top level must be a mapping of settings"])
     problems: list[str] = []
@@ -250,7 +256,7 @@ def validate(raw: Any, source: str = "<config>") -> Settings:
     except ValueError as exc:  # a CredentialError, or a URL `run` would die on
         problems.append(f"storage_url{'_file' if config.storage_url_file else ''}: {exc}")
     billing, billing_problems = resolve_billing(config.billing, names, valid.billing)
-    problems += billing_problems + _echoing_a_secret(config, valid)
+    problems += billing_problems + _echoing_a_secret(config, valid, secrets)
     timing = {"scrape_interval", "scrape_timeout", "window"} & valid.dropped
     if not timing and config.scrape_timeout > config.scrape_interval:
         problems.append("scrape_timeout: must not be longer than scrape_interval")
@@ -266,10 +272,11 @@ def validate(raw: Any, source: str = "<config>") -> Settings:
     return Settings(_shared_parts(config), prices, usd_per_hour, target_auth, billing, gpus)
 
 
-def _echoing_a_secret(config: Config, valid: _Validated) -> list[str]:
-    """The names of the file that hold 8 characters in a row of one of its secrets (all
-    registered by now): each becomes a label, a row or a line of the status page, where a
-    fragment of a credential must never be shown (issue 30). The value is never said."""
+def _echoing_a_secret(config: Config, valid: _Validated, secrets: set[str]) -> list[str]:
+    """The names of the file that hold 8 characters in a row of one of its `secrets`: each
+    becomes a label, a row or a line of the status page, where a fragment of a credential
+    must never be shown (issue 30). The value is never said."""
+    windows = logs.windows_of(secrets)
     named: list[tuple[str, str | None]] = []
     for i, e in zip(valid.endpoints, config.endpoints, strict=True):
         price = e.price or PriceConfig()
@@ -291,7 +298,7 @@ def _echoing_a_secret(config: Config, valid: _Validated) -> list[str]:
         f"{path}: holds 8 or more characters in a row of a configured secret; it "
         "would be shown in /metrics, the status page and the store: choose another"
         for path, value in named
-        if value and logs.holds_secret(value)
+        if value and logs.holds_secret(value, windows)
     ]
 
 

@@ -20,6 +20,9 @@ import json
 import logging
 import sys
 import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, Literal
 from urllib.parse import quote, quote_plus
@@ -45,6 +48,7 @@ class _Registered:
 
 _registered = _Registered()
 _lock = threading.Lock()
+_collecting: ContextVar[set[str] | None] = ContextVar("spectax_collecting", default=None)
 
 
 def _written_forms(value: str) -> set[str]:
@@ -75,13 +79,37 @@ def register_secret(value: str) -> None:
     a shorter secret, so only a non-secret such as a header value can be that short)."""
     if len(value) < MIN_SECRET_LENGTH:
         return
+    if (found := _collecting.get()) is not None:
+        found.add(value)
     with _lock:
         if value in _registered.secrets:
             return
-        n = MIN_SECRET_LENGTH
-        added = {f[i : i + n] for f in _written_forms(value) for i in range(len(f) - n + 1)}
-        _registered.windows = _registered.windows | added
+        _registered.windows = _registered.windows | windows_of([value])
         _registered.secrets.add(value)
+
+
+def windows_of(values: Iterable[str]) -> frozenset[str]:
+    """Every MIN_SECRET_LENGTH-character window of `values`, in each written form."""
+    n = MIN_SECRET_LENGTH
+    return frozenset(
+        form[i : i + n]
+        for value in values
+        for form in _written_forms(value)
+        for i in range(len(form) - n + 1)
+    )
+
+
+@contextmanager
+def collected_secrets() -> Iterator[set[str]]:
+    """The secrets registered inside the block (those registered before too): what one
+    configuration holds, for its own names to be checked against (a reload keeps the old
+    ones registered, for the lines that may still quote them)."""
+    found: set[str] = set()
+    token = _collecting.set(found)
+    try:
+        yield found
+    finally:
+        _collecting.reset(token)
 
 
 def secrets_registered() -> int:
@@ -94,10 +122,10 @@ def _secret_starts(text: str, windows: frozenset[str]) -> list[int]:
     return [i for i in range(len(text) - n + 1) if text[i : i + n] in windows]
 
 
-def holds_secret(text: str) -> bool:
+def holds_secret(text: str, windows: frozenset[str] | None = None) -> bool:
     """Whether `text` holds MIN_SECRET_LENGTH characters in a row of a registered secret
-    (in any of its written forms): one set look-up per character, O(len(text))."""
-    windows, n = _registered.windows, MIN_SECRET_LENGTH
+    (or of `windows_of` some): one set look-up per character, O(len(text))."""
+    windows, n = _registered.windows if windows is None else windows, MIN_SECRET_LENGTH
     return bool(windows) and not windows.isdisjoint(
         text[i : i + n] for i in range(len(text) - n + 1)
     )
