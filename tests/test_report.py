@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -1015,15 +1015,24 @@ class Browser:
             await asyncio.sleep(0.1)
         raise AssertionError("chromium's DevTools endpoint did not come up in 30 s")
 
-    async def open(self, path: Path, screenshot: Path | None) -> list[str]:
-        """Load `path`; returns the problems seen (empty when it rendered cleanly)."""
+    @contextlib.asynccontextmanager
+    async def page(self) -> AsyncIterator[Page]:
+        """The browser's page over DevTools: `call` a method, `events` seen, `loaded` set
+        at each load event."""
         assert self.session is not None
-        page_url = path.as_uri()  # callers pass absolute paths
-        events: list[dict[str, Any]] = []
         pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
-        loaded = asyncio.Event()
         ids = iter(range(1, 10_000))
         async with self.session.ws_connect(await self._page_socket_url(), max_msg_size=0) as ws:
+
+            async def call(method: str, **params: Any) -> dict[str, Any]:
+                i = next(ids)
+                pending[i] = asyncio.get_running_loop().create_future()
+                await ws.send_json({"id": i, "method": method, "params": params})
+                reply = await asyncio.wait_for(pending[i], 60)
+                assert "error" not in reply, (method, reply)
+                return dict(reply.get("result", {}))
+
+            page = Page(call)
 
             async def read() -> None:
                 async for message in ws:
@@ -1031,47 +1040,53 @@ class Browser:
                     if "id" in data and data["id"] in pending:
                         pending.pop(data["id"]).set_result(data)
                     elif "method" in data:
-                        events.append(data)
+                        page.events.append(data)
                         if data["method"] == "Page.loadEventFired":
-                            loaded.set()
-
-            async def call(method: str, **params: Any) -> dict[str, Any]:
-                i = next(ids)
-                pending[i] = asyncio.get_running_loop().create_future()
-                await ws.send_json({"id": i, "method": method, "params": params})
-                reply = await asyncio.wait_for(pending[i], 30)
-                assert "error" not in reply, (method, reply)
-                return dict(reply.get("result", {}))
+                            page.loaded.set()
 
             reader = asyncio.create_task(read())
             try:
-                for domain in ("Page", "Runtime", "Log", "Network"):
-                    await call(f"{domain}.enable")
-                await call(
-                    "Emulation.setDeviceMetricsOverride",
-                    width=1280,
-                    height=900,
-                    deviceScaleFactor=1,
-                    mobile=False,
-                )
-                await call("Page.navigate", url=page_url)
-                await asyncio.wait_for(loaded.wait(), 30)
-                await asyncio.sleep(0.5)  # late console messages, lazy requests
-                if screenshot is not None:
-                    metrics = await call("Page.getLayoutMetrics")
-                    height = min(int(metrics["cssContentSize"]["height"]) + 1, 16_000)
-                    shot = await call(
-                        "Page.captureScreenshot",
-                        format="png",
-                        captureBeyondViewport=True,
-                        clip={"x": 0, "y": 0, "width": 1280, "height": height, "scale": 1},
-                    )
-                    await asyncio.to_thread(_save, screenshot, base64.b64decode(shot["data"]))
+                yield page
             finally:
                 reader.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await reader
-        return _problems(events, page_url)
+
+    async def open(self, path: Path, screenshot: Path | None) -> list[str]:
+        """Load `path`; returns the problems seen (empty when it rendered cleanly)."""
+        page_url = path.as_uri()  # callers pass absolute paths
+        async with self.page() as page:
+            call = page.call
+            for domain in ("Page", "Runtime", "Log", "Network"):
+                await call(f"{domain}.enable")
+            await call(
+                "Emulation.setDeviceMetricsOverride",
+                width=1280,
+                height=900,
+                deviceScaleFactor=1,
+                mobile=False,
+            )
+            await call("Page.navigate", url=page_url)
+            await asyncio.wait_for(page.loaded.wait(), 30)
+            await asyncio.sleep(0.5)  # late console messages, lazy requests
+            if screenshot is not None:
+                metrics = await call("Page.getLayoutMetrics")
+                height = min(int(metrics["cssContentSize"]["height"]) + 1, 16_000)
+                shot = await call(
+                    "Page.captureScreenshot",
+                    format="png",
+                    captureBeyondViewport=True,
+                    clip={"x": 0, "y": 0, "width": 1280, "height": height, "scale": 1},
+                )
+                await asyncio.to_thread(_save, screenshot, base64.b64decode(shot["data"]))
+            return _problems(page.events, page_url)
+
+
+@dataclass
+class Page:
+    call: Callable[..., Awaitable[dict[str, Any]]]
+    events: list[dict[str, Any]] = field(default_factory=list)
+    loaded: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 def _save(path: Path, data: bytes) -> None:
@@ -1147,6 +1162,101 @@ async def test_html_renders_in_chromium_without_errors(demo_url: str, tmp_path: 
     assert any("network request: http://127.0.0.1:9/x.png" in p for p in problems), problems
     shot = (ARTIFACTS / f"report-{MAY}.png").read_bytes()
     assert shot.startswith(b"\x89PNG") and len(shot) > 50_000
+
+
+#: Paper sizes (mm) the report is printed on, and the print stylesheet's page margin.
+PAPERS = {"A4": (210.0, 297.0), "Letter": (215.9, 279.4)}
+PRINT_MARGIN_MM = 12.0
+
+#: What does not fit the printed page: tables (and their cells) past its right edge, boxes
+#: that would print a scroll bar, and the document's own width.
+PRINT_LAYOUT = """(() => {
+  const width = document.documentElement.clientWidth;
+  const name = (e) => (e.closest(".scroll, .chart")?.previousElementSibling?.textContent
+    || e.closest(".chart")?.querySelector("h3")?.textContent || e.tagName).slice(0, 60);
+  const wide = [], scrolling = [], cut = new Set();
+  for (const t of document.querySelectorAll("table, svg")) {
+    const r = t.getBoundingClientRect();
+    if (r.left < -0.5 || r.right > width + 0.5) wide.push([name(t), Math.round(r.width)]);
+  }
+  for (const c of document.querySelectorAll("th, td")) {
+    if (c.getBoundingClientRect().right > width + 0.5) cut.add(c.textContent.slice(0, 40));
+  }
+  for (const e of document.querySelectorAll("body *")) {
+    const x = getComputedStyle(e).overflowX;
+    if ((x === "auto" || x === "scroll") && e.scrollWidth > e.clientWidth + 1)
+      scrolling.push([name(e), e.scrollWidth, e.clientWidth]);
+  }
+  return {width, wide, scrolling, cut: [...cut].slice(0, 20),
+          document: document.documentElement.scrollWidth};
+})()"""
+
+
+async def print_layout(browser: Browser, path: Path, paper: str, pdf: Path) -> dict[str, Any]:
+    """Lay `path` out as Chromium prints it on `paper` (print media, the page's width less
+    its margins), measure what does not fit, and print it to `pdf`."""
+    width_mm, height_mm = PAPERS[paper]
+    inch = 25.4
+    content_px = round((width_mm - 2 * PRINT_MARGIN_MM) / inch * 96)
+    async with browser.page() as page:
+        await page.call("Page.enable")
+        await page.call("Emulation.setEmulatedMedia", media="print")
+        await page.call(
+            "Emulation.setDeviceMetricsOverride",
+            width=content_px,
+            height=round((height_mm - 2 * PRINT_MARGIN_MM) / inch * 96),
+            deviceScaleFactor=1,
+            mobile=False,
+        )
+        await page.call("Page.navigate", url=path.as_uri())
+        await asyncio.wait_for(page.loaded.wait(), 30)
+        found = await page.call("Runtime.evaluate", expression=PRINT_LAYOUT, returnByValue=True)
+        margin = PRINT_MARGIN_MM / inch
+        printed = await page.call(
+            "Page.printToPDF",
+            paperWidth=width_mm / inch,
+            paperHeight=height_mm / inch,
+            marginTop=margin,
+            marginBottom=margin,
+            marginLeft=margin,
+            marginRight=margin,
+        )
+    data = base64.b64decode(printed["data"])
+    await asyncio.to_thread(_save, pdf, data)
+    layout = dict(found["result"]["value"])
+    layout["pdf_pages"] = len(re.findall(rb"/Type\s*/Page\b", data))
+    layout["content_px"] = content_px
+    return layout
+
+
+async def test_the_report_prints_on_a4_and_letter_with_every_column(demo_url: str) -> None:
+    """Chromium's print to PDF (the README's advice) of the month's report: no table and no
+    chart wider than the page, no cell past its edge ("Speculation, net" was cut off), no box
+    that prints a scroll bar. The same page laid out for the screen is wider than paper:
+    the check sees what it is looking for there, and only the print stylesheet makes it fit."""
+    binary = _chromium()
+    report = await report_of(demo_url, MAY, demo_config(demo_url))
+    html = render(report, "html")
+    assert "Speculation, net" in html and "@media print" in html
+    page = ARTIFACTS / f"report-{MAY}-print.html"
+    await asyncio.to_thread(_save, page, html.encode())
+    screen = ARTIFACTS / f"report-{MAY}-no-print-stylesheet.html"
+    without = re.sub(r"@media print \{.*?\n\}\n(?=</style>)", "", html, flags=re.DOTALL)
+    assert "@media print" not in without and without != html
+    await asyncio.to_thread(_save, screen, without.encode())
+    async with Browser(binary) as browser:
+        for paper in PAPERS:
+            layout = await print_layout(
+                browser, page, paper, ARTIFACTS / f"report-{MAY}-{paper}.pdf"
+            )
+            assert layout["width"] == layout["content_px"], layout
+            assert layout["wide"] == [] and layout["cut"] == [], layout
+            assert layout["scrolling"] == [], layout
+            assert layout["document"] <= layout["width"], layout
+            assert layout["pdf_pages"] >= 2, layout
+        bare = await print_layout(browser, screen, "A4", ARTIFACTS / "report-unstyled-A4.pdf")
+    assert bare["cut"] and bare["scrolling"], bare  # the screen layout does not fit paper
+    assert any("Speculation" in cell for cell in bare["cut"]) or bare["wide"], bare
 
 
 # ---------------------------------------------------------------- command line

@@ -52,6 +52,25 @@ summary { cursor: pointer; margin: 6px 0 10px; color: #333; }
 .chart svg { width: 100%; max-width: 980px; height: auto; }
 .empty { padding: 14px; background: #fafafa; border: 1px dashed #ccc; color: #555; }
 footer { margin-top: 32px; color: #777; font-size: 12px; }
+/* Printed (the README: print the HTML to PDF from a browser), every column fits A4 and
+   Letter: no scroll box (it printed its scroll bars and cut off the columns past it). */
+@media print {
+  @page { margin: 12mm; }
+  body { font-size: 10px; margin: 0; max-width: none; padding: 0; }
+  h1 { font-size: 18px; }
+  h2 { font-size: 14px; margin: 16px 0 6px; break-after: avoid; }
+  .scroll { overflow: visible; }
+  table { font-size: 8px; width: 100%; }
+  thead { display: table-header-group; }
+  tr, .card, .chart { break-inside: avoid; }
+  th, td { padding: 2px 3px; }
+  td:not(.num) { overflow-wrap: anywhere; }
+  p.note, .card ul { font-size: 8.5px; }
+  .cards { display: block; }
+  .card { margin: 0 0 8px; }
+  .chart svg { max-width: 100%; }
+  details > summary { display: none; }
+}
 """
 
 
