@@ -285,8 +285,8 @@ async def test_billing_fetch_prints_the_lines_from_moto(
         result([(D1, D2, {"chat": "1.5"}, False)], token="t2"),
         result([(D2, D3, {"chat": "2.25", "other": "9"}, True)]),
     )
-    monkeypatch.setenv("SPECTAX_TEST_AWS_KEY", "testing-key")
-    (tmp_path / "secret").write_text("testing-secret\n")
+    monkeypatch.setenv("SPECTAX_TEST_AWS_KEY", "AKIA-moto-4f1d")
+    (tmp_path / "secret").write_text("moto-secret-9c2e\n")
     config = {
         "state_directory": str(tmp_path / "state"),
         "endpoints": [{"name": "chat", "url": "http://127.0.0.1:1"}],

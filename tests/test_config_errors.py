@@ -115,7 +115,7 @@ endpoints:
     url: http://127.0.0.1:6
     speculation: {{method: bogus}}
     price: {{usd_per_hour: 1, provider: x}}
-    basic_auth: {{username: "a:b", password: long-enough-password}}
+    basic_auth: {{username: "a:b", password: Zx9-basic-4e7b1a}}
   - name: f
     url: http://127.0.0.1:7
     gpu: [not, a, name]
