@@ -172,7 +172,7 @@ class Daemon:
         self.store = await self.writer.connect()
         if self.store is None:
             return  # asked to stop while waiting
-        await self.writer.drain(timeout=self._startup_drain)
+        await self.writer.drain(self.writer.queue.drain_budget(self._startup_drain))
         if self.writer.queue:
             log.warning(
                 "store: %d spooled window row(s) not written within %g s; endpoints resume"

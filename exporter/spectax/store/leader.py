@@ -299,9 +299,9 @@ class Election:
         """Note the cursors a batch moved (as the store does: only forward)."""
         if self._cursors is not None:
             for write in writes:
-                if write.cursor is not None:
-                    before = self._cursors.get(write.endpoint, write.cursor[0])
-                    self._cursors[write.endpoint] = max(before, write.cursor[0])
+                if (at := write.cursor_time) is not None:  # its sample left undecoded
+                    before = self._cursors.get(write.endpoint, at)
+                    self._cursors[write.endpoint] = max(before, at)
 
     async def close(self) -> None:
         await self.lock.close()

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 
-from spectax.store.pending import PendingWrite
+from spectax.store.pending import PendingWrite, record_rows
 from spectax.store.quarantine import Quarantine
 
 
@@ -46,8 +47,16 @@ class WriteQueue:
         self._spool_offset = 0  # bytes of the spool already written to the store
         # the next spool writes and the offset where they end
         self._head: tuple[list[PendingWrite], int] | None = None
+        started = time.monotonic()
         if spool_path.exists() and spool_path.stat().st_size > 0:
-            self._spooled_rows = sum(len(w.rows) or 1 for w in self._load_spool())
+            self._spooled_rows = self._load_spool()
+        self.load_seconds = time.monotonic() - started  # start-up's wait for the spool began
+
+    def drain_budget(self, wait: float) -> float:
+        """What is left of start-up's `wait` for the spool to write it: reading it (done at
+        construction) and reading it back for the monitors (twice as long: that decodes
+        the rows too, bench/spool_startup.py) are part of that wait."""
+        return max(0.0, wait - 3 * self.load_seconds)
 
     @property
     def pending_rows(self) -> int:
@@ -176,38 +185,52 @@ class WriteQueue:
         if self._mergeable.get(write.endpoint) is write:
             del self._mergeable[write.endpoint]
 
-    def _load_spool(self) -> list[PendingWrite]:
-        """The spool's records; a torn last line (a crash while appending) is dropped and an
-        unreadable line elsewhere quarantined, and the file rewritten without them, so that
-        what is appended next starts on a line of its own."""
-        good: list[tuple[bytes, PendingWrite]] = []
-        torn = unreadable = 0
-        lines = self.spool_path.read_bytes().splitlines(keepends=True)
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                good.append((line, PendingWrite.from_json(line.decode())))
-            except (ValueError, KeyError, TypeError) as exc:  # JSONDecodeError is a ValueError
-                if number == len(lines) and not line.endswith(b"\n"):
-                    torn += 1
+    def _load_spool(self) -> int:
+        """The spool's rows, counted; a torn last line (a crash while appending) is dropped and
+        a line that cannot be written back (not JSON, or JSON of another shape) quarantined,
+        and the file rewritten without them, so that what is appended next starts on a line
+        of its own. Read as a stream and checked by shape, not decoded: decoding every
+        cursor and holding every write took 27 s and gigabytes for a 50,000-row spool
+        (bench/spool_startup.py); the writer and the monitors decode what they use."""
+        rows = torn = 0
+        refused: dict[int, str] = {}  # line number -> why it cannot be read back
+        number, last = 0, b""
+        with self.spool_path.open("rb") as spool:
+            for number, last in enumerate(spool, 1):
+                if not last.strip():
                     continue
-                unreadable += 1
-                self.quarantine.add_line(line, f"spool line {number}: {type(exc).__name__}")
-        if torn or unreadable:
-            self._log.warning(
-                "store: spool %s: dropped %d torn record(s) at its end (a crash while writing)"
-                " and moved %d unreadable record(s) to %s; %d record(s) kept",
-                self.spool_path,
-                torn,
-                unreadable,
-                self.quarantine.path,
-                len(good),
-            )
-            replacement = self.spool_path.with_suffix(".rewrite")
-            with replacement.open("wb") as spool:
-                spool.writelines(line if line.endswith(b"\n") else line + b"\n" for line, _ in good)
-                spool.flush()
-                os.fsync(spool.fileno())
-            replacement.replace(self.spool_path)
-        return [write for _, write in good]
+                try:
+                    rows += record_rows(last)
+                except ValueError as exc:
+                    if last.endswith(b"\n"):
+                        refused[number] = f"spool line {number}: {exc}"
+                    else:  # only the last line can lack its end: a crash while appending
+                        torn += 1
+        if torn or refused:
+            self._set_aside(refused, torn, number)
+        elif last and not last.endswith(b"\n"):  # whole, but what is appended must not join it
+            with self.spool_path.open("ab") as spool:
+                spool.write(b"\n")
+        return rows
+
+    def _set_aside(self, refused: dict[int, str], torn: int, lines: int) -> None:
+        """Quarantine the `refused` lines, drop a torn last one, rewrite the spool without."""
+        replacement = self.spool_path.with_suffix(".rewrite")
+        with self.spool_path.open("rb") as spool, replacement.open("wb") as kept:
+            for number, line in enumerate(spool, 1):
+                if number in refused:
+                    self.quarantine.add_line(line, refused[number])
+                elif line.endswith(b"\n"):
+                    kept.write(line)
+            kept.flush()
+            os.fsync(kept.fileno())
+        replacement.replace(self.spool_path)
+        self._log.warning(
+            "store: spool %s: dropped %d torn record(s) at its end (a crash while writing)"
+            " and moved %d unreadable record(s) to %s; %d record(s) kept",
+            self.spool_path,
+            torn,
+            len(refused),
+            self.quarantine.path,
+            lines - torn - len(refused),
+        )

@@ -7,9 +7,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
+from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, true
 
 from spectax.engines.base import EngineSample
 from spectax.pipeline.windows import Window
@@ -32,7 +33,8 @@ from spectax.store.rows import complete_row, sum_usd, window_from_rows
 from spectax.units import from_timestamp
 
 # One write of closed windows: the endpoint, its window rows, and the cursor that goes with them.
-WindowWrite = tuple[str, Sequence[dict[str, Any]], tuple[float, EngineSample] | None]
+# The cursor's sample may come encoded already (a write read back from the spool: as stored).
+WindowWrite = tuple[str, Sequence[dict[str, Any]], tuple[float, EngineSample | str] | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +83,7 @@ class WindowHistory(Database):
             }
         )
         cursors = [
-            {"endpoint": endpoint, "observed_at": cursor[0], "sample": encode_sample(cursor[1])}
+            {"endpoint": endpoint, "observed_at": cursor[0], "sample": _encoded(cursor[1])}
             for endpoint, _, cursor in writes
             if cursor is not None
         ]
@@ -167,11 +169,14 @@ class WindowHistory(Database):
         # the sums keep the column's type, so they arrive as Decimals already
         return spend or Decimal(0), cold or Decimal(0)
 
-    async def recent_windows(self, endpoint: str, count: int) -> list[Window]:
-        """The endpoint's last `count` stored windows, oldest first."""
+    async def recent_windows(
+        self, endpoint: str, count: int, before: datetime | None = None
+    ) -> list[Window]:
+        """The endpoint's last `count` stored windows (starting before `before`), oldest first."""
         starts = (
             select(WindowRow.start)
             .where(WindowRow.endpoint == endpoint)
+            .where(WindowRow.start < before if before is not None else true())
             .group_by(WindowRow.start)
             .order_by(WindowRow.start.desc())
             .limit(count)
@@ -200,26 +205,39 @@ class WindowHistory(Database):
         writes = [w for w in pending if w.endpoint == endpoint]  # before any await
         spend, cold = await self.money_totals(endpoint)
         cursor = await self.cursor(endpoint)
-        windows = {w.start: w for w in await self.recent_windows(endpoint, history)}
+        windows: dict[float, Window] = {}
+        # the stored windows to read besides the pending ones: `history` and the open one
+        older, before = history + 1, None
+        # as save_many: the cursor only moves forward (only the latest sample is decoded)
+        latest = max(writes, key=lambda w: w.cursor_time or 0.0, default=None)
+        at = None if latest is None else latest.cursor_time
+        if latest is not None and at is not None and (cursor is None or at > cursor[0]):
+            cursor = latest.cursor
         pending_rows = [row for write in writes for row in write.rows]
         if pending_rows:
             since = min(row["start"] for row in pending_rows)
             stored = {(r.model, r.start): r for r in await self.window_rows(endpoint, since)}
-            final = dict(stored)
+            final: dict[RowKey, Any] = dict(stored)
             for row in pending_rows:  # as save_many's upsert: a window only grows
                 key = (row["model"], row["start"])
                 if key not in final or final[key].seconds <= row["seconds"]:
-                    final[key] = WindowRow(**row)
+                    final[key] = SimpleNamespace(**{**_UNSET, **row})  # not an ORM instance
             replaced = [key for key in final if final[key] is not stored.get(key)]
             spend += _delta("spend_usd", replaced, stored, final)
             cold += _delta("cold_start_usd", replaced, stored, final)
-            by_start: dict[datetime, list[WindowRow]] = {}
+            by_start: dict[datetime, list[Any]] = {}
             for (_, begins), kept in sorted(final.items(), key=lambda item: item[0][1]):
                 by_start.setdefault(begins, []).append(kept)
-            windows.update((t.timestamp(), window_from_rows(g)) for t, g in by_start.items())
-        for write in writes:  # as save_many: the cursor only moves forward
-            if write.cursor is not None and (cursor is None or write.cursor[0] > cursor[0]):
-                cursor = write.cursor
+            # only the windows a monitor keeps are rebuilt: the open one, the `history` latest
+            open_start = -1.0 if cursor is None else (cursor[0] // window_seconds) * window_seconds
+            starts = sorted(by_start, reverse=True)
+            kept_starts = {t for t in starts if abs(t.timestamp() - open_start) < 1e-3}
+            kept_starts.update(starts[: history + 1])
+            windows.update((t.timestamp(), window_from_rows(by_start[t])) for t in kept_starts)
+            # the stored ones from `since` on are among them: only older ones may be missing
+            older, before = history + 1 - len(kept_starts), since
+        if older > 0:
+            windows.update((w.start, w) for w in await self.recent_windows(endpoint, older, before))
         open_window = None
         if cursor is not None:
             start = (cursor[0] // window_seconds) * window_seconds
@@ -239,10 +257,17 @@ class WindowHistory(Database):
 
 
 RowKey = tuple[str, datetime]
+# A pending row read as a stored one: every column, None where the row has none (WindowRow(**row)
+# gives the same, at ten times the cost: 13 s for a 50,000-row spool, bench/spool_startup.py)
+_UNSET = {column.key: None for column in WindowRow.__table__.columns}
+
+
+def _encoded(sample: EngineSample | str) -> str:
+    return sample if isinstance(sample, str) else encode_sample(sample)
 
 
 def _delta(
-    column: str, keys: list[RowKey], stored: dict[RowKey, WindowRow], final: dict[RowKey, WindowRow]
+    column: str, keys: list[RowKey], stored: dict[RowKey, WindowRow], final: dict[RowKey, Any]
 ) -> Decimal:
     """What writing the final rows of `keys` over the stored ones adds to a money column."""
     added = sum_usd(getattr(final[key], column) for key in keys)

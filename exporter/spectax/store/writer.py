@@ -320,7 +320,7 @@ class StoreWriter:
         propagates, and the whole batch is retried later."""
         assert self.store is not None
         try:
-            await self.store.save_many([(w.endpoint, w.rows, w.cursor) for w in writes])
+            await self.store.save_many([(w.endpoint, w.rows, w.stored_cursor) for w in writes])
             self.election.written(writes)
         except StoreDataError as exc:
             only = writes[0] if len(writes) == 1 else None
@@ -351,8 +351,8 @@ def _halves(writes: list[PendingWrite]) -> tuple[list[PendingWrite], list[Pendin
 
 def _written_at(write: PendingWrite) -> float:
     """When `write` was made: its scrape (the cursor's time), else its last window's end."""
-    if write.cursor is not None:
-        return write.cursor[0]
+    if (at := write.cursor_time) is not None:  # its sample left undecoded
+        return at
     ends = [row["end"].timestamp() for row in write.rows if "end" in row]
     return max(ends) if ends else time.time()
 
