@@ -256,3 +256,21 @@ def test_the_report_shows_whole_requests_floored() -> None:
     row = CapacityRow("e", M, capacity, True, "plain")
     cells = dict(zip(HEADERS, capacity_table([row]).rows[0], strict=True))
     assert (cells["Holds (requests)"], cells["Without draft"]) == ("2,184", "3,277")
+
+
+def test_a_control_with_fewer_spare_blocks_than_the_drafts_weights_is_not_a_measure() -> None:
+    """The demo showed "954 blocks (lower bound)", then "0 blocks, measured": below its own
+    lower bound. The weights alone take the lower bound's blocks; a control with fewer spare
+    ones is sized otherwise (another GPU or gpu_memory_utilization): the lower bound holds."""
+    draft = window_of("spec_draft_2_mid.txt", "spec_draft_3_after.txt")
+    twin = window_of("spec_draft_2_mid.txt", "spec_draft_3_after.txt")  # the same 5461 blocks
+    sized = {"draft_weight_bytes": GIB // 8, "gpu_memory_bytes": 8 * GIB}
+    held = window_capacities(draft, twin, **sized)[M]
+    assert held.draft_blocks == pytest.approx(5461 / 8) and held.draft_blocks_basis == "configured"
+    assert held.control_blocks_disagree
+    # A control that has at least that many more blocks measures the draft, its own KV
+    # cache included: above the lower bound.
+    plain = window_of("nospec_2_mid.txt", "nospec_3_after.txt")  # 8192 blocks
+    measured = window_capacities(draft, plain, **sized)[M]
+    assert (measured.draft_blocks, measured.draft_blocks_basis) == (8192 - 5461, "measured")
+    assert not measured.control_blocks_disagree

@@ -11,7 +11,10 @@ The blocks the draft costs have a basis, like the savings (ECONOMICS.md §3b):
 - measured: the control (same model, no speculation) has that many more blocks;
 - configured: `draft_weight_bytes` over the bytes of a block, as the engine states its
   KV cache (vLLM `kv_cache_memory_bytes`); the draft's own KV cache is not counted, so
-  this is a lower bound;
+  this is a lower bound, and it holds over a measurement below it: a control with fewer
+  spare blocks than the draft's weights alone take is not sized like the endpoint (another
+  GPU, another `gpu_memory_utilization`), so its count says nothing of the draft
+  (`control_blocks_disagree`);
 - None: neither is known (no control, and the engine does not state its KV bytes).
 """
 
@@ -48,6 +51,8 @@ class Capacity:
     #: Blocks the draft takes from the KV cache, and how that is known.
     draft_blocks: float | None = None
     draft_blocks_basis: CapacityBasis | None = None
+    #: The control's spare blocks were fewer than the configured lower bound: not used.
+    control_blocks_disagree: bool = False
     #: Share of the GPU's memory the draft's weights hold (configured bytes).
     draft_gpu_memory_ratio: float | None = None
 
@@ -107,11 +112,16 @@ def capacity_of(
     per_request = blocks_per_request(context, size) if context and size else None
     draft: float | None = None
     basis: CapacityBasis | None = None
+    floor = measured = None
+    if speculating and blocks and counts.kv_cache_bytes and draft_weight_bytes is not None:
+        floor = draft_weight_bytes / (counts.kv_cache_bytes / blocks)
     theirs = control.kv_cache_blocks if control is not None else None
     if speculating and blocks and theirs and theirs >= blocks:
-        draft, basis = theirs - blocks, "measured"
-    elif speculating and blocks and counts.kv_cache_bytes and draft_weight_bytes is not None:
-        draft, basis = draft_weight_bytes / (counts.kv_cache_bytes / blocks), "configured"
+        measured = theirs - blocks
+    if measured is not None and (floor is None or measured >= floor):
+        draft, basis = measured, "measured"
+    elif floor is not None:
+        draft, basis = floor, "configured"
     usage = counts.kv_usage_seconds
     return Capacity(
         kv_cache_blocks=blocks,
@@ -124,6 +134,7 @@ def capacity_of(
         concurrency_capacity_requests=blocks / per_request if blocks and per_request else None,
         draft_blocks=draft,
         draft_blocks_basis=basis,
+        control_blocks_disagree=measured is not None and basis == "configured",
         draft_gpu_memory_ratio=(
             draft_weight_bytes / gpu_memory_bytes
             if draft_weight_bytes and gpu_memory_bytes

@@ -328,7 +328,13 @@ def _capacity(c: Capacity, control: str | None) -> list[tuple[str, str]]:
         basis = (
             f"measured against {escape(control or '')}"
             if c.draft_blocks_basis == "measured"
-            else "from draft_weight_bytes"
+            else "at least, from draft_weight_bytes"
+            + (
+                f" ({escape(control or '')} has fewer spare blocks than the weights alone"
+                " take: not sized like this endpoint, so not a measure of the draft)"
+                if c.control_blocks_disagree
+                else ""
+            )
         )
         share = "" if c.draft_kv_share_ratio is None else f" ({c.draft_kv_share_ratio:.1%})"
         figures.append(("draft takes", f"{c.draft_blocks:,.0f} blocks{share}, {basis}"))
