@@ -13,6 +13,7 @@ import base64
 import contextlib
 import dataclasses
 import json
+import math
 import re
 from collections.abc import AsyncIterator
 from html import escape, unescape
@@ -196,7 +197,8 @@ def test_each_card_shows_kv_cache_headroom_and_what_the_draft_takes() -> None:
     per_request = capacities["tiny-llama"].blocks_per_request
     assert per_request is not None
     held, without = 5461 / per_request, 8192 / per_request
-    assert f"KV cache holds</dt><dd>{held:,.0f} requests · {without:,.0f} without the draft" in card
+    shown = f"{math.floor(held):,} requests · {math.floor(without):,} without the draft"
+    assert held != math.floor(held) and f"KV cache holds</dt><dd>{shown}" in card  # floored
 
 
 def test_the_page_shows_p99_tpot_beside_the_verdict_with_its_slo_and_basis() -> None:

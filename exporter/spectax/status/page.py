@@ -9,6 +9,7 @@ web-config auth as `/metrics`, at 800 px wide and in dark mode.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from html import escape
@@ -340,8 +341,9 @@ def _capacity(c: Capacity, control: str | None) -> list[tuple[str, str]]:
         figures.append(("draft takes", f"{c.draft_blocks:,.0f} blocks{share}, {basis}"))
     held, without = c.concurrency_capacity_requests, c.concurrency_capacity_no_draft_requests
     if held is not None:
-        more = "" if without is None else f" · {without:,.0f} without the draft"
-        figures.append(("KV cache holds", f"{held:,.0f} requests{more}"))
+        # Whole requests: a cache that holds 2,730.5 holds 2,730 (the report floors too).
+        more = "" if without is None else f" · {math.floor(without):,} without the draft"
+        figures.append(("KV cache holds", f"{math.floor(held):,} requests{more}"))
     return figures
 
 
