@@ -5,7 +5,8 @@
 - A golden Markdown report from deterministic synthetic history that exercises every
   recommendation, an unconfigured and unpriced endpoint, cold starts and month over month.
 - The HTML opened in headless Chromium over the DevTools protocol: no console error, no
-  exception, no network request; a screenshot is saved under artifacts/.
+  exception, no network request; a screenshot is saved under $SPECTAX_ARTIFACTS (a
+  temporary directory unless set).
 - An empty month, and a month without speculation, give an honest report.
 """
 
@@ -62,7 +63,11 @@ from spectax.store.models import WindowRow
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).parent / "fixtures" / "report" / "golden.md"
-ARTIFACTS = ROOT / "artifacts"
+# Where the browser tests leave what they rendered, to look at: $SPECTAX_ARTIFACTS when set
+# (CI keeps it), else a directory of this run's own, never the source tree.
+ARTIFACTS = Path(
+    os.environ.get("SPECTAX_ARTIFACTS") or tempfile.mkdtemp(prefix="spectax-artifacts-")
+)
 NANO = Decimal("0.000000001")
 MAY, APRIL = Month(2026, 5), Month(2026, 4)
 DEMO_NOW = datetime(2026, 5, 3, 12, tzinfo=UTC)  # 4 days of history: 1.5 in April, 2.5 in May

@@ -20,7 +20,6 @@ from spectax.economics.latency import effect_words
 from spectax.engines.base import Buckets, Histogram
 from spectax.pipeline.quantiles import (
     LATENCY_METRICS,
-    QUANTILES,
     Bounds,
     Quantiles,
     merged,
@@ -139,11 +138,3 @@ def _daily_p99(rows: Sequence[RollupRecord]) -> dict[date, float]:
         if found is not None and found.p99 is not None:
             out[day] = found.p99
     return out
-
-
-def percentile_labels() -> list[str]:
-    return [label for label, _ in QUANTILES]
-
-
-def _has_buckets(row: RollupRecord) -> bool:
-    return bool(row.time_per_output_token_buckets)
