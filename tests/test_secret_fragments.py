@@ -258,3 +258,25 @@ async def test_fragments_of_a_secret_reach_nothing(
                 assert fragment not in text, f"a fragment of a secret reached the {where}"
         for backslashes in (1, 2, 4):  # as written, repr-escaped, then JSON-escaped too
             assert "pa" + "\\" * backslashes + "ss" not in text, f"escaped, in the {where}"
+
+
+def test_a_fleet_sources_tenant_header_is_a_name_and_its_gateway_key_a_secret() -> None:
+    """Every header value was registered: `X-Scope-OrgID: production-1` then blanked
+    "producti" in every message and refused names that hold it. A credential header (an
+    API gateway's key) is blanked as any secret."""
+    key = token(32)
+    config = {
+        "state_directory": "/tmp/spectax-never-written",
+        "sources": [
+            {
+                "type": "prometheus",
+                "url": "http://127.0.0.1:9/",
+                "selector": 'job="vllm"',
+                "endpoint_labels": ["model_name"],
+                "headers": {"X-Scope-OrgID": "production-tenant-1", "X-Api-Key": key},
+            }
+        ],
+    }
+    validate(config)
+    line = f"tenant production-tenant-1 key {key}"
+    assert logs.blank_secrets(line) == "tenant production-tenant-1 key <secret>"

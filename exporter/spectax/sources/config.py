@@ -28,6 +28,13 @@ from spectax.units import NAME, Duration, StrictModel
 _LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
 
+#: Headers whose values are credentials (an API gateway's key or token), blanked like any
+#: configured secret. Others (`X-Scope-OrgID: production-1`, Mimir's tenant) are names an
+#: operator must see in a message: blanking any 8 of their characters would hide ordinary
+#: words ("producti") everywhere and refuse endpoint and model names that hold them.
+_CREDENTIAL_HEADER = re.compile(r"auth|token|key|secret|cookie|passw|session", re.IGNORECASE)
+
+
 class PrometheusSource(StrictModel):
     """A Prometheus HTTP API (Prometheus, Thanos Query, Mimir) holding the engines' series.
 
@@ -92,8 +99,9 @@ class PrometheusSource(StrictModel):
             problems.append(("endpoint", "name and url come from the source, not from here"))
         if problems:
             raise ValueError("; ".join(f"{key}: {message}" for key, message in problems))
-        for value in self.headers.values():
-            logs.register_secret(value)  # a header may carry a token (some gateways)
+        for header, value in self.headers.items():
+            if _CREDENTIAL_HEADER.search(header):  # a gateway's token, never a tenant's name
+                logs.register_secret(value)
         self._auth = TargetAuth({**self.headers, **auth.headers}, auth.ssl)
         try:
             self._endpoint = EndpointConfig(name="endpoint", url=self.url, **self.endpoint)
