@@ -280,3 +280,19 @@ def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> None:
     err = reader.stderr.read().decode()
     assert reader.wait(timeout=60) == 141, err
     assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_debug_logging_is_spectaxs_lines_not_its_drivers_statements() -> None:
+    """`--log-level debug` flooded with aiosqlite's line per statement."""
+    import logging
+
+    from spectax import logs
+
+    try:
+        logs.setup("debug")
+        assert logging.getLogger("spectax.monitor").isEnabledFor(logging.DEBUG)
+        for chatty in ("aiosqlite", "asyncpg", "aiohttp.access"):
+            assert not logging.getLogger(chatty).isEnabledFor(logging.DEBUG), chatty
+            assert logging.getLogger(chatty).isEnabledFor(logging.INFO), chatty
+    finally:
+        logs.setup("info")

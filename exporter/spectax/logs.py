@@ -207,3 +207,7 @@ def setup(level: str = "info", log_format: LogFormat = "text") -> None:
     logging.getLogger("alembic").setLevel(max(logging.WARNING, root.level))
     # asyncio's debug lines can quote request data; keep them at warnings.
     logging.getLogger("asyncio").setLevel(max(logging.WARNING, root.level))
+    # aiosqlite logs every statement it runs at DEBUG: --log-level debug was its flood,
+    # not spectax's lines (nor are asyncpg's or aiohttp's access lines wanted there).
+    for chatty in ("aiosqlite", "asyncpg", "aiohttp.access"):
+        logging.getLogger(chatty).setLevel(max(logging.INFO, root.level))
