@@ -64,6 +64,7 @@ async def test_an_hour_that_overflows_is_refused_and_every_other_endpoint_rolls_
     assert not any(endpoint == "bad" for endpoint, _ in hours)
     refused = [r.getMessage() for r in caplog.records if "not rolled up" in r.getMessage()]
     assert len(refused) == 1 and "bad" in refused[0] and "output_tokens" in refused[0]
+    assert "no hourly row" in refused[0] and "Traceback" not in caplog.text
     assert await store.rollup() == 0  # the refused hour is not retried forever
     # the bad hour's windows stay, and the export reads the others' hours
     assert sum(1 for w in windows if w.endpoint == "bad") == 2 * len(rows_of("x", 0).rows)

@@ -172,14 +172,14 @@ class Rollups(Database):
                 continue
             self._refusals_logged.add(endpoint)
             log.error(
-                "store: endpoint %s: %s %s not rolled up: %s; it has no %sly row (its windows"
+                "store: endpoint %s: %s %s not rolled up: %s; it has no %s row (its windows"
                 " are kept: spectax export --granularity window), the other endpoints roll up;"
                 " later periods of this endpoint refused the same way are not logged again",
                 endpoint,
                 granularity,
                 start.isoformat(),
                 why,
-                granularity,
+                {"hour": "hourly", "day": "daily"}[granularity],
             )
 
     async def _roll(
