@@ -141,49 +141,85 @@ def _qualified(r: Recommendation, month: Figures, basis: str, confidence: str) -
     )
 
 
+@dataclass(frozen=True)
+class _Evidence:
+    """What every action's rule reads of the month: computed once, in `_evidence`."""
+
+    info: EndpointInfo
+    month: Figures
+    drafting: list[HourPoint]
+    paying: list[HourPoint]  # the hours that paid (an uncertain hour that gains counts)
+    reference: float | None  # the paying hours' pooled acceptance: what the traffic accepts
+    crossover: float | None  # B_x at the reference acceptance
+    above: list[HourPoint]  # drafting hours above B_x, and at or below it
+    below: list[HourPoint]
+    c: float
+    ridge: float
+    threshold: float  # the least dollars at stake a fix must be worth
+    base: tuple[str, ...]
+
+
 def _recommend(
     info: EndpointInfo, month: Figures, hours: Sequence[HourPoint]
 ) -> list[Recommendation]:
+    """The month's advice for one endpoint, one rule per action: the partial fixes (a load
+    cap, routing, another K) first; speculation off when none of them makes it pay."""
     if not month.speculating:
         return []
-    name, semantics = info.name, info.semantics
     drafting = [h for h in hours if h.drafting]
     with_traffic = [h for h in hours if h.output_tokens > 0]
     if not drafting:
-        if not with_traffic:
-            return []
-        tax = -month.savings if month.savings is not None and month.savings < 0 else 0.0
-        stake = (month.vram_usd or 0.0) + tax if month.priced else None
-        return [
-            Recommendation(
-                name,
-                "turn_off",
-                "Turn speculation off: it proposed no drafts",
-                stake,
-                semantics,
-                (
-                    f"{len(with_traffic)} hour(s) with output and not one draft token proposed "
-                    "(n-gram drafting that never finds a match, or a drafter that is not running).",
-                    "Every step still paid the proposer's cost with nothing to show for it "
-                    '(docs/economics.md, "The floor under h": S = (r + 1)/(r(1 + h) + 1), '
-                    "below 1 for any h > 0), besides the draft's memory and load time.",
-                    verdicts_line(month),
-                ),
-            )
-        ]
+        return _nothing_drafted(info, month, with_traffic) if with_traffic else []
+    e = _evidence(info, month, drafting)
+    fixes = [f for f in (_disable_above(e), _route_high_temperature(e)) if f is not None]
+    # The draft length, judged on the hours that stay speculative after the fixes above.
+    moved = {id(h) for f in fixes for h in (e.above if f.action == "disable_above" else _low(e))}
+    kept = [h for h in drafting if id(h) not in moved]
+    k_now = len(month.position_acceptance) or round(month.mean_draft_length or 0)
+    change = _change_k(info.name, info.semantics, kept, k_now, e.threshold)
+    if change is not None:
+        fixes.append(change)
+    off = _turn_off(e, fixes)
+    if off is not None:
+        return [off]
+    if fixes:
+        return sorted(fixes, key=lambda r: -(r.usd_at_stake or 0.0))
+    return [_keep(e)]
 
+
+def _nothing_drafted(
+    info: EndpointInfo, month: Figures, with_traffic: Sequence[HourPoint]
+) -> list[Recommendation]:
+    tax = -month.savings if month.savings is not None and month.savings < 0 else 0.0
+    stake = (month.vram_usd or 0.0) + tax if month.priced else None
+    return [
+        Recommendation(
+            info.name,
+            "turn_off",
+            "Turn speculation off: it proposed no drafts",
+            stake,
+            info.semantics,
+            (
+                f"{len(with_traffic)} hour(s) with output and not one draft token proposed "
+                "(n-gram drafting that never finds a match, or a drafter that is not running).",
+                "Every step still paid the proposer's cost with nothing to show for it "
+                '(docs/economics.md, "The floor under h": S = (r + 1)/(r(1 + h) + 1), '
+                "below 1 for any h > 0), besides the draft's memory and load time.",
+                verdicts_line(month),
+            ),
+        )
+    ]
+
+
+def _evidence(info: EndpointInfo, month: Figures, drafting: list[HourPoint]) -> _Evidence:
     alpha = month.acceptance
     c = month.draft_cost_ratio or 0.0
     ridge = month.ridge_batch or economics.DEFAULT_RIDGE_BATCH
     h = month.step_overhead  # the latest window's: what the verdicts were reached with
-    savings = month.savings
-    threshold = max(MIN_STAKE_USD, MIN_STAKE_SHARE * float(month.spend))
-    base = _base_evidence(month, alpha, month.breakeven, month.concurrency, c, ridge)
     # An uncertain hour (its band straddles 1, typically on the default basis) is not evidence
     # of a tax: it counts as paying when its point estimate does, so that no basis too weak to
     # tell turns speculation off. Only hours judged a tax are evidence for the fixes.
-    paying = [h for h in drafting if h.verdict == "pays" or (h.verdict == "uncertain" and h.gains)]
-
+    paying = [x for x in drafting if x.verdict == "pays" or (x.verdict == "uncertain" and x.gains)]
     # The reference acceptance is that of the hours that paid: what this endpoint's traffic
     # accepts when it works. Above its crossover B_x even that traffic is a tax (the load is
     # the cause); at or below it, a tax hour is one whose traffic accepted too little.
@@ -193,133 +229,141 @@ def _recommend(
         q = _steps_per_draft_token(paying or drafting)
         crossover = economics.crossover_concurrency(reference, ridge, c, h, q)
     bounded = crossover is not None and crossover != float("inf")
-    above = [h for h in drafting if bounded and h.concurrency > (crossover or 0.0)]
-    below = [h for h in drafting if not (bounded and h.concurrency > (crossover or 0.0))]
-    low = [h for h in below if h.verdict == "tax"]
-    fixes: list[Recommendation] = []
+    above = [x for x in drafting if bounded and x.concurrency > (crossover or 0.0)]
+    return _Evidence(
+        info=info,
+        month=month,
+        drafting=drafting,
+        paying=paying,
+        reference=reference,
+        crossover=crossover,
+        above=above,
+        below=[x for x in drafting if not (bounded and x.concurrency > (crossover or 0.0))],
+        c=c,
+        ridge=ridge,
+        threshold=max(MIN_STAKE_USD, MIN_STAKE_SHARE * float(month.spend)),
+        base=_base_evidence(month, alpha, month.breakeven, month.concurrency, c, ridge),
+    )
 
-    stake_above = _net_tax(above)
-    if above and below and _worth(stake_above, threshold, above):
-        assert crossover is not None and reference is not None
-        fixes.append(
-            Recommendation(
-                name,
-                "disable_above",
-                f"Disable speculation above {crossover:.0f} concurrent requests",
-                stake_above,
-                semantics,
-                (
-                    "Crossover concurrency B_x = B*(alpha - c - h*q)/(1 - alpha + c) = "
-                    f"{crossover:.1f} requests at acceptance {reference:.3f} (that of the hours "
-                    f"that paid; c = {c:g}, B* = {ridge:.1f}, h = {h:.3g} as the windows were "
-                    "assessed): above it the GPU is compute-bound and "
-                    "speculation is a tax even when drafts are accepted as usual.",
-                    _hours_line(above, f"above {crossover:.0f} requests"),
-                    _hours_line(below, f"at or below {crossover:.0f} requests"),
-                    "vLLM cannot switch speculation by load on its own: route overflow traffic "
-                    "to replicas without speculation, or cap max_num_seqs near B_x.",
-                ),
-            )
-        )
 
-    stake_low = _net_tax(low)
-    if (
+def _low(e: _Evidence) -> list[HourPoint]:
+    """The tax hours at or below B_x: their traffic, not the load, made them a tax."""
+    return [x for x in e.below if x.verdict == "tax"]
+
+
+def _disable_above(e: _Evidence) -> Recommendation | None:
+    stake = _net_tax(e.above)
+    if not (e.above and e.below and _worth(stake, e.threshold, e.above)):
+        return None
+    assert e.crossover is not None and e.reference is not None
+    h = e.month.step_overhead
+    return Recommendation(
+        e.info.name,
+        "disable_above",
+        f"Disable speculation above {e.crossover:.0f} concurrent requests",
+        stake,
+        e.info.semantics,
+        (
+            "Crossover concurrency B_x = B*(alpha - c - h*q)/(1 - alpha + c) = "
+            f"{e.crossover:.1f} requests at acceptance {e.reference:.3f} (that of the hours "
+            f"that paid; c = {e.c:g}, B* = {e.ridge:.1f}, h = {h:.3g} as the windows were "
+            "assessed): above it the GPU is compute-bound and "
+            "speculation is a tax even when drafts are accepted as usual.",
+            _hours_line(e.above, f"above {e.crossover:.0f} requests"),
+            _hours_line(e.below, f"at or below {e.crossover:.0f} requests"),
+            "vLLM cannot switch speculation by load on its own: route overflow traffic "
+            "to replicas without speculation, or cap max_num_seqs near B_x.",
+        ),
+    )
+
+
+def _route_high_temperature(e: _Evidence) -> Recommendation | None:
+    low = _low(e)
+    stake = _net_tax(low)
+    if not (
         low
-        and paying
-        and len(low) >= MIN_HOURS_SHARE * len(drafting)
-        and _worth(stake_low, threshold, low)
+        and e.paying
+        and len(low) >= MIN_HOURS_SHARE * len(e.drafting)
+        and _worth(stake, e.threshold, low)
     ):
-        where = (
-            f"to {info.control}, which serves the same model without speculation"
-            if info.control
-            else "to replicas without speculation"
-        )
-        fixes.append(
-            Recommendation(
-                name,
-                "route_high_temperature",
-                "Route high-temperature traffic to plain decoding",
-                stake_low,
-                semantics,
-                (
-                    f"In {len(low)} of {len(drafting)} drafting hours acceptance fell to "
-                    f"{_pooled_acceptance(low):.3f}, under those hours' break-even "
-                    f"({_mean(x.breakeven for x in low if x.breakeven is not None):.3f} on "
-                    "average), at a concurrency where "
-                    f"the hours that paid (acceptance {reference:.3f}) would have paid: the "
-                    "traffic, not the load, made them a tax.",
-                    "Acceptance falls as sampling temperature rises: send requests sampled at "
-                    f"high temperature (say above 0.7) {where}.",
-                    _hours_line(low, "with low acceptance"),
-                ),
-            )
-        )
+        return None
+    assert e.reference is not None
+    where = (
+        f"to {e.info.control}, which serves the same model without speculation"
+        if e.info.control
+        else "to replicas without speculation"
+    )
+    return Recommendation(
+        e.info.name,
+        "route_high_temperature",
+        "Route high-temperature traffic to plain decoding",
+        stake,
+        e.info.semantics,
+        (
+            f"In {len(low)} of {len(e.drafting)} drafting hours acceptance fell to "
+            f"{_pooled_acceptance(low):.3f}, under those hours' break-even "
+            f"({_mean(x.breakeven for x in low if x.breakeven is not None):.3f} on "
+            "average), at a concurrency where "
+            f"the hours that paid (acceptance {e.reference:.3f}) would have paid: the "
+            "traffic, not the load, made them a tax.",
+            "Acceptance falls as sampling temperature rises: send requests sampled at "
+            f"high temperature (say above 0.7) {where}.",
+            _hours_line(low, "with low acceptance"),
+        ),
+    )
 
-    # The draft length, judged on the hours that stay speculative after the fixes above.
-    moved = {id(h) for f in fixes for h in (above if f.action == "disable_above" else low)}
-    kept = [h for h in drafting if id(h) not in moved]
-    positions = month.position_acceptance
-    k_now = len(positions) or round(month.mean_draft_length or 0)
-    change = _change_k(name, semantics, kept, k_now, threshold)
-    if change is not None:
-        fixes.append(change)
 
+def _turn_off(e: _Evidence, fixes: Sequence[Recommendation]) -> Recommendation | None:
+    """Speculation off when not one hour paid, or when no partial fix recovers the tax."""
+    month, savings = e.month, e.month.savings
     recovered = sum(
         f.usd_at_stake or 0.0
         for f in fixes
         if f.action in ("disable_above", "route_high_temperature")
     )
-    month_speedup = month.speedup  # the windows' own, summed
-    off = not paying or (savings is not None and savings < 0 and savings + recovered <= 0)
-    if savings is None and month_speedup is not None and month_speedup < 1.0 and not fixes:
-        off = True
-    if off:
-        why = (
-            "Not one hour paid"
-            if not paying
-            else "No partial fix (a load cap, routing, another K) makes it pay"
-        )
-        net = f" The month's net: {_usd(savings)}." if savings is not None else ""
-        return [
-            Recommendation(
-                name,
-                "turn_off",
-                "Turn speculation off",
-                -savings if savings is not None else None,
-                semantics,
-                (
-                    *base,
-                    f"{why}.{net}",
-                    verdicts_line(month),
-                    *(
-                        [f"The draft's weights also hold {_usd(month.vram_usd)} of GPU memory."]
-                        if month.vram_usd
-                        else []
-                    ),
-                    *(
-                        [f"{info.control} serves the same model without speculation already."]
-                        if info.control
-                        else []
-                    ),
-                ),
-            )
-        ]
-    if fixes:
-        return sorted(fixes, key=lambda r: -(r.usd_at_stake or 0.0))
-    return [
-        Recommendation(
-            name,
-            "keep",
-            "Keep speculation as it is",
-            savings,
-            semantics,
-            (
-                *base,
-                verdicts_line(month),
-                "The dollars at stake are what turning speculation off would give up.",
-            ),
-        )
-    ]
+    off = not e.paying or (savings is not None and savings < 0 and savings + recovered <= 0)
+    if savings is None and month.speedup is not None and month.speedup < 1.0 and not fixes:
+        off = True  # the windows' own speedup, summed
+    if not off:
+        return None
+    why = (
+        "Not one hour paid"
+        if not e.paying
+        else "No partial fix (a load cap, routing, another K) makes it pay"
+    )
+    net = f" The month's net: {_usd(savings)}." if savings is not None else ""
+    control = e.info.control
+    memory = f"The draft's weights also hold {_usd(month.vram_usd)} of GPU memory."
+    plain = f"{control} serves the same model without speculation already."
+    return Recommendation(
+        e.info.name,
+        "turn_off",
+        "Turn speculation off",
+        -savings if savings is not None else None,
+        e.info.semantics,
+        (
+            *e.base,
+            f"{why}.{net}",
+            verdicts_line(month),
+            *([memory] if month.vram_usd else []),
+            *([plain] if control else []),
+        ),
+    )
+
+
+def _keep(e: _Evidence) -> Recommendation:
+    return Recommendation(
+        e.info.name,
+        "keep",
+        "Keep speculation as it is",
+        e.month.savings,
+        e.info.semantics,
+        (
+            *e.base,
+            verdicts_line(e.month),
+            "The dollars at stake are what turning speculation off would give up.",
+        ),
+    )
 
 
 def _change_k(
