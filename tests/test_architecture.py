@@ -22,7 +22,6 @@ MAX_FUNCTION_LINES = 100
 #: Functions over the budget when it was set (issue 33 cuts them): their length then, a ceiling.
 OVER_BUDGET = {
     "engines/vllm.py:parse": 183,
-    "report/build.py:build_report": 102,
     "simulate/page.py:_build_segments": 282,
 }
 DATA_FILES = ("store/migrations/", "simulate/profiles.py")  # data, not code: no length cap

@@ -90,22 +90,10 @@ async def build_report(
     `reader` reads the rollup rows (default: through `Store.rows()`; see read.py).
     """
     progress = progress or Progress(1, enabled=False)
-    read = reader or store_reader(store)
     spend_source = spend_source or EstimatedSpend()
     previous = month.previous()
-    chunks = _chunks(previous.start, month.end)
-    progress.add_steps(3 + len(chunks))
     names = list(only) if only else None
-
-    progress.stage("rolling up the latest windows")
-    await store.rollup()
-    progress.advance(label="reading daily rows")
-    daily = await read("day", previous.start, month.end, names)
-    progress.advance(label="reading hourly rows")
-    hourly: list[RollupRecord] = []
-    for since, until in chunks:
-        hourly += await read("hour", since, until, names)
-        progress.advance(label=f"reading hourly rows ({until:%Y-%m-%d})")
+    daily, hourly = await _read_rows(store, reader, month, names, progress)
 
     daily_by: dict[DayKey, list[RollupRecord]] = defaultdict(list)
     for row in daily:
@@ -178,6 +166,31 @@ async def build_report(
             infos,
         ),
     )
+
+
+async def _read_rows(
+    store: Store,
+    reader: Reader | None,
+    month: Month,
+    names: list[str] | None,
+    progress: Progress,
+) -> tuple[list[RollupRecord], list[RollupRecord]]:
+    """The daily and hourly rows of the month and the one before, rolled up first; the
+    hourly ones in chunks, so that progress moves while a year of history is read."""
+    read = reader or store_reader(store)
+    previous = month.previous()
+    chunks = _chunks(previous.start, month.end)
+    progress.add_steps(3 + len(chunks))
+    progress.stage("rolling up the latest windows")
+    await store.rollup()
+    progress.advance(label="reading daily rows")
+    daily = await read("day", previous.start, month.end, names)
+    progress.advance(label="reading hourly rows")
+    hourly: list[RollupRecord] = []
+    for since, until in chunks:
+        hourly += await read("hour", since, until, names)
+        progress.advance(label=f"reading hourly rows ({until:%Y-%m-%d})")
+    return daily, hourly
 
 
 def _sum_days(
