@@ -19,10 +19,11 @@ import pytest
 SOURCE = Path(__file__).parent.parent / "exporter"
 PACKAGE = SOURCE / "spectax"
 MAX_FUNCTION_LINES = 100
-#: Functions over the budget when it was set (issue 33 cuts them): their length then, a ceiling.
+#: The one function allowed over the budget, with its ceiling: the vLLM parser's loop over a
+#: page's lines, inlined because a call per line costs what bench/parse.py measures against
+#: prometheus_client (issue 31: the parser's ratio is a target of its own).
 OVER_BUDGET = {
     "engines/vllm.py:parse": 183,
-    "simulate/page.py:_build_segments": 282,
 }
 DATA_FILES = ("store/migrations/", "simulate/profiles.py")  # data, not code: no length cap
 
