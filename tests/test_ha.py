@@ -257,20 +257,28 @@ async def test_a_write_already_past_the_check_is_refused_once_the_lock_session_e
 
 
 async def end_the_lock_session(url: str) -> int:
-    """Terminate the session holding spectax's advisory lock; how many were ended."""
+    """Terminate the session holding spectax's advisory lock; how many were ended, once the
+    lock is free (pg_terminate_backend only signals the backend: on a loaded machine it held
+    the lock a moment longer, and the write after it was not yet refused)."""
+    held = (
+        "FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid = :high"
+        " AND objid = :low AND database = (SELECT oid FROM pg_database"
+        " WHERE datname = current_database())"
+    )
+    key = {"high": LOCK_KEY >> 32, "low": LOCK_KEY & 0xFFFFFFFF}
     engine = create_async_engine(url)
     try:
         async with engine.connect() as connection:
             ended = await connection.execute(
-                text(
-                    "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory'"
-                    " AND granted AND classid = :high AND objid = :low"
-                    " AND database = (SELECT oid FROM pg_database"
-                    " WHERE datname = current_database())"
-                ),
-                {"high": LOCK_KEY >> 32, "low": LOCK_KEY & 0xFFFFFFFF},
+                text(f"SELECT pg_terminate_backend(pid) {held}"),
+                key,
             )
-            return sum(1 for (done,) in ended if done)
+            count = sum(1 for (done,) in ended if done)
+            for _ in range(200):
+                if not (await connection.execute(text(f"SELECT count(*) {held}"), key)).scalar():
+                    break
+                await asyncio.sleep(0.05)
+            return count
     finally:
         await engine.dispose()
 
