@@ -300,6 +300,7 @@ def test_the_only_speculation_page_is_the_tax() -> None:
     assert pages == {"SpeculationIsATax"}
 
 
+@pytest.mark.e2e
 async def test_a_tax_inhibits_the_acceptance_warning_in_a_real_alertmanager(tmp_path: Path) -> None:
     binary("alertmanager")
     receiver = WebhookReceiver()

@@ -19,6 +19,7 @@ from spectax.cli.backfill import backfill_main
 W = 60.0
 
 
+@pytest.mark.e2e
 async def test_progress_counts_only_the_windows_up_to_now(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -100,6 +100,7 @@ def value(m: dict[Any, float], name: str, **labels: str) -> float | None:
     return None
 
 
+@pytest.mark.e2e
 async def test_billing_runs_beside_the_scrapes(tmp_path: Path, echo: Echo, caplog) -> None:
     caplog.set_level(logging.INFO)
     async with await start_simulated_servers({PAYS: DEMO_PROFILES[PAYS]}, speed=4.0) as fleet:
@@ -164,6 +165,7 @@ def canary(field: str) -> str:
     return f"{CANARY}-{field}"
 
 
+@pytest.mark.e2e
 async def test_no_credential_ever_shows(
     tmp_path: Path, echo: Echo, monkeypatch: pytest.MonkeyPatch, caplog, capsys
 ) -> None:

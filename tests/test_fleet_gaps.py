@@ -26,6 +26,8 @@ from spectax.sources.promql import SERIES
 from spectax.store import Store
 from spectax.store.pending import PendingWrite
 
+pytestmark = pytest.mark.e2e  # a real Prometheus, scraping for seconds
+
 W = 10.0
 SPAN = 7  # windows
 USD_PER_HOUR = 3.6  # $0.001 a second

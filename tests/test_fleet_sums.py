@@ -30,6 +30,8 @@ from spectax.sources.config import PrometheusSource
 from spectax.sources.prometheus import PrometheusReader
 from spectax.sources.promql import RUNNING, SERIES
 
+pytestmark = pytest.mark.e2e  # a real Prometheus, scraping for seconds
+
 W = 10.0
 GEN = SERIES["generation_tokens"]
 TPOT = SERIES["time_per_output_token"]

@@ -1131,6 +1131,7 @@ def assert_self_contained(html: str) -> None:
         assert ref[1:] in ids, f"a reference to a missing id: {ref}"
 
 
+@pytest.mark.e2e
 async def test_html_renders_in_chromium_without_errors(demo_url: str, tmp_path: Path) -> None:
     binary = _chromium()
     settings = demo_config(demo_url)
@@ -1234,6 +1235,7 @@ async def print_layout(browser: Browser, path: Path, paper: str, pdf: Path) -> d
     return layout
 
 
+@pytest.mark.e2e
 async def test_the_report_prints_on_a4_and_letter_with_every_column(demo_url: str) -> None:
     """Chromium's print to PDF (the README's advice) of the month's report: no table and no
     chart wider than the page, no cell past its edge ("Speculation, net" was cut off), no box
@@ -1424,6 +1426,7 @@ def test_the_next_command_names_the_spectax_the_user_can_run(tmp_path: Path) -> 
     assert command_path(str(script), cwd=tmp_path, on_path=str(script)) == "spectax"
 
 
+@pytest.mark.e2e
 def test_the_printed_next_command_runs_as_printed(tmp_path: Path) -> None:
     """A real `spectax demo --history` process, then its printed command, from the same cwd."""
     exe = Path(sys.executable).parent / "spectax"

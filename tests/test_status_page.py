@@ -451,6 +451,7 @@ def engine_of(name: str) -> str:
     return DEMO_PROFILES[name].serving_engine
 
 
+@pytest.mark.e2e
 async def test_the_demos_status_page_in_chromium_shows_the_verdicts_of_metrics(
     demo: Spectax,
 ) -> None:

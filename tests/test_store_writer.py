@@ -127,6 +127,7 @@ async def test_stopping_the_writer_after_a_refused_row_spools_what_is_pending(
     assert "good" in (tmp_path / "spool.jsonl").read_text()
 
 
+@pytest.mark.e2e
 async def test_a_locked_sqlite_postpones_the_rollup_in_one_line_and_it_runs_later(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

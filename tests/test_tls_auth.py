@@ -507,6 +507,7 @@ async def closed_by_server(connection: Held) -> bool:
     return True
 
 
+@pytest.mark.e2e
 async def test_connections_that_never_finish_a_header_are_closed_by_spectax(
     tmp_path: Path, certs: Certs
 ) -> None:
