@@ -95,7 +95,7 @@ async def test_the_demo_shows_pays_on_a_profile_a_measured_tax_and_an_uncertain_
         left = STORY_SECONDS - (time.monotonic() - started)
         shown, page = await wait_until(told, left, "the demo's three-basis story", [demo], 1.0)
         assert shown[PAYS] == ("pays", "profile")
-        assert f"from a stored profile {DEMO_SWEPT[PAYS]} (a benchmark sweep)" in page[PAYS]
+        assert f"the stored profile {DEMO_SWEPT[PAYS]} (a benchmark sweep)" in page[PAYS]
         assert "data-settle" not in page[PAYS] and "data-settle" not in page[TAX]
 
         async def measured() -> str | None:

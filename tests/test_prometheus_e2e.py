@@ -212,7 +212,7 @@ async def test_speculation_is_a_tax_pages_through_alertmanager(stack: Stack, cap
     assert alert["labels"]["severity"] == "page"
     (shipped,) = [r for r in rules() if r.get("alert") == "SpeculationIsATax"]
     assert alert["annotations"]["runbook_url"] == shipped["annotations"]["runbook_url"]
-    assert alert["annotations"]["runbook_url"].endswith("/runbook.md#speculationisatax")
+    assert alert["annotations"]["runbook_url"].endswith("/runbook#speculationisatax")
     assert float(re.search(r"speedup ([0-9.]+)", alert["annotations"]["description"])[1]) < 1
 
     # chat-creative has a control endpoint: once spectax measures the speedup against it,
