@@ -346,6 +346,7 @@ async def test_export_writes_money_as_plain_decimals_zero_included(
     assert [m for m in money if not re.fullmatch(r"-?\d+\.\d{9}", m)] == []
 
 
+@pytest.mark.e2e
 def test_a_fresh_database_gets_its_schema_without_alembic_in_the_process(tmp_path) -> None:
     """The daemon's empty database gets its schema from a child process, so it does not
     carry Alembic (and Mako, Pygments) for its life; the revision is the head."""

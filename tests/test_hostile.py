@@ -276,6 +276,7 @@ def test_pathological_lines_stay_linear() -> None:
 
 
 @pytest.mark.skipif(importlib.util.find_spec("atheris") is None, reason="atheris not installed")
+@pytest.mark.e2e
 def test_atheris_finds_no_crash(tmp_path: Path) -> None:
     seconds = int(os.environ.get("SPECTAX_ATHERIS_SECONDS", "5"))
     result = subprocess.run(

@@ -290,6 +290,7 @@ async def test_bcrypt_does_not_block_the_event_loop(tmp_path: Path, serve: Any) 
 # ------------------------------------------------------------------ the real process
 
 
+@pytest.mark.e2e
 async def test_spectax_run_with_web_config_mtls_and_basic_auth(
     tmp_path: Path, certs: Certs
 ) -> None:
@@ -677,6 +678,7 @@ def encrypted_key(certs: Certs, directory: Path) -> Path:
     return path
 
 
+@pytest.mark.e2e
 async def test_an_encrypted_key_is_refused_at_check_config_and_start_without_a_prompt(
     tmp_path: Path, certs: Certs
 ) -> None:
@@ -710,6 +712,7 @@ async def test_an_encrypted_key_is_refused_at_check_config_and_start_without_a_p
         assert b"PEM pass phrase" not in output and b"Traceback" not in output
 
 
+@pytest.mark.e2e
 async def test_a_reload_that_would_turn_basic_auth_off_or_load_an_encrypted_key_is_refused(
     tmp_path: Path, certs: Certs
 ) -> None:
