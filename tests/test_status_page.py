@@ -507,3 +507,18 @@ def test_the_monthly_review_command_is_the_one_that_works_here(tmp_path) -> None
     run = render_status_page(snapshots, history, 180.0, config)
     assert f"spectax report --config {config} --format html --out report.html" in run
     assert "YOUR-CONFIG" not in demo + run
+
+
+def test_a_measured_verdicts_plain_decoding_is_its_controls_not_the_defaults() -> None:
+    """The demo's measured tax read "plain decoding estimated from: spectax's defaults"."""
+    _, monitors, history = fixture_page()
+    snapshot = monitors["heavy-draft"].snapshot
+    (model, a), *_ = snapshot.assessments.items()
+    changed = dataclasses.replace(
+        a, verdict_basis="measured", speedup_measured_ratio=0.8, model_source="configured"
+    )
+    config = snapshot.config.model_copy(update={"control": "ctl"})
+    fields = {**_fields(snapshot), "config": config, "assessments": {model: changed}}
+    card = cards(render_status_page({"e": type(snapshot)(**fields)}, history, 180.0))["e"]
+    assert "plain decoding estimated from</dt><dd>measured on its control ctl" in card
+    assert "spectax's defaults" not in card

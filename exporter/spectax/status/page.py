@@ -18,6 +18,7 @@ from pathlib import Path
 from spectax import __version__, economics, logs, settle
 from spectax.economics import Assessment, Capacity
 from spectax.endpoint import EndpointSnapshot
+from spectax.endpoint_config import EndpointConfig
 from spectax.engines import not_exposed
 from spectax.settle import Target, settle_steps, turns_on
 from spectax.status.chart import chart
@@ -219,7 +220,7 @@ def _model(snapshot: EndpointSnapshot, a: Assessment) -> str:
             (f"savings per hour ({kind})", _savings(a, unpriced)),
             ("acceptance", _acceptance(config.engine, a)),
             ("speedup", _speedup(config.engine, a)),
-            ("plain decoding estimated from", _counterfactual(config.profile, a)),
+            ("plain decoding estimated from", _counterfactual(config, a)),
             (
                 "recommended K",
                 ("0: turn speculation off" if k == 0 else _plain(k))
@@ -406,9 +407,13 @@ def _basis(control: str | None, profile: str | None, a: Assessment) -> str:
     return f"{said}{band}{waiting}"
 
 
-def _counterfactual(profile: str | None, a: Assessment) -> str:
+def _counterfactual(config: EndpointConfig, a: Assessment) -> str:
     """Where the cost of the same output without speculation came from, and the step
     overhead h (a speculative step's fixed cost beyond a plain one's) it used."""
+    profile = config.profile
+    if a.verdict_basis == "measured":  # the control's own time per token, this window
+        h = "" if a.step_overhead_ratio is None else f" · step overhead {a.step_overhead_ratio:.2f}"
+        return f"measured on its control {escape(config.control or '')}{h}, as the speedup implies"
     source = {
         "control": "its control's plain decoding",
         "baseline": "its own windows before speculation",
@@ -420,7 +425,7 @@ def _counterfactual(profile: str | None, a: Assessment) -> str:
     if a.step_overhead_ratio is None:
         return f"{source} · step overhead not priced (no drafted-token count)"
     h = f"{a.step_overhead_ratio:.2f}"
-    if a.model_source in ("roofline", "configured") and a.verdict_basis != "measured":
+    if a.model_source in ("roofline", "configured"):
         h += ", assumed"  # nothing measured h
     return f"{source} · step overhead {h}"
 
