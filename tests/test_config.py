@@ -528,7 +528,7 @@ def test_the_shipped_example_config_passes_check_config_and_shows_every_key(
     from spectax.billing.registry import SOURCES
     from spectax.config import Config
 
-    monkeypatch.chdir(REPOSITORY)  # as the README's systemd steps run it: from the clone
+    monkeypatch.chdir(REPOSITORY)  # as the systemd steps (docs/running.md) run it: from the clone
     assert main(["check-config", str(EXAMPLE)]) == 0, capsys.readouterr().err
     assert "OK, 2 endpoint(s)" in capsys.readouterr().out
     text = EXAMPLE.read_text()
@@ -539,20 +539,36 @@ def test_the_shipped_example_config_passes_check_config_and_shows_every_key(
     assert missing == [], "keys the example does not show"
 
 
-def test_the_readme_config_example_passes_check_config_as_written(
+def test_the_docs_config_example_passes_check_config_as_written(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    readme = (REPOSITORY / "README.md").read_text()
-    section = readme.split("### Configuration", 1)[1]
+    """The configuration reference's example (docs/configuration.md), every key shown."""
+    page = (REPOSITORY / "docs" / "configuration.md").read_text()
+    section = page.split("# Configuration\n", 1)[1]
     example = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    assert "endpoints:" in example and "control: chat-8b-plain" in example
     path = tmp_path / "spectax.yml"
     path.write_text(example)
     assert main(["check-config", str(path)]) == 0, capsys.readouterr().err
 
 
-def test_the_readme_systemd_steps_install_the_shipped_example() -> None:
+def test_the_readme_quick_start_config_passes_check_config_as_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The on-call quick start's one endpoint, as pasted: the first file an operator writes."""
     readme = (REPOSITORY / "README.md").read_text()
-    steps = readme.split("## Install as a service (systemd)", 1)[1].split("\n## ", 1)[0]
+    section = readme.split("## On-call quick start", 1)[1].split("\n## ", 1)[0]
+    example = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    assert "endpoints:" in example
+    path = tmp_path / "spectax.yml"
+    path.write_text(example)
+    assert main(["check-config", str(path)]) == 0, capsys.readouterr().err
+    assert "OK, 1 endpoint(s)" in capsys.readouterr().out
+
+
+def test_the_docs_systemd_steps_install_the_shipped_example() -> None:
+    page = (REPOSITORY / "docs" / "running.md").read_text()
+    steps = page.split("## Install as a service (systemd)", 1)[1].split("\n## ", 1)[0]
     assert "install -m 0644 spectax.example.yml /etc/spectax/spectax.yml" in steps
 
 

@@ -88,3 +88,16 @@ def test_the_readme_links_the_economics_inside_the_repository() -> None:
     text = README.read_text(encoding="utf-8")
     assert "../shared/" not in text
     assert "(docs/economics.md)" in text
+
+
+def test_the_docs_pages_link_the_economics_as_a_page_of_the_site() -> None:
+    """The pages cut from the README link it as `economics.md` (a link MkDocs checks), never
+    as `docs/economics.md` (which is no page of the site) nor `../shared/`."""
+    pages = [p for p in DOC.parent.glob("*.md") if p != DOC and not p.is_symlink()]
+    assert len(pages) > 10
+    linking = {p.name for p in pages if "](economics.md" in p.read_text(encoding="utf-8")}
+    assert {"computes.md", "configuration.md", "architecture.md", "model.md"} <= linking
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        assert "../shared/" not in text, page.name
+        assert "](docs/economics.md" not in text, page.name

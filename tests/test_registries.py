@@ -1,5 +1,7 @@
 """The registries are the one list of engines and of billing sources: the configuration
-accepts what they hold, and the README lists what they hold (DESIGN.md, "A registry")."""
+accepts what they hold, and the docs list what they hold (DESIGN.md, "A registry"):
+docs/engines.md the engines and their capability matrix, docs/billing.md the billing
+sources, the README's quick start the engines a configuration may name."""
 
 from __future__ import annotations
 
@@ -11,30 +13,41 @@ from spectax.billing.registry import SOURCES, BillingConfig
 from spectax.endpoint_config import EndpointConfig
 from spectax.engines import ENGINES
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+REPOSITORY = Path(__file__).resolve().parents[1]
+README = REPOSITORY / "README.md"
+ENGINES_DOC = REPOSITORY / "docs" / "engines.md"
+BILLING_DOC = REPOSITORY / "docs" / "billing.md"
 
 
-def readme_list(label: str) -> list[str]:
-    """The `names` after `label` in the README, up to the end of its sentence."""
-    text = README.read_text(encoding="utf-8")
-    assert text.count(label) == 1, f"the README should hold {label!r} once"
+def doc_list(doc: Path, label: str) -> list[str]:
+    """The `names` after `label` in a docs page, up to the end of its sentence."""
+    text = doc.read_text(encoding="utf-8")
+    assert text.count(label) == 1, f"{doc.name} should hold {label!r} once"
     sentence = text.split(label, 1)[1].split(".\n", 1)[0].split(". ", 1)[0]
     return re.findall(r"`([a-z0-9_]+)`", sentence)
 
 
-def test_the_readme_lists_the_registered_engines() -> None:
-    assert readme_list("Engines (`engine:`):") == list(ENGINES)
+def test_the_docs_list_the_registered_engines() -> None:
+    assert doc_list(ENGINES_DOC, "Engines (`engine:`):") == list(ENGINES)
+
+
+def test_the_readme_quick_start_names_every_registered_engine() -> None:
+    """Its one `engine:` line says which others a configuration may name: all of them."""
+    text = README.read_text(encoding="utf-8")
+    (line,) = [x for x in text.splitlines() if x.strip().startswith("engine:")]
+    named = re.findall(r"\b(" + "|".join(ENGINES) + r")\b", line)
+    assert named == list(ENGINES), line
 
 
 def test_the_example_configuration_names_every_registered_engine() -> None:
     """It said "engine: vllm # the only engine today" with five registered."""
-    example = (README.parent / "spectax.example.yml").read_text(encoding="utf-8")
+    example = (REPOSITORY / "spectax.example.yml").read_text(encoding="utf-8")
     line = next(x for x in example.splitlines() if x.strip().startswith("engine:"))
     assert sorted(re.findall(r"\b(" + "|".join(ENGINES) + r")\b", line)) == sorted(ENGINES)
 
 
-def test_the_readme_lists_the_registered_billing_sources() -> None:
-    assert readme_list("Source types (`type:`):") == list(SOURCES)
+def test_the_docs_list_the_registered_billing_sources() -> None:
+    assert doc_list(BILLING_DOC, "Source types (`type:`):") == list(SOURCES)
 
 
 def test_the_configuration_accepts_what_the_registries_hold() -> None:
@@ -46,7 +59,7 @@ def test_the_configuration_accepts_what_the_registries_hold() -> None:
 
 
 def test_every_engine_declares_every_quantity_of_the_capability_matrix() -> None:
-    """The README's matrix and `assess` read these: a quantity left out would show as
+    """The docs' matrix and `assess` read these: a quantity left out would show as
     neither exposed nor "not exposed by <engine>"."""
     from spectax.engines import QUANTITIES
 
@@ -59,12 +72,12 @@ def test_every_engine_declares_every_quantity_of_the_capability_matrix() -> None
                 assert capability.why, f"{name} {quantity}: say why it is {capability.support}"
 
 
-def test_the_readme_capability_matrix_is_the_registered_one() -> None:
-    """The README's Engines table and its list of reasons are what `ENGINES` declares, so
+def test_the_docs_capability_matrix_is_the_registered_one() -> None:
+    """docs/engines.md's table and its list of reasons are what `ENGINES` declares, so
     the matrix a user reads cannot drift from what spectax does."""
     from spectax.engines import QUANTITIES
 
-    text = README.read_text(encoding="utf-8")
+    text = ENGINES_DOC.read_text(encoding="utf-8")
     assert "| engine | " + " | ".join(QUANTITIES) + " |" in text
     for name, engine in ENGINES.items():
         cells = " | ".join(engine.capabilities[q].support for q in QUANTITIES)

@@ -1,7 +1,7 @@
 """The catalog of every family `/metrics` serves: name, type, help text and labels.
 
 Declared once, here: the collector and the text encoder both walk this list
-(in this order), and the README's metrics table, the dashboards and the alert
+(in this order), and the metrics table of docs/metrics.md, the dashboards and the alert
 rules are tested against it. A new family is one entry below plus the line in
 the collector that gives it samples.
 """
