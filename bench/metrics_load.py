@@ -128,7 +128,12 @@ async def run(
             )
             url = f"http://127.0.0.1:{port}/metrics"
             try:
-                return await _load(process, url, headers, clients, seconds, interval)
+                sessions = _client_sessions(clients)
+                try:
+                    return await _drive(process, url, headers, clients, seconds, interval, sessions)
+                finally:
+                    for own in sessions:
+                        await own.close()
             finally:
                 process.send_signal(signal.SIGTERM)
                 code = await asyncio.wait_for(process.wait(), 30)
@@ -140,31 +145,19 @@ async def run(
             await simulator.wait()
 
 
-async def _load(
-    process: asyncio.subprocess.Process,
-    url: str,
-    headers: dict[str, str],
-    clients: int,
-    seconds: float,
-    interval: float,
-) -> dict[str, Any]:
+def _client_sessions(clients: int) -> list[aiohttp.ClientSession]:
+    """spectax takes at most 32 connections from one client address (webserver.Limits): the
+    clients come from addresses of 127/8, CLIENTS_PER_ADDRESS each, as many Prometheus
+    servers and dashboards would, and the probe from one of its own."""
     timeout = aiohttp.ClientTimeout(total=10)
-    # spectax takes at most 32 connections from one client address (webserver.Limits): the
-    # clients come from addresses of 127/8, CLIENTS_PER_ADDRESS each, as many Prometheus
-    # servers and dashboards would, and the probe from one of its own.
     addresses = [f"127.0.0.{2 + i}" for i in range(-(-clients // CLIENTS_PER_ADDRESS))]
-    sessions = [
+    return [
         aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=CLIENTS_PER_ADDRESS + 2, local_addr=(address, 0)),
             timeout=timeout,
         )
         for address in addresses
     ]
-    try:
-        return await _drive(process, url, headers, clients, seconds, interval, sessions)
-    finally:
-        for own in sessions:
-            await own.close()
 
 
 async def _drive(
