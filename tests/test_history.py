@@ -292,12 +292,7 @@ async def test_export_json_gives_positions_and_buckets_as_json_not_strings_of_it
 ) -> None:
     """`export --format json` gave the per-position counts and the histogram buckets as
     JSON strings inside the JSON: a consumer had to decode twice."""
-    store = await Store.open(database_url)
-    try:
-        await fill(store, database_url, minutes=20)
-    finally:
-        await store.close()
-    config = str(_write_config(settings(database_url), tmp_path))
+    config = await _filled_config(database_url, tmp_path, minutes=20)
     assert await asyncio.to_thread(main, ["export", "--config", config, "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert rows and all(isinstance(r["accepted_per_position"], list) for r in rows)
@@ -310,6 +305,16 @@ async def test_export_json_gives_positions_and_buckets_as_json_not_strings_of_it
     text = capsys.readouterr().out  # CSV cells stay JSON text, one per cell
     first = next(csv.DictReader(io.StringIO(text)))
     assert json.loads(first["accepted_per_position"]) == rows[0]["accepted_per_position"]
+
+
+async def _filled_config(database_url: str, tmp_path, minutes: int) -> str:
+    """A store holding `minutes` of windows (`fill`), and a config file naming it."""
+    store = await Store.open(database_url)
+    try:
+        await fill(store, database_url, minutes=minutes)
+    finally:
+        await store.close()
+    return str(_write_config(settings(database_url), tmp_path))
 
 
 def _write_config(config, directory=None):
@@ -328,12 +333,7 @@ async def test_export_writes_money_as_plain_decimals_zero_included(
     database_url, capsys, tmp_path
 ) -> None:
     """`0E-9` or `1.2E-7` in a spreadsheet is text or a wrong number: nine places, no exponent."""
-    store = await Store.open(database_url)
-    try:
-        await fill(store, database_url, minutes=70)
-    finally:
-        await store.close()
-    config = str(_write_config(settings(database_url), tmp_path))
+    config = await _filled_config(database_url, tmp_path, minutes=70)
     exact = [c.key for c in sa_inspect(TABLES["window"]).columns if isinstance(c.type, Money)]
     exact.append("billed_spend_usd")
     money: list[str] = []
