@@ -11,8 +11,8 @@ from pathlib import Path
 
 from aiohttp import web
 
-from conftest import page
 from e2e import free_port
+from recorded_pages import page
 
 PAGES = ("spec_ngram_0_before_traffic.txt", "spec_ngram_2_mid.txt", "spec_ngram_3_after.txt")
 

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from conftest import FIXTURES, page, reference_values
+from recorded_pages import FIXTURES, page, reference_values
 from spectax.cli.assess import JSON_KEYS
 from spectax.cli.main import main
 

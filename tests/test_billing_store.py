@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from conftest import page
+from recorded_pages import page
 from spectax.billing import ledger
 from spectax.billing.coordinator import BillingService
 from spectax.billing.registry import SourceSpec

@@ -10,7 +10,7 @@ from decimal import Decimal
 
 import pytest
 
-from conftest import page
+from recorded_pages import page
 from spectax.config import validate
 from spectax.economics import PlainCurve, fit_plain_curve, plain_point
 from spectax.economics.calibration import CHEAP_FIT_POINTS, REFIT_EVERY, StepPoint

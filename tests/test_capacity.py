@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from conftest import page
+from recorded_pages import page
 from spectax.config import validate
 from spectax.economics import capacity_of, window_capacities
 from spectax.endpoint import EndpointMonitor

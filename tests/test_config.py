@@ -447,8 +447,8 @@ async def test_check_config_probe_reports_engine_speculation_and_k_of_each_real_
     """Loopback targets serving the recorded vLLM 0.32.0 pages; one wants a bearer token."""
     from aiohttp import web
 
-    from conftest import page
     from loopback import serve
+    from recorded_pages import page
 
     token = "CANARY-probe-token-5d1e"
     pages = {

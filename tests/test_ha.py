@@ -21,9 +21,9 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from conftest import page
 from e2e import Spectax, free_port, value, wait_until, write_config
 from ops_helpers import Targets
+from recorded_pages import page
 from spectax.endpoint import EndpointMonitor
 from spectax.store import Store
 from spectax.store.leader import LOCK_KEY, POLL_SECONDS, NotLeader

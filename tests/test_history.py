@@ -16,7 +16,7 @@ from sqlalchemy import inspect as sa_inspect
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from conftest import page
+from recorded_pages import page
 from spectax.cli.main import main
 from spectax.config import validate
 from spectax.endpoint import EndpointMonitor

@@ -9,7 +9,7 @@ import math
 from datetime import UTC, datetime
 from pathlib import Path
 
-from conftest import page
+from recorded_pages import page
 from spectax.engines.base import Histogram
 from spectax.engines.vllm import parse
 from spectax.pipeline.counts import Counts, delta

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import page
+from recorded_pages import page
 from spectax.economics.latency import Latency, assess_latency, latency_verdict
 from spectax.engines.vllm import parse
 from spectax.pipeline.counts import Counts, delta

@@ -15,7 +15,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import page
+from recorded_pages import page
 from spectax.config import validate
 from spectax.economics import MIN_STEP_OVERHEAD_RATIO
 from spectax.endpoint import EndpointMonitor

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from conftest import page
+from recorded_pages import page
 from spectax.config import validate
 from spectax.economics import PlainCurve
 from spectax.endpoint import EndpointMonitor

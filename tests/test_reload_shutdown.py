@@ -150,8 +150,8 @@ async def test_sigterm_during_a_hanging_scrape(tmp_path: Path) -> None:
 
     async def then_hang(request: web.Request) -> web.StreamResponse:
         if targets.requests["slow"] <= 3:
-            from conftest import page
             from ops_helpers import PAGES
+            from recorded_pages import page
 
             return web.Response(text=page(PAGES[targets.requests["slow"] - 1]))
         hanging.set()
@@ -192,8 +192,8 @@ async def test_stop_cancels_a_scrape_that_outlasts_the_grace(tmp_path: Path) -> 
     release = asyncio.Event()
 
     async def hang_third(request: web.Request) -> web.Response:
-        from conftest import page
         from ops_helpers import PAGES
+        from recorded_pages import page
 
         n = targets.requests["t"]
         if n >= 3:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from conftest import page
+from recorded_pages import page
 from spectax.billing.types import BillingLine, Period
 from spectax.config import validate
 from spectax.endpoint import EndpointMonitor

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from conftest import page
+from recorded_pages import page
 from spectax.engines.base import Histogram
 from spectax.engines.vllm import parse
 from spectax.pipeline.counts import delta

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from conftest import page
 from e2e import Spectax, free_port, stored_windows, value, write_config
 from ops_helpers import Targets
+from recorded_pages import page
 from spectax.config import validate
 from spectax.daemon import Daemon
 from spectax.endpoint import EndpointMonitor

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import page
+from recorded_pages import page
 from spectax.config import validate
 from spectax.economics import PlainCurve, Profile, roofline_ridge_batch
 from spectax.endpoint import EndpointMonitor

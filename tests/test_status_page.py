@@ -23,8 +23,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from conftest import page
 from e2e import Samples, Spectax, free_port, value, wait_until, write_config
+from recorded_pages import page
 from spectax.config import validate
 from spectax.economics import window_capacities
 from spectax.endpoint import EndpointMonitor

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import page
+from recorded_pages import page
 from spectax.config import validate
 from spectax.endpoint import EndpointMonitor
 from spectax.store import Store

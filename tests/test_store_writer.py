@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from conftest import page
 from e2e import wait_until
+from recorded_pages import page
 from spectax.store import Store
 from spectax.store.pending import PendingWrite
 from spectax.store.writer import StoreWriter

@@ -31,9 +31,9 @@ from sqlalchemy import Connection, inspect
 from sqlalchemy import text as sql
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from conftest import page
 from e2e import free_port
 from ops_helpers import Targets
+from recorded_pages import page
 from spectax.cli.export import export
 from spectax.config import Settings, validate
 from spectax.daemon import Daemon

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import page, reference_values
+from recorded_pages import page, reference_values
 from spectax.engines import get_parser
 from spectax.engines.base import Histogram
 from spectax.pipeline.counts import Counts

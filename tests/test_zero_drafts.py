@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import page
+from recorded_pages import page
 from spectax.cli.assess import AssessOptions, assess_pages
 from spectax.economics import Assessment
 
