@@ -8,8 +8,8 @@ import json
 
 from aiohttp import web
 
-from conftest import page
 from loopback import serve
+from recorded_pages import page
 from spectax import __version__
 from spectax.scrape import fetch, scrape_session
 from spectax.sources.config import PrometheusSource
