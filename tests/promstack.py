@@ -292,6 +292,35 @@ ROOT = Path(__file__).resolve().parent.parent
 DASHBOARDS = ROOT / "dashboards"
 ALERTS = ROOT / "alerts"
 RULE_FILES = (ALERTS / "spectax.rules.yml", ALERTS / "spectax.alerts.yml")
+
+# Metrics that dashboards and rules already use but spectax does not export yet: their
+# panels may return nothing here; every other panel query must return data.
+# test_pending_metrics_are_still_pending fails as soon as one of them is exported: then
+# drop it from here, and its panels are checked like the others. (The billing families
+# came with issue 4; the stack bills the control from a simulated FOCUS export.)
+PENDING_METRICS: frozenset[str] = frozenset()
+
+
+def alertmanager_config(receiver: WebhookReceiver, group_wait: str = "0s") -> dict[str, Any]:
+    """alerts/alertmanager.example.yml with every receiver replaced by this test's webhook
+    (one path per receiver name) and no grouping delays (`group_wait`: the first
+    notification's); routes and inhibitions as shipped."""
+    config = yaml.safe_load((ALERTS / "alertmanager.example.yml").read_text(encoding="utf-8"))
+    config["receivers"] = [
+        {"name": r["name"], "webhook_configs": [{"url": receiver.url(r["name"])}]}
+        for r in config["receivers"]
+    ]
+
+    def no_delays(route: dict[str, Any]) -> None:
+        route["group_wait"] = group_wait
+        route["group_interval"] = "1s"
+        for child in route.get("routes", []):
+            no_delays(child)
+
+    no_delays(config["route"])
+    return config
+
+
 # Grafana's interval variables, replaced by a fixed range when running a panel's query.
 FIXED_RANGE = {
     "$__rate_interval": "30s",

@@ -19,11 +19,20 @@ import pytest
 import yaml
 
 from e2e import wait_until
-from promstack import ALERTS, RULE_FILES, Alertmanager, WebhookReceiver, binary, rules, run_tool
+from promstack import (
+    ALERTS,
+    PENDING_METRICS,
+    RULE_FILES,
+    Alertmanager,
+    WebhookReceiver,
+    alertmanager_config,
+    binary,
+    rules,
+    run_tool,
+)
 from spectax.economics import Assessment, Money, Parameters, Traffic, assess_model
 from spectax.exposition import FAMILIES
 from spectax.settle import Target, settle_steps, turns_on
-from test_prometheus_e2e import PENDING_METRICS, alertmanager_config
 
 RUNBOOK = ALERTS / "runbook.md"
 UNIT_TESTS = sorted((ALERTS / "tests").glob("*.yml"))

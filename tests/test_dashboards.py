@@ -17,10 +17,16 @@ import jsonschema
 import pytest
 import yaml
 
-from promstack import DASHBOARDS, dashboard_jsons, panel_queries, panels, rules
+from promstack import (
+    DASHBOARDS,
+    PENDING_METRICS,
+    dashboard_jsons,
+    panel_queries,
+    panels,
+    rules,
+)
 from spectax.engines import ENGINES
 from spectax.exposition import FAMILIES
-from test_prometheus_e2e import PENDING_METRICS
 
 SCHEMA = DASHBOARDS / "schema" / "dashboard.schema.json"
 UIDS = {

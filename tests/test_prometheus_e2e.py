@@ -30,10 +30,12 @@ import yaml
 from e2e import Spectax, write_config
 from promstack import (
     ALERTS,
+    PENDING_METRICS,
     RULE_FILES,
     Alertmanager,
     Prometheus,
     WebhookReceiver,
+    alertmanager_config,
     binary,
     concrete,
     dashboard_jsons,
@@ -51,12 +53,6 @@ from spectax.simulate.fleet import demo_endpoints
 pytestmark = pytest.mark.e2e
 in_module_loop = pytest.mark.asyncio(loop_scope="module")  # the stack lives for the module
 
-# Metrics that dashboards and rules already use but spectax does not export yet: their
-# panels may return nothing here; every other panel query must return data.
-# test_pending_metrics_are_still_pending fails as soon as one of them is exported: then
-# drop it from here, and its panels are checked like the others. (The billing families
-# came with issue 4; the stack bills the control from a simulated FOCUS export.)
-PENDING_METRICS: frozenset[str] = frozenset()
 # The alerts whose `for:` the test shortens, and to what.
 E2E_FOR = {
     "SpeculationIsATax": "2s",
@@ -104,26 +100,6 @@ def prometheus_config(rule_files: list[Path], spectax_port: int, am_port: int) -
     ]
     (job,) = config["scrape_configs"]
     job["static_configs"] = [{"targets": [f"127.0.0.1:{spectax_port}"]}]
-    return config
-
-
-def alertmanager_config(receiver: WebhookReceiver, group_wait: str = "0s") -> dict[str, Any]:
-    """alerts/alertmanager.example.yml with every receiver replaced by this test's webhook
-    (one path per receiver name) and no grouping delays (`group_wait`: the first
-    notification's); routes and inhibitions as shipped."""
-    config = yaml.safe_load((ALERTS / "alertmanager.example.yml").read_text(encoding="utf-8"))
-    config["receivers"] = [
-        {"name": r["name"], "webhook_configs": [{"url": receiver.url(r["name"])}]}
-        for r in config["receivers"]
-    ]
-
-    def no_delays(route: dict[str, Any]) -> None:
-        route["group_wait"] = group_wait
-        route["group_interval"] = "1s"
-        for child in route.get("routes", []):
-            no_delays(child)
-
-    no_delays(config["route"])
     return config
 
 
