@@ -21,7 +21,7 @@ import json
 import pstats
 import time
 
-from spectax.sources.config import PrometheusSource
+from spectax.source_config import PrometheusSource
 from spectax.sources.matrix import MatrixDecoder
 from spectax.sources.prometheus import WindowSums
 

@@ -15,7 +15,7 @@ from aiohttp import web
 from loopback import serve
 from spectax.endpoint import EndpointMonitor
 from spectax.endpoint_config import EndpointConfig
-from spectax.sources.config import PrometheusSource
+from spectax.source_config import PrometheusSource
 from spectax.sources.fleet import FleetSource
 
 W = 60.0

@@ -25,8 +25,8 @@ import pytest
 from promstack import Prometheus, history_start, prometheus_holding
 from spectax.engines.base import Histogram
 from spectax.pipeline.intervals import Interval
+from spectax.source_config import PrometheusSource
 from spectax.sources import promql
-from spectax.sources.config import PrometheusSource
 from spectax.sources.prometheus import PrometheusReader
 from spectax.sources.promql import RUNNING, SERIES
 

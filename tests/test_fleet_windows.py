@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from spectax.pipeline.intervals import Interval
-from spectax.sources.config import PrometheusSource
+from spectax.source_config import PrometheusSource
 from spectax.sources.matrix import MatrixDecoder, MatrixError
 from spectax.sources.prometheus import WindowSums
 from spectax.sources.promql import SERIES

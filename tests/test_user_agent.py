@@ -12,7 +12,7 @@ from loopback import serve
 from recorded_pages import page
 from spectax import __version__
 from spectax.scrape import fetch, scrape_session
-from spectax.sources.config import PrometheusSource
+from spectax.source_config import PrometheusSource
 from spectax.sources.prometheus import PrometheusReader
 
 EMPTY = {"status": "success", "data": {"resultType": "matrix", "result": []}}

@@ -41,7 +41,7 @@ from spectax.economics import (
 )
 from spectax.endpoint_config import EndpointConfig, PriceConfig, resolve_price
 from spectax.gpus import GpuSpec, gpu_spec
-from spectax.sources.config import PrometheusSource
+from spectax.source_config import PrometheusSource
 from spectax.store.db import database_url
 from spectax.units import Duration, InvalidFile, StrictModel, parse_duration
 

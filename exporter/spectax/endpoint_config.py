@@ -2,7 +2,7 @@
 
 Its own room because two kinds of configuration make endpoints: the `endpoints:` list
 of the file (spectax.config) and each fleet source's `endpoint:` block, given to every
-endpoint the source discovers (spectax.sources.config).
+endpoint the source discovers (spectax.source_config).
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from spectax.health import LogOnce
 from spectax.pipeline.intervals import Interval
 from spectax.pipeline.windows import aligned_start
 from spectax.scrape import ScrapeError, redact
-from spectax.sources.config import PrometheusSource
+from spectax.source_config import PrometheusSource
 from spectax.sources.prometheus import PrometheusReader, SourceError, iso
 from spectax.sources.promql import horizon
 from spectax.store.pending import PendingWrite

@@ -42,7 +42,7 @@ from spectax.engines.vllm import MAX_MODEL_NAME, MAX_VALUE
 from spectax.pipeline.counts import Counts
 from spectax.pipeline.intervals import Interval
 from spectax.scrape import redact
-from spectax.sources.config import PrometheusSource
+from spectax.source_config import PrometheusSource
 from spectax.sources.deltas import deltas
 from spectax.sources.matrix import MatrixDecoder, MatrixError
 from spectax.sources.promql import (

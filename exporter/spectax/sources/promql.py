@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from spectax.engines.base import COUNTERS
-from spectax.sources.config import PrometheusSource
+from spectax.source_config import PrometheusSource
 
 #: The vLLM series of each declared counter (spectax.engines.base.Counters); a histogram
 #: is read as its `_sum` and `_count`: fleet mode reads no buckets (yet), so a fleet

@@ -1,9 +1,10 @@
 """The `sources:` block of the configuration: where a fleet's counters already are.
 
-Kept out of spectax.config (one field there) so that the fleet's settings live in one
-place. Validated strictly like the rest; the credentials go through the same machinery
-as a target's (spectax.credentials), so a token is read from `${ENV}` or a file and is
-blanked in every log line.
+Its own room below spectax.config (one field there), beside spectax.endpoint_config whose
+settings every discovered endpoint gets: the configuration and the fleet's readers
+(spectax.sources) both import it, and it imports neither. Validated strictly like the
+rest; the credentials go through the same machinery as a target's (spectax.credentials),
+so a token is read from `${ENV}` or a file and is blanked in every log line.
 """
 
 from __future__ import annotations
