@@ -35,10 +35,11 @@ from spectax.endpoint_config import EndpointConfig
 from spectax.exposition.collector import ReloadStatus, SnapshotCollector, StoreStatus
 from spectax.exposition.text import Page
 from spectax.gc_pacing import FullCollections
+from spectax.health import ScrapeError
 from spectax.profiles import REFRESH_SECONDS, ProfileBook, baseline_profile_name
 from spectax.reload import endpoint_changes, read_new_configuration, sources_changed
 from spectax.schedule import Jobs, ScrapeSchedule, finish_tasks
-from spectax.scrape import ScrapeError, fetch, lift_open_files_limit, metrics_url, scrape_session
+from spectax.scrape import fetch, lift_open_files_limit, metrics_url, scrape_session
 from spectax.sources.fleet import Fleet
 from spectax.status import (
     StatusHistory,

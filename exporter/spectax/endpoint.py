@@ -31,12 +31,11 @@ from spectax.endpoint_config import EndpointConfig
 from spectax.engines import get_parser
 from spectax.engines.base import EngineSample, ParseError
 from spectax.gpus import GpuSpec, RooflinePrior
-from spectax.health import LogOnce
+from spectax.health import LogOnce, ScrapeError
 from spectax.pipeline.intervals import Interval, interval_between
 from spectax.pipeline.ledger import Admission, ModelLedger
 from spectax.pipeline.packing import Cursor
 from spectax.pipeline.windows import AlignedWindows, SlidingWindow, Window
-from spectax.scrape import ScrapeError
 from spectax.store import Restored
 from spectax.store.pending import PendingWrite
 from spectax.store.rows import pending_write

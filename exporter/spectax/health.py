@@ -1,5 +1,6 @@
 """The health of one remote thing (an endpoint, a billing source, the store): whether its
-last attempt succeeded, and the rule that a failure is logged once and the recovery once.
+last attempt succeeded, and the rule that a failure is logged once and the recovery once;
+and why an endpoint's scrape failed (`ScrapeError`, one of `REASONS`).
 
 One implementation, as Home Assistant's DataUpdateCoordinator has it: a flapping source
 writes two lines per outage, not one per attempt.
@@ -8,6 +9,28 @@ writes two lines per outage, not one per attempt.
 from __future__ import annotations
 
 import logging
+from typing import Literal
+
+Reason = Literal["timeout", "connection", "http_status", "too_large", "parse", "decode"]
+#: Why a scrape failed: the `reason` label of spectax_scrape_failures_total.
+REASONS: tuple[Reason, ...] = (
+    "timeout",
+    "connection",
+    "http_status",
+    "too_large",
+    "parse",
+    "decode",
+)
+
+
+class ScrapeError(Exception):
+    """An endpoint's page could not be had or read: a `reason` from REASONS, and a message
+    that never includes credentials. The fetch raises it; a monitor shows it as its health
+    (fleet sources make one for their endpoints too)."""
+
+    def __init__(self, reason: Reason, message: str):
+        self.reason: Reason = reason
+        super().__init__(message)
 
 
 class LogOnce:

@@ -14,7 +14,7 @@ import functools
 import logging
 import re
 import resource
-from typing import TYPE_CHECKING, Final, Literal
+from typing import TYPE_CHECKING, Final
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
@@ -22,21 +22,13 @@ from yarl import URL
 
 from spectax import __version__
 from spectax.engines import ENGINES
+from spectax.health import ScrapeError
 
 if TYPE_CHECKING:
     from spectax.credentials import TargetAuth
 
 # The daemon's logger: the warning below was the daemon's before it moved here.
 log = logging.getLogger("spectax.daemon")
-Reason = Literal["timeout", "connection", "http_status", "too_large", "parse", "decode"]
-REASONS: tuple[Reason, ...] = (
-    "timeout",
-    "connection",
-    "http_status",
-    "too_large",
-    "parse",
-    "decode",
-)
 ACCEPT = "text/plain;version=0.0.4;q=0.9,*/*;q=0.1"
 # Who asks, in a target's (or a Prometheus's) access log: not aiohttp's default.
 USER_AGENT = f"spectax/{__version__}"
@@ -44,12 +36,6 @@ USER_AGENT = f"spectax/{__version__}"
 # 200 (a login page, a proxy's error page, a UI at the wrong path) is not "up".
 _HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 _HTML_START = re.compile(r"\s*+<")
-
-
-class ScrapeError(Exception):
-    def __init__(self, reason: Reason, message: str):
-        self.reason: Reason = reason
-        super().__init__(message)
 
 
 @functools.lru_cache(maxsize=65536)

@@ -33,9 +33,10 @@ from spectax.cli.assess_notes import (
 from spectax.cli.files import read_text
 from spectax.engines import ENGINES, detect, get_parser, not_exposed
 from spectax.engines.base import EngineSample, ParseError
+from spectax.health import ScrapeError
 from spectax.pipeline.intervals import interval_between
 from spectax.pipeline.windows import Window, sum_intervals
-from spectax.scrape import ScrapeError, fetch, metrics_url, scrape_session
+from spectax.scrape import fetch, metrics_url, scrape_session
 
 PROVISIONED_NOTE = (
     "savings: on provisioned (always-on) GPUs this is capacity freed, money only if replicas"

@@ -24,7 +24,8 @@ from spectax.config import ConfigError, Settings, load_config
 from spectax.endpoint_config import EndpointConfig, resolve_price
 from spectax.engines import get_parser
 from spectax.engines.base import ParseError
-from spectax.scrape import ScrapeError, fetch, metrics_url, redact, scrape_session
+from spectax.health import ScrapeError
+from spectax.scrape import fetch, metrics_url, redact, scrape_session
 from spectax.store import db
 from spectax.webconfig import WebConfigError, load_web_config
 

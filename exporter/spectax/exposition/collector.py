@@ -25,8 +25,8 @@ from spectax.endpoint import EndpointSnapshot
 from spectax.engines import not_exposed
 from spectax.exposition.families import FAMILIES, AddSample, Family
 from spectax.exposition.text import Page, TextEncoder
+from spectax.health import REASONS
 from spectax.pipeline.ledger import DROP_REASONS
-from spectax.scrape import REASONS
 
 
 @dataclass(frozen=True)

@@ -26,10 +26,10 @@ from spectax.endpoint import EndpointMonitor, EndpointSnapshot
 from spectax.endpoint_config import EndpointConfig, resolve_price
 from spectax.engines.base import EngineSample, ModelSample
 from spectax.gpus import gpu_spec
-from spectax.health import LogOnce
+from spectax.health import LogOnce, ScrapeError
 from spectax.pipeline.intervals import Interval
 from spectax.pipeline.windows import aligned_start
-from spectax.scrape import ScrapeError, redact
+from spectax.scrape import redact
 from spectax.source_config import PrometheusSource
 from spectax.sources.prometheus import PrometheusReader, SourceError, iso
 from spectax.sources.promql import horizon
