@@ -188,8 +188,8 @@ async def test_a_spool_the_database_refuses_does_not_keep_spectax_from_scraping(
     """PostgreSQL refuses a model name over 256 characters: the spooled row is quarantined,
     the rest of the spool written, and spectax gets ready and scrapes (it used to wait for
     the spool to drain, answering 503 "spectax is starting" forever)."""
+    from builders import rows_of
     from spectax.store.writer import WriteQueue
-    from test_store_writer import rows_of
 
     # An hour back, inside retention: the config's 2-s rollups apply it, and a window from
     # 1970 was deleted before it was read whenever one ran first (seven endpoints start

@@ -12,11 +12,11 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from builders import rows_of, started_writer
 from e2e import wait_until
 from spectax.cli.main import main
 from spectax.store import Store
 from spectax.store.quarantine import Quarantine, records
-from test_store_writer import rows_of, started_writer
 
 REFUSE = {  # the cause: the database refuses windows of endpoint "bad" (a check that was wrong)
     "sqlite": [

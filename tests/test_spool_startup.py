@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from builders import drain, numbered_write, rows_of
 from spectax.store import Store
 from spectax.store.spool import WriteQueue
-from test_queue import drain, write
-from test_store_writer import rows_of
 
 
 @pytest.mark.parametrize(
@@ -31,7 +30,9 @@ def test_a_spool_line_of_another_shape_is_quarantined_and_the_rest_kept(
     tmp_path: Path, line: str
 ) -> None:
     spool = tmp_path / "spool.jsonl"
-    spool.write_text("\n".join([write(0).to_json(), line, write(2).to_json()]) + "\n")
+    spool.write_text(
+        "\n".join([numbered_write(0).to_json(), line, numbered_write(2).to_json()]) + "\n"
+    )
     queue = WriteQueue(spool, max_rows=10)
     assert queue.pending_rows == 2
     assert drain(queue) == [0, 2]

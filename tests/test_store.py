@@ -7,41 +7,21 @@ from pathlib import Path
 
 import pytest
 
+from builders import NGRAM_PAGES, monitor_of, ngram_settings, store_pages
 from recorded_pages import page
-from spectax.config import validate
 from spectax.endpoint import EndpointMonitor
 from spectax.store import Store
 
-PAGES = [
-    "spec_ngram_0_before_traffic.txt",
-    "spec_ngram_1_after_first_request.txt",
-    "spec_ngram_2_mid.txt",
-    "spec_ngram_3_after.txt",
-]
+PAGES = NGRAM_PAGES
 WINDOW = 300.0
 
 
 def settings(billing_mode: str = "provisioned"):
-    return validate(
-        {
-            "window": "5m",
-            "endpoints": [
-                {
-                    "name": "ngram",
-                    "url": "http://127.0.0.1:1/metrics",
-                    "price": {"usd_per_hour": 3.6},
-                    "gpus": 2,
-                    "billing_mode": billing_mode,
-                    "speculation": {"method": "ngram"},
-                }
-            ],
-        }
-    )
+    return ngram_settings(url="http://127.0.0.1:1/metrics", gpus=2, billing_mode=billing_mode)
 
 
 def new_monitor(s, restored=None) -> EndpointMonitor:
-    endpoint = s.config.endpoints[0]
-    return EndpointMonitor(endpoint, s.usd_per_hour[endpoint.name], WINDOW, restored)
+    return monitor_of(s, WINDOW, restored)
 
 
 @pytest.fixture
@@ -50,13 +30,6 @@ async def store(database_url: str):
     store = await Store.open(database_url)
     yield store
     await store.close()
-
-
-async def feed(monitor: EndpointMonitor, store: Store, times_pages) -> None:
-    for t, name in times_pages:
-        write = monitor.observe_page(t, page(name), 0.01)
-        if write is not None:
-            await store.save(write.endpoint, write.rows, write.cursor)
 
 
 async def restored_monitor(store: Store, s) -> EndpointMonitor:
@@ -69,8 +42,8 @@ async def test_windows_are_stored_with_exact_sums(store: Store) -> None:
     s = settings()
     monitor = new_monitor(s)
     # one page per 5-minute window: each interval closes the window before it
-    await feed(monitor, store, [(3000 + i * 300, p) for i, p in enumerate(PAGES)])
-    await feed(monitor, store, [(4500, PAGES[-1])])  # 3900..4500 lands in the open window
+    await store_pages(monitor, store, [(3000 + i * 300, p) for i, p in enumerate(PAGES)])
+    await store_pages(monitor, store, [(4500, PAGES[-1])])  # 3900..4500 lands in the open window
     rows = await store.window_rows("ngram")
     assert sum(r.output_tokens for r in rows) == 2186
     assert sum(r.draft_tokens for r in rows) == 740 and sum(r.accepted_tokens for r in rows) == 564
@@ -104,14 +77,14 @@ async def test_writing_a_window_twice_replaces_it(store: Store) -> None:
 async def test_graceful_restart_resumes_the_open_window(store: Store) -> None:
     s = settings()
     first = new_monitor(s)
-    await feed(first, store, [(10, PAGES[0]), (20, PAGES[1])])
+    await store_pages(first, store, [(10, PAGES[0]), (20, PAGES[1])])
     flushed = first.flush()  # graceful stop inside window [0, 300)
     assert flushed is not None
     await store.save(flushed.endpoint, flushed.rows, flushed.cursor)
 
     second = await restored_monitor(store, s)
     assert second.snapshot.spend_usd_total == first.snapshot.spend_usd_total
-    await feed(second, store, [(40, PAGES[2]), (310, PAGES[3])])  # 310 closes [0, 300)
+    await store_pages(second, store, [(40, PAGES[2]), (310, PAGES[3])])  # 310 closes [0, 300)
     rows = await store.window_rows("ngram")
     assert [r.start.timestamp() for r in rows] == [0.0]
     assert rows[0].output_tokens == 2186 - 2186 + sum_generation(PAGES[2]) - 0
@@ -130,10 +103,10 @@ async def test_crash_loses_nothing_the_cursor_covers(store: Store) -> None:
     """kill -9 between windows: the open window was never written; the cursor brings it back."""
     s = settings()
     first = new_monitor(s)
-    await feed(first, store, [(10, PAGES[0]), (310, PAGES[1]), (400, PAGES[2])])
+    await store_pages(first, store, [(10, PAGES[0]), (310, PAGES[1]), (400, PAGES[2])])
     # crash here: the window [300, 600) holding PAGES[1] -> PAGES[2] is lost from memory
     second = await restored_monitor(store, s)
-    await feed(second, store, [(700, PAGES[3]), (1000, PAGES[3])])
+    await store_pages(second, store, [(700, PAGES[3]), (1000, PAGES[3])])
     rows = await store.window_rows("ngram")
     assert sum(r.output_tokens for r in rows) == 2186
     # everything from the cursor (t=10) to t=700: 690 s at 3.6 USD/h x 2 GPUs
@@ -142,7 +115,9 @@ async def test_crash_loses_nothing_the_cursor_covers(store: Store) -> None:
 
 async def test_serverless_bills_only_busy_time(store: Store) -> None:
     monitor = new_monitor(settings("serverless"))
-    await feed(monitor, store, [(0, PAGES[0]), (100, PAGES[0]), (200, PAGES[3]), (400, PAGES[3])])
+    await store_pages(
+        monitor, store, [(0, PAGES[0]), (100, PAGES[0]), (200, PAGES[3]), (400, PAGES[3])]
+    )
     rows = await store.window_rows("ngram")
     # only the 100 s interval that generated tokens is billed: 100 s x 2 GPUs x 3.6/h = 0.2
     assert sum(r.spend_usd for r in rows) == Decimal("0.2")
@@ -163,10 +138,10 @@ async def test_crash_after_a_window_closes_resumes_where_the_history_ends(store:
     so the cursor stored with the closed window must be the sample before it."""
     s = settings()
     first = new_monitor(s)
-    await feed(first, store, [(10, PAGES[0]), (290, PAGES[1]), (310, PAGES[2])])
+    await store_pages(first, store, [(10, PAGES[0]), (290, PAGES[1]), (310, PAGES[2])])
     # crash: [300, 600) held PAGES[1] -> PAGES[2] in memory only
     second = await restored_monitor(store, s)
-    await feed(second, store, [(700, PAGES[3]), (1000, PAGES[3])])
+    await store_pages(second, store, [(700, PAGES[3]), (1000, PAGES[3])])
     rows = await store.window_rows("ngram")
     assert sum(r.output_tokens for r in rows) == 2186
     assert sum(r.spend_usd for r in rows) == Decimal("1.38")  # 690 s at 3.6 USD/h x 2 GPUs

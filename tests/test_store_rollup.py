@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from builders import rows_of, started_writer
 from e2e import wait_until
 from spectax.cli.export import export
 from spectax.config import validate
@@ -20,7 +21,6 @@ from spectax.store.models import WindowRow
 from spectax.store.rollup import period_start
 from spectax.store.rows import complete_row
 from spectax.store.writer import StoreWriter
-from test_store_writer import rows_of, started_writer
 
 
 async def insert_unchecked(store: Store, endpoint: str, start: int, **values: int) -> None:

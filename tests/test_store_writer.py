@@ -8,57 +8,17 @@ import json
 import logging
 import sqlite3
 import time
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from builders import rows_of, started_writer
 from e2e import wait_until
-from recorded_pages import page
 from spectax.store import Store
-from spectax.store.pending import PendingWrite
 from spectax.store.writer import StoreWriter
-from test_store import PAGES, new_monitor, settings
 
 log = logging.getLogger("spectax.daemon")
-
-
-def closed_window_rows() -> PendingWrite:
-    """One closed window of the recorded ngram pages: real rows as the codec writes them."""
-    monitor = new_monitor(settings())
-    monitor.observe_page(0, page(PAGES[0]), 0.01)
-    monitor.observe_page(200, page(PAGES[2]), 0.01)
-    write = monitor.observe_page(400, page(PAGES[3]), 0.01)
-    assert write is not None and write.cursor is not None
-    return write
-
-
-def rows_of(endpoint: str, start: int, **values: Any) -> PendingWrite:
-    """`closed_window_rows` as `endpoint`'s, the window moved to `start`, `values` replaced."""
-    write = closed_window_rows()
-    shift = start - write.rows[0]["start"].timestamp()
-    rows = [
-        {
-            **row,
-            "endpoint": endpoint,
-            "start": row["start"] + timedelta(seconds=shift),
-            "end": row["end"] + timedelta(seconds=shift),
-            **values,
-        }
-        for row in write.rows
-    ]
-    assert write.cursor is not None
-    return PendingWrite(endpoint, rows, (write.cursor[0] + shift, write.cursor[1]))
-
-
-async def started_writer(url: str, state: Path) -> StoreWriter:
-    writer = StoreWriter(
-        lambda: Store.open(url), state / "spool.jsonl", 10_000, asyncio.Event(), log
-    )
-    assert await writer.connect() is not None
-    writer.start()
-    return writer
 
 
 def refused_values(database_url: str) -> list[dict[str, Any]]:
