@@ -1,4 +1,5 @@
-"""Helpers for the operations tests: test certificates and scrape targets."""
+"""Helpers for the operations tests: test certificates, scrape targets, and a vLLM whose
+counter grows at every scrape."""
 
 from __future__ import annotations
 
@@ -196,3 +197,35 @@ class Targets:
         if self.runner is not None:
             await self.runner.shutdown()
             await self.runner.cleanup()
+
+
+# ------------------------------------------------------------------ a counting vLLM
+
+COUNTER = 'vllm:generation_tokens_total{engine="0",model_name="tiny-llama"} 0.0'
+TOKENS_PER_SCRAPE = 137
+
+
+class CountingVllm:
+    """A vLLM whose output-token counter grows by TOKENS_PER_SCRAPE at each scrape while
+    `growing`; `restart()` is a new process (new start time, counters from zero). `seen`
+    is what its pages showed, per process: what spectax must store, to the token."""
+
+    def __init__(self) -> None:
+        self.pages = [page("spec_ngram_0_before_traffic.txt")]
+        self.tokens = 0
+        self.growing = False
+        self.seen = [0]
+
+    def restart(self) -> None:
+        self.pages.append(page("spec_ngram_restart_0_before_traffic.txt"))
+        self.tokens = 0
+        self.seen.append(0)
+
+    def next_page(self) -> str:
+        if self.growing:
+            self.tokens += TOKENS_PER_SCRAPE
+        self.seen[-1] = self.tokens
+        return self.pages[-1].replace(COUNTER, COUNTER.replace(" 0.0", f" {self.tokens}.0"))
+
+    async def serve(self, _request: web.Request) -> web.Response:
+        return web.Response(text=self.next_page())

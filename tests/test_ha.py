@@ -21,14 +21,14 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from builders import priced_endpoint, scrape_write
 from e2e import Spectax, free_port, value, wait_until, write_config
-from ops_helpers import Targets
+from ops_helpers import TOKENS_PER_SCRAPE, CountingVllm, Targets
 from recorded_pages import page
 from spectax.endpoint import EndpointMonitor
 from spectax.store import Store
 from spectax.store.leader import LOCK_KEY, POLL_SECONDS, NotLeader
 from spectax.store.writer import StoreWriter
-from test_restart_loss import TOKENS_PER_SCRAPE, CountingVllm, priced_endpoint, scrape_write
 
 WINDOW = 6.0  # seconds; scrapes every second (e2e.write_config)
 log = logging.getLogger(__name__)

@@ -15,47 +15,16 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from aiohttp import web
 
+from builders import priced_endpoint, scrape_write
 from e2e import Spectax, free_port, stored_windows, value, write_config
-from ops_helpers import Targets
+from ops_helpers import TOKENS_PER_SCRAPE, CountingVllm, Targets
 from recorded_pages import page
 from spectax.config import validate
 from spectax.daemon import Daemon
 from spectax.endpoint import EndpointMonitor
-from spectax.endpoint_config import EndpointConfig
 from spectax.store import Store
-from spectax.store.pending import PendingWrite
 from spectax.store.writer import WriteQueue
-
-COUNTER = 'vllm:generation_tokens_total{engine="0",model_name="tiny-llama"} 0.0'
-TOKENS_PER_SCRAPE = 137
-
-
-class CountingVllm:
-    """A vLLM whose output-token counter grows by TOKENS_PER_SCRAPE at each scrape while
-    `growing`; `restart()` is a new process (new start time, counters from zero). `seen`
-    is what its pages showed, per process: what spectax must store, to the token."""
-
-    def __init__(self) -> None:
-        self.pages = [page("spec_ngram_0_before_traffic.txt")]
-        self.tokens = 0
-        self.growing = False
-        self.seen = [0]
-
-    def restart(self) -> None:
-        self.pages.append(page("spec_ngram_restart_0_before_traffic.txt"))
-        self.tokens = 0
-        self.seen.append(0)
-
-    def next_page(self) -> str:
-        if self.growing:
-            self.tokens += TOKENS_PER_SCRAPE
-        self.seen[-1] = self.tokens
-        return self.pages[-1].replace(COUNTER, COUNTER.replace(" 0.0", f" {self.tokens}.0"))
-
-    async def serve(self, _request: web.Request) -> web.Response:
-        return web.Response(text=self.next_page())
 
 
 async def scrapes_after(spectax: Spectax, count: int) -> None:
@@ -114,28 +83,6 @@ async def test_kill_9_then_a_vllm_restart_loses_no_token_a_scrape_saw(tmp_path: 
     assert vllm.seen[0] >= 4 * TOKENS_PER_SCRAPE and vllm.seen[1] > 0
     _, tokens = stored_windows(tmp_path / "state", "x")
     assert tokens == sum(vllm.seen)
-
-
-def scrape_write(monitor: EndpointMonitor, t: float, text: str) -> list[PendingWrite]:
-    """What the daemon queues for one scrape: closed windows, then the open window so far."""
-    return [w for w in (monitor.observe_page(t, text, 0.01), monitor.flush()) if w is not None]
-
-
-def priced_endpoint() -> tuple[EndpointConfig, Decimal | None]:
-    settings = validate(
-        {
-            "window": "5m",
-            "endpoints": [
-                {
-                    "name": "x",
-                    "url": "http://127.0.0.1:1/metrics",
-                    "gpu": "H100 SXM",
-                    "price": {"usd_per_hour": 3.99},
-                }
-            ],
-        }
-    )
-    return settings.config.endpoints[0], settings.usd_per_hour["x"]
 
 
 async def test_a_restart_from_the_open_window_counts_its_spend_once(database_url: str) -> None:

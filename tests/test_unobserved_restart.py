@@ -31,6 +31,7 @@ from sqlalchemy import Connection, inspect
 from sqlalchemy import text as sql
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from builders import priced_endpoint, scrape_write
 from e2e import free_port
 from ops_helpers import Targets
 from recorded_pages import page
@@ -43,7 +44,6 @@ from spectax.report.render import render
 from spectax.store import Store
 from spectax.store.schema import upgrade
 from test_report import report_of
-from test_restart_loss import priced_endpoint, scrape_write
 
 NEW_START = 1795996098.57  # process_start_time_seconds of spec_ngram_restart_*.txt
 OLD_START = 1795995936.87  # ... of spec_ngram_2_mid.txt and spec_ngram_3_after.txt
