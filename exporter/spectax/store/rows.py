@@ -120,10 +120,15 @@ def counter_columns(counts: Counts) -> dict[str, Any]:
     """A model's counter deltas as the windows table spells them (counts rounded: they are
     whole numbers, summed from float-valued pages), in the table's column order: the order
     the spool's rows have always had."""
+    columns = _unordered_columns(counts)
+    return {name: columns[name] for name in _COUNTER_ORDER}
+
+
+def _unordered_columns(counts: Counts) -> dict[str, Any]:
     columns: dict[str, Any] = {name: getattr(counts, name) for name, _ in GAUGES}
     for counter in COUNTERS:
         columns.update(_ENCODE[counter.kind](counter.column, getattr(counts, counter.name)))
-    return dict(sorted(columns.items(), key=lambda column: _TABLE_ORDER[column[0]]))
+    return columns
 
 
 def counts_from_row(row: WindowRow) -> Counts:
@@ -159,7 +164,9 @@ def _histogram_columns(column: str, value: Histogram | None) -> dict[str, Any]:
 
 def encode_buckets(buckets: Buckets) -> str:
     """Buckets as standard JSON: bounds as the exposition format spells them ("+Inf")."""
-    return json.dumps([[_bound_text(le), round(count)] for le, count in buckets])
+    return json.dumps(
+        [[_BOUND_TEXT.get(le) or _remembered_bound_text(le), round(n)] for le, n in buckets]
+    )
 
 
 def decode_buckets(text: str | None) -> Buckets:
@@ -168,6 +175,19 @@ def decode_buckets(text: str | None) -> Buckets:
 
 def _bound_text(le: float) -> str:
     return "+Inf" if le == math.inf else repr(le)
+
+
+# The bounds seen so far as text (every window of every endpoint repeats vLLM's few lists):
+# repr() of a float for each bucket of each histogram of each row was a quarter of encoding
+# a window's rows (issue 31). Capped: a page inventing bounds is not cached.
+_BOUND_TEXT: dict[float, str] = {}
+
+
+def _remembered_bound_text(le: float) -> str:
+    text = _bound_text(le)
+    if len(_BOUND_TEXT) < 4096:
+        _BOUND_TEXT[le] = text
+    return text
 
 
 def _positions_column(column: str, value: tuple[float, ...]) -> dict[str, Any]:
@@ -212,3 +232,7 @@ _DECODE: dict[CounterKind, Callable[[WindowRow, str], Any]] = {
     "histogram": _histogram_of,
     "per_position": _positions_of,
 }
+
+#: counter_columns' columns in the table's order: every call gives the same columns, so they
+#: are sorted once here, not for every row (issue 31).
+_COUNTER_ORDER = sorted(_unordered_columns(Counts()), key=_TABLE_ORDER.__getitem__)
