@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 
 from recorded_pages import page
+from report_history import MAY, fill_golden, golden_settings, report_of
 from spectax.config import validate
 from spectax.economics import capacity_of, window_capacities
 from spectax.endpoint import EndpointMonitor
@@ -21,7 +22,6 @@ from spectax.report.capacity_table import HEADERS, capacity_table
 from spectax.report.charts import charts
 from spectax.report.render import render
 from spectax.store import Store
-from test_report import MAY, fill_golden, golden_settings, report_of
 
 parse = get_parser("vllm")
 M = "tiny-llama"

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from recorded_pages import page
+from report_history import window_row
 from spectax.engines.base import Histogram
 from spectax.engines.vllm import parse
 from spectax.pipeline.counts import Counts, delta
@@ -17,7 +18,6 @@ from spectax.pipeline.packing import pack_counts, unpack_counts
 from spectax.store import Store
 from spectax.store.cursor import decode_sample, encode_sample
 from spectax.store.rows import decode_buckets, encode_buckets
-from test_report import _window
 
 INF = math.inf
 
@@ -82,7 +82,7 @@ async def test_rollups_add_buckets_and_drop_them_when_a_window_has_none(tmp_path
         b = ((0.1, 1.0), (1.0, 1.0), (INF, 4.0))
         rows = []
         for minute, buckets in ((0, a), (10, b)):
-            row = _window(
+            row = window_row(
                 "e", datetime(2026, 5, 4, 10, minute, tzinfo=UTC), concurrency=1.0, output_tokens=10
             )
             row.update(
@@ -93,7 +93,7 @@ async def test_rollups_add_buckets_and_drop_them_when_a_window_has_none(tmp_path
             rows.append(row)
         # Another hour: one window saw requests but has no buckets (stored before 0007).
         for minute, text in ((0, encode_buckets(a)), (10, None)):
-            row = _window(
+            row = window_row(
                 "e", datetime(2026, 5, 4, 11, minute, tzinfo=UTC), concurrency=1.0, output_tokens=10
             )
             row.update(

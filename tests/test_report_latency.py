@@ -16,19 +16,15 @@ from typing import Any
 import pytest
 
 from recorded_pages import page
+from report_history import MAY, golden_settings, report_of, stored, window_row, with_buckets
 from spectax.engines.base import Histogram
 from spectax.engines.vllm import parse
 from spectax.pipeline.counts import delta
 from spectax.pipeline.quantiles import bucket_quantile
 from spectax.report.charts import charts
 from spectax.report.html import render_html
-from spectax.report.period import Month
 from spectax.report.render import render
-from spectax.store import Store
-from spectax.store.rows import encode_buckets
-from test_report import _window, golden_settings, report_of
 
-MAY = Month(2026, 5)
 SERVERS = {  # endpoint: recorded pages (before, midway, after) of the server it stands for
     "creative": ("spec_draft_0_before_traffic", "spec_draft_2_mid", "spec_draft_3_after"),
     "creative-plain": ("nospec_0_before_traffic", "nospec_2_mid", "nospec_3_after"),
@@ -49,7 +45,7 @@ def rows() -> list[dict[str, Any]]:
     out = []
     for endpoint in SERVERS:
         for day, (first, last) in ((4, (0, 1)), (5, (1, 2))):
-            row = _window(
+            row = window_row(
                 endpoint,
                 datetime(2026, 5, day, 10, tzinfo=UTC),
                 concurrency=4.0,
@@ -63,28 +59,6 @@ def rows() -> list[dict[str, Any]]:
                 with_buckets(row, field, grown(endpoint, first, last, field))
             out.append(row)
     return out
-
-
-def with_buckets(row: dict[str, Any], field: str, histogram: Histogram) -> None:
-    """A stored window's columns of one latency histogram (`field`: time_per_output_token)."""
-    row[f"{field}_sum"] = histogram.sum
-    row[f"{field}_count"] = histogram.count
-    row[f"{field}_buckets"] = encode_buckets(histogram.buckets)
-
-
-async def stored(url: str, windows: list[dict[str, Any]]) -> str:
-    """`windows` saved per endpoint through the store, rolled up: the report's history."""
-    store = await Store.open(url)
-    try:
-        by_endpoint: dict[str, list[dict[str, Any]]] = {}
-        for row in windows:
-            by_endpoint.setdefault(row["endpoint"], []).append(row)
-        for endpoint, endpoint_rows in by_endpoint.items():
-            await store.save(endpoint, endpoint_rows, None)
-        await store.rollup()
-    finally:
-        await store.close()
-    return url
 
 
 @pytest.fixture

@@ -19,6 +19,15 @@ from typing import Any
 
 import pytest
 
+from report_history import (
+    MAY,
+    fill_golden,
+    golden_settings,
+    report_of,
+    stored,
+    window_row,
+    with_buckets,
+)
 from spectax.economics import assess_latency, latency_verdict
 from spectax.engines.base import Histogram
 from spectax.pipeline.counts import Counts
@@ -27,8 +36,6 @@ from spectax.pipeline.windows import Window
 from spectax.report.charts import capacity_figure
 from spectax.report.period import Month
 from spectax.report.render import render
-from test_report import MAY, _window, fill_golden, golden_settings, report_of
-from test_report_latency import stored, with_buckets
 
 TPOT_BOUNDS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
 E2E_BOUNDS = (1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 80.0)
@@ -70,7 +77,7 @@ def rows() -> list[dict[str, Any]]:
     inside the 50-75 ms bucket (50 requests there against 20), e2e beyond 80 s."""
     out = []
     for endpoint, in_bucket in (("creative", 50), ("creative-plain", 20)):
-        row = _window(
+        row = window_row(
             endpoint,
             datetime(2026, 5, 4, 10, tzinfo=UTC),
             concurrency=4.0,
@@ -153,7 +160,7 @@ def test_a_quantiles_bucket_is_the_one_holding_its_rank() -> None:
 async def test_the_modelled_verdict_reads_makes_never_makes_unchanged(tmp_path: Path) -> None:
     """ "speculation makes p99 TPOT unchanged" was the report's: a modelled speedup within
     5 % of 1 reads "leaves ... unchanged", as the status page says it."""
-    row = _window(
+    row = window_row(
         "batch",
         datetime(2026, 5, 4, 10, tzinfo=UTC),
         concurrency=4.0,

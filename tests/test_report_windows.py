@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 
 import spectax.endpoint
+from report_history import MAY, golden_windows
 from spectax.cli.report import described_endpoints
 from spectax.config import validate
 from spectax.economics.assessment import AssessedWindow
 from spectax.report.build import Report, build_report
 from spectax.report.figures import majority
-from spectax.report.period import Month
 from spectax.report.read import ProjectionReader
 from spectax.report.render import render
 from spectax.report.write import endpoint_infos
@@ -35,9 +35,7 @@ from spectax.store import Store
 from spectax.store.pending import PendingWrite
 from spectax.store.rollup import ASSESSED
 from spectax.store.rows import pending_write
-from test_report import golden_windows
 
-MAY = Month(2026, 5)
 NOW = datetime(2026, 5, 2, 12, tzinfo=UTC)  # a day and a half of May
 WINDOW_SECONDS = 1800.0  # two windows an hour: an hour's figure is a sum, not one window's
 

@@ -35,6 +35,7 @@ from builders import priced_endpoint, scrape_write
 from e2e import free_port
 from ops_helpers import Targets
 from recorded_pages import page
+from report_history import report_of
 from spectax.cli.export import export
 from spectax.config import Settings, validate
 from spectax.daemon import Daemon
@@ -43,7 +44,6 @@ from spectax.report.period import Month
 from spectax.report.render import render
 from spectax.store import Store
 from spectax.store.schema import upgrade
-from test_report import report_of
 
 NEW_START = 1795996098.57  # process_start_time_seconds of spec_ngram_restart_*.txt
 OLD_START = 1795995936.87  # ... of spec_ngram_2_mid.txt and spec_ngram_3_after.txt
