@@ -17,9 +17,9 @@ from spectax.economics.calibration import CHEAP_FIT_POINTS, REFIT_EVERY, StepPoi
 from spectax.economics.counterfactual import fit_or_refusal
 from spectax.endpoint import CALIBRATION_POINTS, EndpointMonitor
 from spectax.engines.base import Histogram
+from spectax.observed import Resume
 from spectax.pipeline.counts import Counts
 from spectax.pipeline.windows import Window
-from spectax.store import Restored
 
 
 def points_on_line(
@@ -185,7 +185,7 @@ def test_a_baseline_survives_a_restart_and_becomes_the_counterfactual() -> None:
         and fresh.parameters().step_model.ridge_batch == 32
     )
     m = EndpointMonitor(
-        fresh.config, fresh.usd_per_hour, 300.0, Restored(recent_windows=tuple(windows))
+        fresh.config, fresh.usd_per_hour, 300.0, Resume(recent_windows=tuple(windows))
     )
     model = m.step_model()
     assert model.source == "baseline" and model.basis == "calibrated"
@@ -205,7 +205,7 @@ def test_the_control_comes_before_the_baseline_and_a_profile_before_the_configur
         config,
         None,
         300.0,
-        Restored(recent_windows=windows),
+        Resume(recent_windows=windows),
         control_curve=lambda: control_curve,
         profile=lambda: profile,
     )
@@ -229,9 +229,7 @@ def test_calibration_fits_once_there_are_enough_windows_then_hourly_and_keeps_a_
     together: after the first fit a monitor refits every 12 windows (staggered by endpoint),
     on the last 288 windows only."""
     xs = [8.0, 12, 16, 24, 32, 48, 64, 96]
-    base = Restored(
-        recent_windows=tuple(plain_window(i, x, 0.016, 0.0005) for i, x in enumerate(xs))
-    )
+    base = Resume(recent_windows=tuple(plain_window(i, x, 0.016, 0.0005) for i, x in enumerate(xs)))
     fresh = monitor()
     m = EndpointMonitor(fresh.config, fresh.usd_per_hour, 300.0, base)
     assert m.step_model().ridge_batch == pytest.approx(32.0)  # 8 windows: the first fit at once
@@ -311,7 +309,7 @@ def test_refits_stay_staggered_after_a_restart() -> None:
     )
     first_refit = set()
     for config in settings.config.endpoints:
-        m = EndpointMonitor(config, None, 300.0, Restored(recent_windows=day))
+        m = EndpointMonitor(config, None, 300.0, Resume(recent_windows=day))
         assert curve_of(m) is not None
         for i in range(288, 288 + REFIT_EVERY):
             before = curve_of(m)

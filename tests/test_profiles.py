@@ -145,12 +145,12 @@ async def test_a_baseline_outlives_the_day_of_windows_a_restart_restores(store) 
     """An endpoint's windows from before speculation give its plain curve; the store keeps it
     as `baseline/NAME`, so a restart a week later (restored windows reach back a day, all of
     them speculating by then) still prices against it, on basis calibrated."""
-    from spectax.store import Restored
+    from spectax.observed import Resume
 
     *_, student_config = endpoints()
     before = [plain_window(i, x, 0.004, 0.0002) for i, x in enumerate([1, 2, 4, 8, 12, 16, 2, 4])]
     book = ProfileBook()
-    first = EndpointMonitor(student_config, None, 60.0, Restored(recent_windows=tuple(before)))
+    first = EndpointMonitor(student_config, None, 60.0, Resume(recent_windows=tuple(before)))
     assert first.step_model().source == "baseline"
     await book.refresh(store, [first], datetime.now(UTC))
     assert baseline_profile_name("student") in await store.profiles()

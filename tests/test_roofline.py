@@ -15,9 +15,10 @@ from spectax.economics import PlainCurve, Profile, roofline_ridge_batch
 from spectax.endpoint import EndpointMonitor
 from spectax.engines.base import Histogram
 from spectax.gpus import gpu_spec, gpu_specs
+from spectax.observed import Resume
 from spectax.pipeline.counts import Counts
 from spectax.pipeline.windows import Window
-from spectax.store import Restored, Store
+from spectax.store import Store
 
 DATA = Path(__file__).parent.parent / "exporter" / "spectax" / "data"
 MID, AFTER = "spec_ngram_mfu_2_mid.txt", "spec_ngram_mfu_3_after.txt"
@@ -143,7 +144,7 @@ def test_every_measured_source_wins_over_the_roofline() -> None:
     ]
     for source, kwargs in [
         ("control", {"control_curve": lambda: curve}),
-        ("baseline", {"restored": Restored(recent_windows=tuple(plain))}),
+        ("baseline", {"resume": Resume(recent_windows=tuple(plain))}),
         ("profile", {"profile": lambda: profile}),
     ]:
         m = monitor(**kwargs)

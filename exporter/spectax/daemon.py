@@ -393,22 +393,22 @@ class Daemon:
         assert self.store is not None
         if pending is None:
             pending = list(self.writer.queue.pending(endpoint.name))
-        restored = await self.store.restore(
+        resume = await self.store.restore(
             endpoint.name, self.config.window, CALIBRATION_POINTS, pending
         )
-        restored = not_below(restored, self.monitors.get(endpoint.name))  # spectax.takeover
+        resume = not_below(resume, self.monitors.get(endpoint.name))  # spectax.takeover
         monitor = EndpointMonitor(
             endpoint,
             self.settings.usd_per_hour.get(endpoint.name),
             self.config.window,
-            restored,
+            resume,
             **EndpointMonitor.control_lookups(lambda: self.monitors, endpoint.control),
             profile=self.profiles.lookup(endpoint.profile),
             baseline=self.profiles.lookup(baseline_profile_name(endpoint.name)),
             gpu=self.settings.gpus.get(endpoint.name),
         )
-        if restored.cursor is not None:
-            resumed = datetime.fromtimestamp(restored.cursor[0], UTC)
+        if resume.cursor is not None:
+            resumed = datetime.fromtimestamp(resume.cursor[0], UTC)
             log.info(
                 "endpoint %s: resuming from %s%s",
                 endpoint.name,

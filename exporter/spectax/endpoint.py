@@ -32,11 +32,11 @@ from spectax.engines import get_parser
 from spectax.engines.base import EngineSample, ParseError
 from spectax.gpus import GpuSpec, RooflinePrior
 from spectax.health import LogOnce, ScrapeError
+from spectax.observed import Resume
 from spectax.pipeline.intervals import Interval, interval_between
 from spectax.pipeline.ledger import Admission, ModelLedger
 from spectax.pipeline.packing import Cursor
 from spectax.pipeline.windows import AlignedWindows, SlidingWindow, Window
-from spectax.store import Restored
 from spectax.store.pending import PendingWrite
 from spectax.store.rows import pending_write
 from spectax.tariffs import tariff_of
@@ -86,14 +86,14 @@ class EndpointMonitor:
         config: EndpointConfig,
         usd_per_hour: Decimal | None,
         window_seconds: float,
-        restored: Restored | None = None,
+        resume: Resume | None = None,
         control_window: ControlLookup | None = None,
         control_curve: CurveLookup | None = None,
         profile: ProfileLookup | None = None,
         baseline: ProfileLookup | None = None,
         gpu: GpuSpec | None = None,
     ):
-        restored = restored or Restored()
+        resume = resume or Resume()
         self.config = config
         self.usd_per_hour = usd_per_hour
         named_gpu = (config.price and config.price.gpu) or config.gpu
@@ -103,17 +103,17 @@ class EndpointMonitor:
         self._health = LogOnce(log, "endpoint", config.name)
         self._clean_models: frozenset[str] = frozenset()  # checked for secrets ...
         self._clean_against = -1  # ... when this many secrets were registered
-        self._last = Cursor.of(*restored.cursor) if restored.cursor is not None else None
+        self._last = Cursor.of(*resume.cursor) if resume.cursor is not None else None
         # From the stored cursor until the first page: a restart seen then happened while
         # spectax was not running (the restart log says so).
-        self._resumed = restored.cursor is not None
+        self._resumed = resume.cursor is not None
         self._sliding = SlidingWindow(window_seconds)
         # The models held over time, forgotten after a window on no page (pipeline.ledger).
         self._models = ModelLedger(window_seconds)
-        if restored.cursor is not None:
-            self._models.admit(restored.cursor[0], restored.cursor[1].models)
+        if resume.cursor is not None:
+            self._models.admit(resume.cursor[0], resume.cursor[1].models)
         self._told_churn = False
-        self._aligned = AlignedWindows(window_seconds, restored.open_window)
+        self._aligned = AlignedWindows(window_seconds, resume.open_window)
         self._control_window = control_window
         self._control_curve = control_curve
         self._profile = profile
@@ -128,10 +128,10 @@ class EndpointMonitor:
         self.snapshot = EndpointSnapshot(
             config,
             usd_per_hour,
-            spend_usd_total=restored.spend_usd_total,
-            cold_start_usd_total=restored.cold_start_usd_total,
+            spend_usd_total=resume.spend_usd_total,
+            cold_start_usd_total=resume.cold_start_usd_total,
         )
-        self.calibrate(restored.recent_windows)
+        self.calibrate(resume.recent_windows)
 
     def step_model(self, window: Window | None = None) -> StepModel:
         """The counterfactual in force, from the first source that has one (ECONOMICS.md §3b):

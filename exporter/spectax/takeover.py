@@ -15,17 +15,17 @@ from __future__ import annotations
 from dataclasses import replace
 
 from spectax.endpoint import EndpointMonitor
-from spectax.store import Restored
+from spectax.observed import Resume
 
 
-def not_below(restored: Restored, earlier: EndpointMonitor | None) -> Restored:
-    """`restored`, its money totals raised to what `earlier` (the monitor it replaces, if
+def not_below(resume: Resume, earlier: EndpointMonitor | None) -> Resume:
+    """`resume`, its money totals raised to what `earlier` (the monitor it replaces, if
     any) showed."""
     if earlier is None:
-        return restored
+        return resume
     shown = earlier.snapshot
     return replace(
-        restored,
-        spend_usd_total=max(restored.spend_usd_total, shown.spend_usd_total),
-        cold_start_usd_total=max(restored.cold_start_usd_total, shown.cold_start_usd_total),
+        resume,
+        spend_usd_total=max(resume.spend_usd_total, shown.spend_usd_total),
+        cold_start_usd_total=max(resume.cold_start_usd_total, shown.cold_start_usd_total),
     )

@@ -13,11 +13,11 @@ from spectax.store.db import StoreError
 from spectax.store.models import Cursor, WindowRow
 from spectax.store.profiles import ProfileHistory
 from spectax.store.rollup import Rollups
-from spectax.store.windows import Restored, WindowHistory, WindowWrite
+from spectax.store.windows import WindowHistory, WindowWrite
 
 
 class Store(WindowHistory, Rollups, BillingHistory, ProfileHistory):
     """Reading and writing history: `await Store.open(url)`, then any room's methods."""
 
 
-__all__ = ["Cursor", "Restored", "Store", "StoreError", "WindowRow", "WindowWrite"]
+__all__ = ["Cursor", "Store", "StoreError", "WindowRow", "WindowWrite"]

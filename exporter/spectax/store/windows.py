@@ -4,7 +4,6 @@ last run stopped, so that a restart neither loses nor double-counts."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from types import SimpleNamespace
@@ -13,6 +12,7 @@ from typing import Any
 from sqlalchemy import func, select, true
 
 from spectax.engines.base import EngineSample
+from spectax.observed import Resume
 from spectax.pipeline.windows import Window
 from spectax.store.cursor import decode_sample, encode_sample
 from spectax.store.db import (
@@ -35,17 +35,6 @@ from spectax.units import from_timestamp
 # One write of closed windows: the endpoint, its window rows, and the cursor that goes with them.
 # The cursor's sample may come encoded already (a write read back from the spool: as stored).
 WindowWrite = tuple[str, Sequence[dict[str, Any]], tuple[float, EngineSample | str] | None]
-
-
-@dataclass(frozen=True, slots=True)
-class Restored:
-    """What the store hands back to a monitor at start-up."""
-
-    spend_usd_total: Decimal = Decimal(0)
-    cold_start_usd_total: Decimal = Decimal(0)
-    cursor: tuple[float, EngineSample] | None = None
-    open_window: Window | None = None
-    recent_windows: tuple[Window, ...] = ()
 
 
 class WindowHistory(Database):
@@ -197,7 +186,7 @@ class WindowHistory(Database):
         window_seconds: float,
         history: int,
         pending: Iterable[PendingWrite] = (),
-    ) -> Restored:
+    ) -> Resume:
         """Everything a monitor needs to carry on where the last run stopped: what the store
         holds, overlaid with `pending`, the endpoint's writes still queued (WriteQueue.pending,
         in queue order), as if they had been written, so that a monitor restored while the
@@ -251,9 +240,7 @@ class WindowHistory(Database):
             (w for w in windows.values() if open_window is None or w.start != open_window.start),
             key=lambda w: w.start,
         )
-        return Restored(
-            spend, cold, cursor, open_window, tuple(recent[-history:] if history else ())
-        )
+        return Resume(spend, cold, cursor, open_window, tuple(recent[-history:] if history else ()))
 
 
 RowKey = tuple[str, datetime]

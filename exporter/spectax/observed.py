@@ -1,0 +1,29 @@
+"""The values an endpoint monitor hands out and is resumed from, in a room below both the
+monitor (spectax.endpoint) and the store, so that neither needs the other: as Home
+Assistant's coordinator, the monitor keeps the last good data and never knows who
+persists it.
+
+`Resume` is what the store hands back at start-up (Store.restore): where the last run
+stopped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+from spectax.engines.base import EngineSample
+from spectax.pipeline.windows import Window
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    """Where a monitor carries on: the money it had accrued, the last page's time and sample
+    (its cursor), the window that was open, and the latest closed windows (for the plain
+    curve's fit). The default is a first start."""
+
+    spend_usd_total: Decimal = Decimal(0)
+    cold_start_usd_total: Decimal = Decimal(0)
+    cursor: tuple[float, EngineSample] | None = None
+    open_window: Window | None = None
+    recent_windows: tuple[Window, ...] = ()
