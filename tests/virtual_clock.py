@@ -1,16 +1,19 @@
-"""A virtual clock for code that takes `clock` and `sleep` (spectax.schedule): time moves
-only when a test advances it, so a test of timing asserts exact times and never sleeps."""
+"""A virtual clock for code that takes `clock` and `sleep` (spectax.schedule) or `clock` and
+`call_later` (spectax.gc_pacing): time moves only when a test advances it, so a test of
+timing asserts exact times and never sleeps."""
 
 from __future__ import annotations
 
 import asyncio
 import heapq
 import itertools
+from collections.abc import Callable
 
 
 class VirtualClock:
-    """`now()` and `sleep(seconds)` in virtual time; `advance(seconds)` runs every sleeper
-    that falls due in order, letting the tasks it wakes run before time moves on."""
+    """`now()`, `sleep(seconds)` and `call_later(seconds, callback)` in virtual time;
+    `advance(seconds)` runs every sleeper and callback that falls due in order, letting the
+    tasks it wakes run before time moves on."""
 
     def __init__(self, start: float = 1000.0):
         self.time = start
@@ -24,6 +27,14 @@ class VirtualClock:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         heapq.heappush(self._sleepers, (self.time + max(seconds, 0.0), next(self._order), future))
         await future
+
+    def call_later(self, seconds: float, callback: Callable[[], None]) -> asyncio.Future[None]:
+        """As the event loop's: the callback runs once `advance` reaches it, unless the
+        returned handle is cancelled first."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._sleepers, (self.time + max(seconds, 0.0), next(self._order), future))
+        future.add_done_callback(lambda done: None if done.cancelled() else callback())
+        return future
 
     async def advance(self, seconds: float) -> None:
         until = self.time + seconds

@@ -12,6 +12,9 @@ So the daemon turns automatic full passes off and runs them itself: shortly afte
 The young generations are collected by Python as before. Cyclic garbage that reached the
 oldest generation now waits for the next pass: up to `max_gap` (30 s) when nobody reads,
 against ~10 s on Python's schedule at 2,000 endpoints.
+
+The clock and the timer are the monotonic clock and the event loop's `call_later` unless
+given: a test gives a virtual clock's, and advances time instead of waiting for it.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
+from collections.abc import Callable
+from typing import Protocol
 
 # A full pass only when gen 2's count exceeds this: never, in practice (it counts gen-1
 # passes, ~1 a second here). Python's own default is 10.
@@ -26,13 +31,32 @@ NEVER = 2**31 - 1
 AFTER_READ_SECONDS = 0.5  # a scrape's response (0.5 MB gzipped) is written by then, mostly
 
 
+class Cancellable(Protocol):
+    def cancel(self) -> object: ...
+
+
+CallLater = Callable[[float, Callable[[], None]], Cancellable]
+
+
+def _loop_call_later(delay: float, callback: Callable[[], None]) -> Cancellable:
+    return asyncio.get_running_loop().call_later(delay, callback)
+
+
 class FullCollections:
-    def __init__(self, min_gap: float = 10.0, max_gap: float = 30.0):
+    def __init__(
+        self,
+        min_gap: float = 10.0,
+        max_gap: float = 30.0,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        call_later: CallLater = _loop_call_later,
+    ):
         self._min_gap, self._max_gap = min_gap, max_gap
-        self._last = time.monotonic()
+        self._clock, self._call_later = clock, call_later
+        self._last = clock()
         self._saved: tuple[int, int, int] | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._soon: asyncio.TimerHandle | None = None
+        self._timer: Cancellable | None = None
+        self._soon: Cancellable | None = None
         self.passes = 0
 
     def start(self) -> None:
@@ -58,9 +82,8 @@ class FullCollections:
         """A `/metrics` response is on its way: a full pass shortly, if one is due."""
         if self._saved is None or self._soon is not None:
             return
-        if time.monotonic() - self._last >= self._min_gap:
-            loop = asyncio.get_running_loop()
-            self._soon = loop.call_later(AFTER_READ_SECONDS, self._collect)
+        if self._clock() - self._last >= self._min_gap:
+            self._soon = self._call_later(AFTER_READ_SECONDS, self._collect)
 
     def _collect(self) -> None:
         if self._soon is not None:  # the timer's pass: an after-read one would be a second
@@ -68,11 +91,11 @@ class FullCollections:
         self._soon = None
         gc.collect()
         self.passes += 1
-        self._last = time.monotonic()
+        self._last = self._clock()
         self._arm()
 
     def _arm(self) -> None:
         """The pass that comes when nobody reads: `max_gap` after the last."""
         if self._timer is not None:
             self._timer.cancel()
-        self._timer = asyncio.get_running_loop().call_later(self._max_gap, self._collect)
+        self._timer = self._call_later(self._max_gap, self._collect)
