@@ -34,8 +34,17 @@ from spectax.engines.base import (
     ParseError,
 )
 from spectax.engines.scan import decode as _decode
-from spectax.engines.scan import histogram, number, scanner, with_buckets
+from spectax.engines.scan import (
+    histogram,
+    line_scanner,
+    number,
+    numbers,
+    scanner,
+    split_tails,
+    with_buckets,
+)
 from spectax.engines.scan import where as _where
+from spectax.engines.vllm_cache import PARSED as _CACHE_CONFIG_LABELS
 from spectax.engines.vllm_cache import CacheConfig
 from spectax.engines.vllm_labels import LABEL_CACHE as _LABEL_CACHE
 from spectax.engines.vllm_labels import parse_labels as _parse_labels
@@ -103,6 +112,7 @@ _LEGACY_GAUGE: Final = 2  # V0 ratio gauges: as reported, one series per model
 _ESTIMATE: Final = 3  # estimated FLOPs / bytes: finite, >= 0, summed, with no 2**53 bound
 _FRACTION: Final = 4  # KV-cache usage: 0..1, averaged over ranks
 
+_CACHE_CONFIG_INFO: Final = "vllm:cache_config_info"
 _FAMILIES: Final[dict[str, tuple[int, int]]] = {
     # vLLM V1 (and the V0 names that kept their meaning).
     "vllm:generation_tokens_total": (_GEN, _CUMULATIVE),
@@ -114,7 +124,7 @@ _FAMILIES: Final[dict[str, tuple[int, int]]] = {
     "vllm:kv_cache_usage_perc": (_KV_USAGE, _FRACTION),  # a 0-1 fraction despite the name
     "vllm:gpu_cache_usage_perc": (_KV_USAGE, _FRACTION),  # its name until 0.11
     # Settings as labels, one series per rank and no model_name: the page's KV cache.
-    "vllm:cache_config_info": (_CACHE_CONFIG, _LEGACY_GAUGE),
+    _CACHE_CONFIG_INFO: (_CACHE_CONFIG, _LEGACY_GAUGE),
     "vllm:spec_decode_num_drafts_total": (_DRAFTS, _CUMULATIVE),
     "vllm:spec_decode_num_draft_tokens_total": (_DRAFT_TOKENS, _CUMULATIVE),
     "vllm:spec_decode_num_accepted_tokens_total": (_ACCEPTED, _CUMULATIVE),
@@ -161,8 +171,15 @@ _FAMILIES.update(
 # One relevant sample line. The body is prefixed with "\n" so every line starts
 # after a newline. When the tail (labels, value, optional timestamp) does not
 # match, group 3 is empty -> ParseError, so a relevant line is never skipped
-# silently.
+# silently. `_LINES` finds the same lines, split by str methods in the common case.
 _SCAN: Final = scanner(_FAMILIES)
+_LINES: Final = line_scanner(_FAMILIES)
+
+_Buckets = dict[tuple[str, int], dict[float, float]]
+_Info = tuple[str | None, str | None, float | None]  # model_name, position, le
+_Accumulated = tuple[
+    dict[str, list[float | None]], dict[str, dict[int, float]], _Buckets, float | None, CacheConfig
+]
 
 
 def parse(text: str | bytes) -> EngineSample:
@@ -175,58 +192,84 @@ def parse(text: str | bytes) -> EngineSample:
     if not isinstance(text, str):
         text = _decode(text)
     body = "\n" + text
-    families = _FAMILIES
+    found = _LINES.findall(body)
+    if not found:
+        return EngineSample(engine=ENGINE, models={})
+    columns = split_tails(found, _LABEL_CACHE, _CACHE_CONFIG_LABELS)
+    if columns is None:  # a line of another form (timestamp, blanks, CRLF, a bad tail)
+        columns = tuple(zip(*_SCAN.findall(body), strict=True))  # type: ignore[assignment]
+    return _sample(_accumulate(body, *columns))  # type: ignore[misc]
+
+
+def _labels_of(names: tuple[str, ...], labelsets: tuple[str, ...]) -> list[_Info | str | None]:
+    """Each line's (model_name, position, le), or why its label set is refused, or None for a
+    line without labels or of `vllm:cache_config_info` (whose labels `CacheConfig` reads):
+    parsed once per label set (the cache), in C for the ones seen."""
     cache = _LABEL_CACHE
+    infos: list[_Info | str | None]
+    infos = list(map(cache.get, labelsets))
+    if None in infos:
+        for index, labels in enumerate(labelsets):
+            if infos[index] is None and labels and names[index] != _CACHE_CONFIG_INFO:
+                infos[index] = cache.get(labels) or _parse_labels(labels)
+    return infos
+
+
+def _first_error(
+    body: str, index: int, name: str, raw: str, key: tuple[str, str], seen: set[tuple[str, str]]
+) -> None:
+    """The checks of a line whose value did not parse or that may repeat a series, in their
+    order: a tail that does not parse, a duplicate series, a bad value."""
+    if not raw:  # findall gives "" for a group that did not match
+        raise ParseError(f"cannot parse {name} sample", *_where(_SCAN, body, index))
+    if key in seen:
+        raise ParseError(f"duplicate series {name}", *_where(_SCAN, body, index))
+    seen.add(key)
+    if number(raw) is None:
+        raise ParseError(f"bad value {raw!r} for {name}", *_where(_SCAN, body, index))
+
+
+def _accumulate(
+    body: str, names: tuple[str, ...], labelsets: tuple[str, ...], raws: tuple[str, ...]
+) -> _Accumulated:
+    """Sum the page's relevant lines per model, checking each (a ParseError names its line).
+
+    The checks of every line (values, label sets, duplicates) are done first for all lines
+    at once, in C where they can be; a line that fails one is checked again on its own, in
+    its turn, so the error is the one of the first bad line."""
+    families = _FAMILIES
+    values = numbers(raws)
+    infos = _labels_of(names, labelsets)
+    keys = list(zip(names, labelsets, strict=True))
+    repeats = len(set(keys)) < len(keys)
+    seen: set[tuple[str, str]] = set()
     models: dict[str, list[float | None]] = {}
     positions: dict[str, dict[int, float]] = {}
     # (model, index in _BUCKETED) -> le -> count summed over the other labels (ranks).
-    buckets: dict[tuple[str, int], dict[float, float]] = {}
-    seen: set[tuple[str, str | None]] = set()
+    buckets: _Buckets = {}
     process_start: float | None = None
     cache_config = CacheConfig()
 
-    # findall, not finditer: no match object per line. An error locates its line again
-    # (`where`, the index-th match), which only a bad page pays for.
-    for index, (name, labels, raw_value) in enumerate(_SCAN.findall(body)):
-        if not raw_value:  # findall gives "" for a group that did not match
-            raise ParseError(f"cannot parse {name} sample", *_where(_SCAN, body, index))
-        key = (name, labels)
-        if key in seen:
-            raise ParseError(f"duplicate series {name}", *_where(_SCAN, body, index))
-        seen.add(key)
-        value = number(raw_value)
-        if value is None:
-            raise ParseError(f"bad value {raw_value!r} for {name}", *_where(_SCAN, body, index))
+    for index, (name, labels, value, info) in enumerate(
+        zip(names, labelsets, values, infos, strict=True)
+    ):
+        if value is None or repeats:
+            _first_error(body, index, name, raws[index], keys[index], seen)
+            assert value is not None
         slot, kind = families[name]
 
         if kind < _LEGACY_GAUGE and not 0.0 <= value <= MAX_VALUE:
             raise ParseError(
-                f"{name} must be a finite non-negative number at most 2**53, got {raw_value}",
+                f"{name} must be a finite non-negative number at most 2**53, got {raws[index]}",
                 *_where(_SCAN, body, index),
             )
         if kind == _ESTIMATE and not 0.0 <= value < math.inf:
             raise ParseError(
-                f"{name} must be a finite non-negative number, got {raw_value}",
+                f"{name} must be a finite non-negative number, got {raws[index]}",
                 *_where(_SCAN, body, index),
             )
-        if slot <= _BUCKET:  # the most frequent lines: the shortest path
-            info = cache.get(labels)
-            if info is None:
-                parsed = _parse_labels(labels) if labels else f"{name} has no model_name label"
-                if isinstance(parsed, str):
-                    raise ParseError(parsed, *_where(_SCAN, body, index))
-                info = parsed
-            model, _, le = info
-            if model is None or le is None:
-                missing = "model_name" if model is None else "le"
-                raise ParseError(f"{name} has no {missing} label", *_where(_SCAN, body, index))
-            per_le = buckets.setdefault((model, _BUCKET - slot), {})
-            per_le[le] = total = per_le.get(le, 0.0) + value
-            if total > MAX_VALUE:
-                raise ParseError(
-                    f"{name} of model {model!r} sums to more than 2**53",
-                    *_where(_SCAN, body, index),
-                )
+        if slot <= _BUCKET:  # the most frequent lines
+            _add_bucket(body, index, name, info, _BUCKET - slot, value, buckets)
             continue
         if slot == _PROCESS_START:
             if not math.isfinite(value):
@@ -234,27 +277,22 @@ def parse(text: str | bytes) -> EngineSample:
             process_start = value
             continue
         if slot == _CACHE_CONFIG:
-            problem = cache_config.add(labels or "")
-            if problem:
-                raise ParseError(f"{name}: {problem}", *_where(_SCAN, body, index))
+            refused = cache_config.add(labels)
+            if refused:
+                raise ParseError(f"{name}: {refused}", *_where(_SCAN, body, index))
             continue
         if kind == _FRACTION and not 0.0 <= value <= 1.0:
             raise ParseError(
-                f"{name} must be a fraction from 0 to 1, got {raw_value}",
+                f"{name} must be a fraction from 0 to 1, got {raws[index]}",
                 *_where(_SCAN, body, index),
             )
-
-        if not labels:
+        if info is None or isinstance(info, str):
+            problem = info or f"{name} has no model_name label"
+            raise ParseError(problem, *_where(_SCAN, body, index))
+        owner = info[0]
+        if owner is None:
             raise ParseError(f"{name} has no model_name label", *_where(_SCAN, body, index))
-        info = cache.get(labels)
-        if info is None:
-            parsed = _parse_labels(labels)
-            if isinstance(parsed, str):
-                raise ParseError(parsed, *_where(_SCAN, body, index))
-            info = parsed
-        model = info[0]
-        if model is None:
-            raise ParseError(f"{name} has no model_name label", *_where(_SCAN, body, index))
+        model = owner
         acc = models.get(model)
         if acc is None:
             if len(models) >= MAX_MODELS:
@@ -265,25 +303,7 @@ def parse(text: str | bytes) -> EngineSample:
             acc = models[model] = [None] * _N_SLOTS
 
         if slot == _PER_POS:
-            position = info[1]
-            if (
-                position is None
-                or not position.isascii()
-                or not position.isdigit()
-                or int(position) >= MAX_POSITIONS
-            ):
-                raise ParseError(
-                    f"{name} needs a position label 0..{MAX_POSITIONS - 1}",
-                    *_where(_SCAN, body, index),
-                )
-            per_pos = positions.setdefault(model, {})
-            at = int(position)
-            per_pos[at] = total = per_pos.get(at, 0.0) + value
-            if total > MAX_VALUE:
-                raise ParseError(
-                    f"{name} of model {model!r} sums to more than 2**53",
-                    *_where(_SCAN, body, index),
-                )
+            _add_position(body, index, name, model, info[1], value, positions)
             continue
 
         if kind == _FRACTION:
@@ -304,7 +324,68 @@ def parse(text: str | bytes) -> EngineSample:
                     f"{name} of model {model!r} sums to more than {bound}",
                     *_where(_SCAN, body, index),
                 )
+    return models, positions, buckets, process_start, cache_config
 
+
+def _add_bucket(
+    body: str,
+    index: int,
+    name: str,
+    info: _Info | str | None,
+    at: int,
+    value: float,
+    buckets: _Buckets,
+) -> None:
+    """Add a bucket's count to its model's and bound's (histogram `at` of _BUCKETED)."""
+    if info is None or isinstance(info, str):
+        problem = info or f"{name} has no model_name label"
+        raise ParseError(problem, *_where(_SCAN, body, index))
+    model, _, le = info
+    if model is None or le is None:
+        missing = "model_name" if model is None else "le"
+        raise ParseError(f"{name} has no {missing} label", *_where(_SCAN, body, index))
+    per_le = buckets.get((model, at))
+    if per_le is None:
+        per_le = buckets[(model, at)] = {}
+    per_le[le] = total = per_le.get(le, 0.0) + value
+    if total > MAX_VALUE:
+        raise ParseError(
+            f"{name} of model {model!r} sums to more than 2**53", *_where(_SCAN, body, index)
+        )
+
+
+def _add_position(
+    body: str,
+    index: int,
+    name: str,
+    model: str,
+    position: str | None,
+    value: float,
+    positions: dict[str, dict[int, float]],
+) -> None:
+    """Add a per-position count of accepted tokens to its model's, checking its position."""
+    if (
+        position is None
+        or not position.isascii()
+        or not position.isdigit()
+        or int(position) >= MAX_POSITIONS
+    ):
+        raise ParseError(
+            f"{name} needs a position label 0..{MAX_POSITIONS - 1}",
+            *_where(_SCAN, body, index),
+        )
+    per_pos = positions.setdefault(model, {})
+    at = int(position)
+    per_pos[at] = total = per_pos.get(at, 0.0) + value
+    if total > MAX_VALUE:
+        raise ParseError(
+            f"{name} of model {model!r} sums to more than 2**53", *_where(_SCAN, body, index)
+        )
+
+
+def _sample(accumulated: _Accumulated) -> EngineSample:
+    """The page's `EngineSample` from its sums: histograms with their buckets, per model."""
+    models, positions, buckets, process_start, cache_config = accumulated
     for model, _ in buckets:
         if model not in models:
             raise ParseError(f"model {model!r} has histogram buckets but no _sum and _count")

@@ -22,16 +22,16 @@ class CacheConfig:
 
     def add(self, labels: str) -> str | None:
         """Add one rank's series; an error message for a setting that is not a count."""
-        values = _PARSED.get(labels)
+        values = PARSED.get(labels)
         if values is None:
             parsed = _settings(labels)
             if isinstance(parsed, str):
                 return parsed
             values = parsed
             if len(labels) <= _PARSED_KEY_MAX:
-                if len(_PARSED) >= _PARSED_MAX:
-                    _PARSED.clear()
-                _PARSED[labels] = values
+                if len(PARSED) >= _PARSED_MAX:
+                    PARSED.clear()
+                PARSED[labels] = values
         blocks, size, memory_bytes = values
         if size is not None and self.block_size is not None and size != self.block_size:
             return f"ranks disagree on block_size ({self.block_size:.0f} and {size:.0f})"
@@ -45,7 +45,8 @@ Settings = tuple[float | None, float | None, float | None]  # blocks, block size
 #: Label set -> its settings: the same on every scrape (~1,300 characters, 9 us to read).
 #: A few entries (one per rank), cleared when full, of at most 8 KiB each: a hostile page
 #: cannot make it hold much.
-_PARSED: dict[str, Settings] = {}
+#: Its keys are label sets the grammar matched (`split_tails` trusts them).
+PARSED: dict[str, Settings] = {}
 _PARSED_MAX = 16
 _PARSED_KEY_MAX = 8192
 
