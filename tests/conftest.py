@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,18 @@ settings.load_profile("spectax")
 @pytest.fixture
 def fixtures_dir() -> Path:
     return FIXTURES
+
+
+@pytest.fixture
+def artifacts(tmp_path: Path) -> Path:
+    """Where a test leaves what it rendered, to look at: $SPECTAX_ARTIFACTS when set (CI
+    keeps it), else the test's own tmp_path; never the source tree."""
+    chosen = os.environ.get("SPECTAX_ARTIFACTS")
+    if not chosen:
+        return tmp_path
+    directory = Path(chosen)
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
 
 
 @pytest.fixture(scope="session")

@@ -5,8 +5,8 @@
 - A golden Markdown report from deterministic synthetic history that exercises every
   recommendation, an unconfigured and unpriced endpoint, cold starts and month over month.
 - The HTML opened in headless Chromium over the DevTools protocol: no console error, no
-  exception, no network request; a screenshot is saved under $SPECTAX_ARTIFACTS (a
-  temporary directory unless set).
+  exception, no network request; a screenshot is saved under $SPECTAX_ARTIFACTS (the
+  test's tmp_path unless set).
 - An empty month, and a month without speculation, give an honest report.
 """
 
@@ -14,30 +14,26 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import csv
 import io
-import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
-import tempfile
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 from sqlalchemy import text as sql
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from browser import Browser, chromium, save
 from report_history import MAY, fill_golden, golden_settings, report_of, window_row
 from spectax import economics
 from spectax.cli.main import main
@@ -64,11 +60,6 @@ from spectax.store.models import WindowRow
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).parent / "fixtures" / "report" / "golden.md"
-# Where the browser tests leave what they rendered, to look at: $SPECTAX_ARTIFACTS when set
-# (CI keeps it), else a directory of this run's own, never the source tree.
-ARTIFACTS = Path(
-    os.environ.get("SPECTAX_ARTIFACTS") or tempfile.mkdtemp(prefix="spectax-artifacts-")
-)
 APRIL = Month(2026, 4)
 DEMO_NOW = datetime(2026, 5, 3, 12, tzinfo=UTC)  # 4 days of history: 1.5 in April, 2.5 in May
 
@@ -596,172 +587,6 @@ def test_speedup_with_the_same_k_is_the_hours_own() -> None:
 # ---------------------------------------------------------------- HTML in Chromium
 
 
-def _chromium() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found is None:
-        reason = "chromium is not installed (bash .ci/install-chromium.sh)"
-        if os.environ.get("SPECTAX_CI") == "1":
-            pytest.fail(f"SPECTAX_CI=1 and {reason}")
-        pytest.skip(reason)
-    return found
-
-
-class Browser:
-    """Headless Chromium driven over the DevTools protocol (loopback only): load a file,
-    collect console errors, exceptions, error log entries and network requests, screenshot."""
-
-    def __init__(self, binary: str):
-        self.binary = binary
-        self.profile = tempfile.mkdtemp(prefix="spectax-chromium-")
-        self.process: asyncio.subprocess.Process | None = None
-        self.session: aiohttp.ClientSession | None = None
-
-    async def __aenter__(self) -> Browser:
-        self.process = await asyncio.create_subprocess_exec(
-            self.binary,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--disable-quic",
-            "--no-first-run",
-            "--hide-scrollbars",
-            f"--user-data-dir={self.profile}",
-            "--remote-debugging-address=127.0.0.1",
-            "--remote-debugging-port=0",
-            "about:blank",
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
-        self.session = aiohttp.ClientSession()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self.session is not None:
-            await self.session.close()
-        if self.process is not None and self.process.returncode is None:
-            self.process.terminate()
-            try:
-                await asyncio.wait_for(self.process.wait(), 10)
-            except TimeoutError:
-                self.process.kill()
-                await self.process.wait()
-        shutil.rmtree(self.profile, ignore_errors=True)
-
-    async def _page_socket_url(self) -> str:
-        port_file = Path(self.profile) / "DevToolsActivePort"
-        assert self.session is not None
-        for _ in range(300):  # up to 30 s for the browser to come up
-            if port_file.exists() and port_file.read_text().strip():
-                port = port_file.read_text().split()[0]
-                with contextlib.suppress(aiohttp.ClientError):
-                    async with self.session.get(f"http://127.0.0.1:{port}/json/list") as r:
-                        pages = [t for t in await r.json() if t.get("type") == "page"]
-                        if pages:
-                            return str(pages[0]["webSocketDebuggerUrl"])
-            await asyncio.sleep(0.1)
-        raise AssertionError("chromium's DevTools endpoint did not come up in 30 s")
-
-    @contextlib.asynccontextmanager
-    async def page(self) -> AsyncIterator[Page]:
-        """The browser's page over DevTools: `call` a method, `events` seen, `loaded` set
-        at each load event."""
-        assert self.session is not None
-        pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
-        ids = iter(range(1, 10_000))
-        async with self.session.ws_connect(await self._page_socket_url(), max_msg_size=0) as ws:
-
-            async def call(method: str, **params: Any) -> dict[str, Any]:
-                i = next(ids)
-                pending[i] = asyncio.get_running_loop().create_future()
-                await ws.send_json({"id": i, "method": method, "params": params})
-                reply = await asyncio.wait_for(pending[i], 60)
-                assert "error" not in reply, (method, reply)
-                return dict(reply.get("result", {}))
-
-            page = Page(call)
-
-            async def read() -> None:
-                async for message in ws:
-                    data = json.loads(message.data)
-                    if "id" in data and data["id"] in pending:
-                        pending.pop(data["id"]).set_result(data)
-                    elif "method" in data:
-                        page.events.append(data)
-                        if data["method"] == "Page.loadEventFired":
-                            page.loaded.set()
-
-            reader = asyncio.create_task(read())
-            try:
-                yield page
-            finally:
-                reader.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await reader
-
-    async def open(self, path: Path, screenshot: Path | None) -> list[str]:
-        """Load `path`; returns the problems seen (empty when it rendered cleanly)."""
-        page_url = path.as_uri()  # callers pass absolute paths
-        async with self.page() as page:
-            call = page.call
-            for domain in ("Page", "Runtime", "Log", "Network"):
-                await call(f"{domain}.enable")
-            await call(
-                "Emulation.setDeviceMetricsOverride",
-                width=1280,
-                height=900,
-                deviceScaleFactor=1,
-                mobile=False,
-            )
-            await call("Page.navigate", url=page_url)
-            await asyncio.wait_for(page.loaded.wait(), 30)
-            await asyncio.sleep(0.5)  # late console messages, lazy requests
-            if screenshot is not None:
-                metrics = await call("Page.getLayoutMetrics")
-                height = min(int(metrics["cssContentSize"]["height"]) + 1, 16_000)
-                shot = await call(
-                    "Page.captureScreenshot",
-                    format="png",
-                    captureBeyondViewport=True,
-                    clip={"x": 0, "y": 0, "width": 1280, "height": height, "scale": 1},
-                )
-                await asyncio.to_thread(_save, screenshot, base64.b64decode(shot["data"]))
-            return _problems(page.events, page_url)
-
-
-@dataclass
-class Page:
-    call: Callable[..., Awaitable[dict[str, Any]]]
-    events: list[dict[str, Any]] = field(default_factory=list)
-    loaded: asyncio.Event = field(default_factory=asyncio.Event)
-
-
-def _save(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-
-
-def _problems(events: list[dict[str, Any]], page_url: str) -> list[str]:
-    problems = []
-    for event in events:
-        method, params = event["method"], event.get("params", {})
-        if method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
-            args = [a.get("value", a.get("description")) for a in params.get("args", [])]
-            problems.append(f"console.{params['type']}: {args}")
-        elif method == "Runtime.exceptionThrown":
-            problems.append(f"exception: {params['exceptionDetails'].get('text')}")
-        elif method == "Log.entryAdded" and params["entry"].get("level") == "error":
-            problems.append(f"log error: {params['entry'].get('text')}")
-        elif method == "Network.requestWillBeSent":
-            url = params["request"]["url"]
-            if url != page_url and not url.startswith("data:"):
-                problems.append(f"network request: {url}")
-    return problems
-
-
 def assert_self_contained(html: str) -> None:
     assert "<script" not in html.lower() and "<link" not in html.lower()
     assert "@import" not in html
@@ -777,8 +602,10 @@ def assert_self_contained(html: str) -> None:
 
 
 @pytest.mark.e2e
-async def test_html_renders_in_chromium_without_errors(demo_url: str, tmp_path: Path) -> None:
-    binary = _chromium()
+async def test_html_renders_in_chromium_without_errors(
+    demo_url: str, tmp_path: Path, artifacts: Path
+) -> None:
+    binary = chromium()
     settings = demo_config(demo_url)
     report = await report_of(demo_url, MAY, settings)
     html = render(report, "html")
@@ -793,10 +620,10 @@ async def test_html_renders_in_chromium_without_errors(demo_url: str, tmp_path: 
         "Requests the KV cache holds at once, with the draft and without it",
     ):
         assert title in html
-    page = ARTIFACTS / f"report-{MAY}.html"
+    page = artifacts / f"report-{MAY}.html"
     page.parent.mkdir(parents=True, exist_ok=True)
     page.write_text(html, encoding="utf-8")
-    empty = ARTIFACTS / "report-empty-month.html"
+    empty = artifacts / "report-empty-month.html"
     empty.write_text(
         render(await report_of(demo_url, Month(2026, 1), settings), "html"), encoding="utf-8"
     )
@@ -806,12 +633,12 @@ async def test_html_renders_in_chromium_without_errors(demo_url: str, tmp_path: 
         '<img src="http://127.0.0.1:9/x.png"></body></html>'
     )
     async with Browser(binary) as browser:
-        assert await browser.open(page, ARTIFACTS / f"report-{MAY}.png") == []
-        assert await browser.open(empty, ARTIFACTS / "report-empty-month.png") == []
+        assert await browser.open(page, artifacts / f"report-{MAY}.png") == []
+        assert await browser.open(empty, artifacts / "report-empty-month.png") == []
         problems = await browser.open(bad, None)
     assert any("boom" in p for p in problems), problems
     assert any("network request: http://127.0.0.1:9/x.png" in p for p in problems), problems
-    shot = (ARTIFACTS / f"report-{MAY}.png").read_bytes()
+    shot = (artifacts / f"report-{MAY}.png").read_bytes()
     assert shot.startswith(b"\x89PNG") and len(shot) > 50_000
 
 
@@ -873,7 +700,7 @@ async def print_layout(browser: Browser, path: Path, paper: str, pdf: Path) -> d
             marginRight=margin,
         )
     data = base64.b64decode(printed["data"])
-    await asyncio.to_thread(_save, pdf, data)
+    await asyncio.to_thread(save, pdf, data)
     layout = dict(found["result"]["value"])
     layout["pdf_pages"] = len(re.findall(rb"/Type\s*/Page\b", data))
     layout["content_px"] = content_px
@@ -881,32 +708,34 @@ async def print_layout(browser: Browser, path: Path, paper: str, pdf: Path) -> d
 
 
 @pytest.mark.e2e
-async def test_the_report_prints_on_a4_and_letter_with_every_column(demo_url: str) -> None:
+async def test_the_report_prints_on_a4_and_letter_with_every_column(
+    demo_url: str, artifacts: Path
+) -> None:
     """Chromium's print to PDF (the README's advice) of the month's report: no table and no
     chart wider than the page, no cell past its edge ("Speculation, net" was cut off), no box
     that prints a scroll bar. The same page laid out for the screen is wider than paper:
     the check sees what it is looking for there, and only the print stylesheet makes it fit."""
-    binary = _chromium()
+    binary = chromium()
     report = await report_of(demo_url, MAY, demo_config(demo_url))
     html = render(report, "html")
     assert "Speculation, net" in html and "@media print" in html
-    page = ARTIFACTS / f"report-{MAY}-print.html"
-    await asyncio.to_thread(_save, page, html.encode())
-    screen = ARTIFACTS / f"report-{MAY}-no-print-stylesheet.html"
+    page = artifacts / f"report-{MAY}-print.html"
+    await asyncio.to_thread(save, page, html.encode())
+    screen = artifacts / f"report-{MAY}-no-print-stylesheet.html"
     without = re.sub(r"@media print \{.*?\n\}\n(?=</style>)", "", html, flags=re.DOTALL)
     assert "@media print" not in without and without != html
-    await asyncio.to_thread(_save, screen, without.encode())
+    await asyncio.to_thread(save, screen, without.encode())
     async with Browser(binary) as browser:
         for paper in PAPERS:
             layout = await print_layout(
-                browser, page, paper, ARTIFACTS / f"report-{MAY}-{paper}.pdf"
+                browser, page, paper, artifacts / f"report-{MAY}-{paper}.pdf"
             )
             assert layout["width"] == layout["content_px"], layout
             assert layout["wide"] == [] and layout["cut"] == [], layout
             assert layout["scrolling"] == [], layout
             assert layout["document"] <= layout["width"], layout
             assert layout["pdf_pages"] >= 2, layout
-        bare = await print_layout(browser, screen, "A4", ARTIFACTS / "report-unstyled-A4.pdf")
+        bare = await print_layout(browser, screen, "A4", artifacts / "report-unstyled-A4.pdf")
     assert bare["cut"] and bare["scrolling"], bare  # the screen layout does not fit paper
     assert any("Speculation" in cell for cell in bare["cut"]) or bare["wide"], bare
 

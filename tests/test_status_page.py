@@ -9,8 +9,6 @@ be fetched from anywhere but 127.0.0.1.
 from __future__ import annotations
 
 import asyncio
-import base64
-import contextlib
 import dataclasses
 import json
 import math
@@ -23,6 +21,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from browser import Browser, chromium
 from e2e import Samples, Spectax, free_port, value, wait_until, write_config
 from recorded_pages import page
 from spectax.config import validate
@@ -38,7 +37,6 @@ from spectax.simulate import DEMO_PROFILES, start_simulated_servers
 from spectax.simulate.fleet import demo_endpoints
 from spectax.status import StatusHistory, render_status_page
 from spectax.status.page import DOCS_URL, RUNBOOK_URL
-from test_report import ARTIFACTS, Browser, _chromium, _save
 
 NGRAM = {"method": "ngram"}
 HOSTILE = '<img src=x onerror=alert(1)>&"'
@@ -388,63 +386,25 @@ SHOWN = """JSON.stringify({
 async def look(browser: Browser, url: str, dark: bool, shot: Path) -> dict[str, Any]:
     """Load `url` at 800 px wide (light or dark), screenshot it; what the page shows, and
     every URL the browser requested for it."""
-    assert browser.session is not None
-    requested: list[str] = []
-    pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
-    loaded = asyncio.Event()
-    ids = iter(range(1, 10_000))
-    async with browser.session.ws_connect(await browser._page_socket_url(), max_msg_size=0) as ws:
-
-        async def read() -> None:
-            async for message in ws:
-                data = json.loads(message.data)
-                if data.get("id") in pending:
-                    pending.pop(data["id"]).set_result(data)
-                elif data.get("method") == "Network.requestWillBeSent":
-                    requested.append(data["params"]["request"]["url"])
-                elif data.get("method") == "Page.loadEventFired":
-                    loaded.set()
-
-        async def call(method: str, **params: Any) -> dict[str, Any]:
-            i = next(ids)
-            pending[i] = asyncio.get_running_loop().create_future()
-            await ws.send_json({"id": i, "method": method, "params": params})
-            reply = await asyncio.wait_for(pending[i], 30)
-            assert "error" not in reply, (method, reply)
-            return dict(reply.get("result", {}))
-
-        reader = asyncio.create_task(read())
-        try:
-            await call("Page.enable")
-            await call("Network.enable")
-            await call(
-                "Emulation.setDeviceMetricsOverride",
-                width=800,
-                height=900,
-                deviceScaleFactor=1,
-                mobile=False,
-            )
-            scheme = "dark" if dark else "light"
-            features = [{"name": "prefers-color-scheme", "value": scheme}]
-            await call("Emulation.setEmulatedMedia", features=features)
-            await call("Page.navigate", url=url)
-            await asyncio.wait_for(loaded.wait(), 30)
-            result = await call("Runtime.evaluate", expression=SHOWN, returnByValue=True)
-            shown: dict[str, Any] = json.loads(result["result"]["value"])
-            size = await call("Page.getLayoutMetrics")
-            height = min(int(size["cssContentSize"]["height"]) + 1, 16_000)
-            picture = await call(
-                "Page.captureScreenshot",
-                format="png",
-                captureBeyondViewport=True,
-                clip={"x": 0, "y": 0, "width": 800, "height": height, "scale": 1},
-            )
-            await asyncio.to_thread(_save, shot, base64.b64decode(picture["data"]))
-        finally:
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reader
-    return {**shown, "requested": requested}
+    async with browser.page() as tab:
+        await tab.call("Page.enable")
+        await tab.call("Network.enable")
+        await tab.call(
+            "Emulation.setDeviceMetricsOverride",
+            width=800,
+            height=900,
+            deviceScaleFactor=1,
+            mobile=False,
+        )
+        scheme = "dark" if dark else "light"
+        features = [{"name": "prefers-color-scheme", "value": scheme}]
+        await tab.call("Emulation.setEmulatedMedia", features=features)
+        await tab.call("Page.navigate", url=url)
+        await asyncio.wait_for(tab.loaded.wait(), 30)
+        result = await tab.call("Runtime.evaluate", expression=SHOWN, returnByValue=True)
+        shown: dict[str, Any] = json.loads(result["result"]["value"])
+        await tab.screenshot(shot, 800)
+        return {**shown, "requested": tab.requested()}
 
 
 def engine_of(name: str) -> str:
@@ -453,9 +413,9 @@ def engine_of(name: str) -> str:
 
 @pytest.mark.e2e
 async def test_the_demos_status_page_in_chromium_shows_the_verdicts_of_metrics(
-    demo: Spectax,
+    demo: Spectax, artifacts: Path
 ) -> None:
-    binary = _chromium()
+    binary = chromium()
 
     # The mixed fleet: every speculating endpoint gets a verdict; those whose engine counts
     # drafted tokens (vLLM, TensorRT-LLM) a modelled speedup and a chart of it.
@@ -475,14 +435,14 @@ async def test_the_demos_status_page_in_chromium_shows_the_verdicts_of_metrics(
             """The page against /metrics read just before and just after it (a scrape a
             second may turn a verdict between two reads: then look again)."""
             before = verdicts_of(await demo.metrics())
-            light = await look(browser, f"{demo.url}/", False, ARTIFACTS / "status-page.png")
+            light = await look(browser, f"{demo.url}/", False, artifacts / "status-page.png")
             after = verdicts_of(await demo.metrics())
             shown = {(e, m): (v, b) for e, m, v, b in light["verdicts"] if b}
             charted = light["charts"] == len(drafted)  # each with a modelled speedup
             return light if charted and before == after == shown else None
 
         light = await wait_until(agrees, 30, "the page's verdicts to equal /metrics'", [demo])
-        dark = await look(browser, f"{demo.url}/", True, ARTIFACTS / "status-page-dark.png")
+        dark = await look(browser, f"{demo.url}/", True, artifacts / "status-page-dark.png")
     verdicts = {v for _, _, v, _ in light["verdicts"]}
     weighed = {e for e, _, v, b in light["verdicts"] if b}
     assert weighed == speculating  # vLLM's two, SGLang's, TensorRT-LLM's, TGI's
@@ -493,7 +453,7 @@ async def test_the_demos_status_page_in_chromium_shows_the_verdicts_of_metrics(
         ), seen["requested"]
         assert seen["width"] <= 800  # readable at 800 px: nothing runs off to the right
     assert light["background"] != dark["background"]  # dark mode is honoured
-    assert (ARTIFACTS / "status-page.png").read_bytes().startswith(b"\x89PNG")
+    assert (artifacts / "status-page.png").read_bytes().startswith(b"\x89PNG")
 
 
 def test_the_monthly_review_command_is_the_one_that_works_here(tmp_path) -> None:
