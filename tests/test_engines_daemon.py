@@ -16,7 +16,7 @@ from spectax.exposition import SnapshotCollector, StoreStatus
 from spectax.pipeline.intervals import interval_between
 from spectax.pipeline.windows import sum_intervals
 from spectax.status import StatusHistory, render_status_page
-from test_status_page import cards
+from status_cards import cards
 
 SETS = {"sglang": "sglang-0.5.23", "trtllm": "trtllm-050f80d", "tgi": "tgi-3.3.6"}
 MODEL = {"sglang": "tiny-llama", "trtllm": "tiny-llama", "tgi": "tgi"}

@@ -235,7 +235,7 @@ async def stored_rows(url: str, start: float) -> list[Any]:
 async def stops_before_systemd_kills_it(spectax: Spectax) -> None:
     """SIGTERM: exit 0 with 5 s to spare before the shipped unit's TimeoutStopSec (when
     systemd sends SIGKILL)."""
-    from test_systemd import UNIT, directives
+    from systemd_unit import UNIT, directives
 
     (value,) = directives(UNIT.read_text())["TimeoutStopSec"]
     bound = float(value.removesuffix("s"))

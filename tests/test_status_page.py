@@ -14,7 +14,7 @@ import json
 import math
 import re
 from collections.abc import AsyncIterator
-from html import escape, unescape
+from html import escape
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -37,6 +37,7 @@ from spectax.simulate import DEMO_PROFILES, start_simulated_servers
 from spectax.simulate.fleet import demo_endpoints
 from spectax.status import StatusHistory, render_status_page
 from spectax.status.page import DOCS_URL, RUNBOOK_URL
+from status_cards import cards
 
 NGRAM = {"method": "ngram"}
 HOSTILE = '<img src=x onerror=alert(1)>&"'
@@ -103,12 +104,6 @@ def fixture_page() -> tuple[str, dict[str, EndpointMonitor], StatusHistory]:
     monitors["down"].observe_failure(ScrapeError("connect", "connection refused"), 0.01)
     html = render_status_page({n: m.snapshot for n, m in monitors.items()}, history, 180.0)
     return html, monitors, history
-
-
-def cards(html: str) -> dict[str, str]:
-    """Each endpoint's card (its section of the page), by endpoint name."""
-    found = re.findall(r'(<section class="[^"]*" data-endpoint="([^"]*)".*?</section>)', html, re.S)
-    return {unescape(name): section for section, name in found}
 
 
 def test_the_page_shows_each_endpoints_verdict_with_its_basis_and_figures() -> None:

@@ -21,11 +21,8 @@ from pathlib import Path
 import pytest
 
 from spectax.cli.main import _parser
+from systemd_unit import ENV, INSTALLED, UNIT, directives
 
-SYSTEMD = Path(__file__).parent.parent / "systemd"
-UNIT = SYSTEMD / "spectax.service"
-ENV = SYSTEMD / "spectax.env"
-INSTALLED = "/opt/spectax/bin/spectax"
 MAX_EXPOSURE = 2.0
 
 ANALYZE = shutil.which("systemd-analyze")
@@ -55,15 +52,6 @@ def analyze(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [ANALYZE, *args], cwd=cwd, capture_output=True, text=True, timeout=60, check=False
     )
-
-
-def directives(text: str) -> dict[str, list[str]]:
-    found: dict[str, list[str]] = {}
-    for line in text.splitlines():
-        if "=" in line and not line.lstrip().startswith(("#", "[")):
-            key, _, value = line.partition("=")
-            found.setdefault(key.strip(), []).append(value.strip())
-    return found
 
 
 @needs_analyze
