@@ -30,19 +30,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-import yaml
 
 from live_llamacpp import servers as live
 from live_llamacpp.servers import LlamaRaw, LlamaServer
 from live_vllm import traffic
-from live_vllm.servers import free_port
-from test_live_vllm import Metrics, Spectax
+from live_vllm.spectax_run import Metrics, SpectaxRun
 
 pytestmark = [pytest.mark.live_llamacpp]
 if importlib.util.find_spec("pytest_timeout") is not None:
     pytestmark.append(pytest.mark.timeout(1500))  # setup.sh may build llama-server first
 
-SCRAPE = 1.0
 WINDOW = 60.0  # longer than the whole scenario: the sliding window holds all of it
 MODEL = "default"  # the name spectax gives the one model of a llama-server page
 ENDPOINT = {"draft": "llama-draft", "control": "llama-control"}
@@ -53,42 +50,28 @@ TOKENS = {
 }
 
 
-class LlamaSpectax(Spectax):
+class LlamaSpectax(SpectaxRun):
     """`spectax run` watching the two llama-servers (the vLLM tier's process harness)."""
 
     def __init__(self, workdir: Path, fleet: dict[str, LlamaServer]):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.workdir = workdir
-        self.log = workdir / "spectax.log"
-        self.state = workdir / "spectax-state"
-        self.config = workdir / "spectax.yml"
         price = {"usd_per_hour": 2.0}
-        self._config = {
-            "listen": f"127.0.0.1:{self.port}",
-            "scrape_interval": f"{SCRAPE}s",
-            "scrape_timeout": f"{SCRAPE}s",
-            "window": f"{WINDOW}s",
-            "state_directory": str(self.state),
-            "endpoints": [
-                {
-                    "name": ENDPOINT["draft"],
-                    "url": f"{fleet['draft'].url}/metrics",
-                    "engine": "llamacpp",
-                    "price": price,
-                    "speculation": {"method": "draft_model", "draft_cost_ratio": 0.3},
-                    "control": ENDPOINT["control"],
-                },
-                {
-                    "name": ENDPOINT["control"],
-                    "url": f"{fleet['control'].url}/metrics",
-                    "engine": "llamacpp",
-                    "price": price,
-                },
-            ],
-        }
-        self.config.write_text(yaml.safe_dump(self._config, sort_keys=False))
-        self.process = None
+        endpoints = [
+            {
+                "name": ENDPOINT["draft"],
+                "url": f"{fleet['draft'].url}/metrics",
+                "engine": "llamacpp",
+                "price": price,
+                "speculation": {"method": "draft_model", "draft_cost_ratio": 0.3},
+                "control": ENDPOINT["control"],
+            },
+            {
+                "name": ENDPOINT["control"],
+                "url": f"{fleet['control'].url}/metrics",
+                "engine": "llamacpp",
+                "price": price,
+            },
+        ]
+        self.configure(workdir, endpoints, window=WINDOW)
 
 
 @dataclass

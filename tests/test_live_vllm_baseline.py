@@ -63,18 +63,18 @@ import pytest
 from live_vllm import servers as live
 from live_vllm import traffic
 from live_vllm.servers import VllmServer
-from spectax.economics.calibration import MIN_REQUESTS, MIN_WINDOWS
-from spectax.economics.formulas import MIN_STEP_OVERHEAD_RATIO
-from test_live_vllm import (
+from live_vllm.spectax_run import (
     SCRAPE,
     WINDOW,
     Metrics,
-    Spectax,
+    SpectaxRun,
     run_watched,
     say,
     skip_unless_available,
     tpot,
 )
+from spectax.economics.calibration import MIN_REQUESTS, MIN_WINDOWS
+from spectax.economics.formulas import MIN_STEP_OVERHEAD_RATIO
 
 pytestmark = [pytest.mark.live_vllm]
 if importlib.util.find_spec("pytest_timeout") is not None:
@@ -104,7 +104,7 @@ TARGET_ERROR = 0.10
 NEXT_TO_NOTHING = MIN_STEP_OVERHEAD_RATIO / (1 + MIN_STEP_OVERHEAD_RATIO)
 
 
-class BaselineSpectax(Spectax):
+class BaselineSpectax(SpectaxRun):
     """`spectax run` watching the target and the control as two endpoints."""
 
     def __init__(self, workdir: Path, fleet: dict[str, VllmServer]):
@@ -174,7 +174,7 @@ def next_start(previous: float | None = None) -> float:
 
 
 def drive_block(
-    server: VllmServer, start: float, concurrency: int, seed: int, spectax: Spectax
+    server: VllmServer, start: float, concurrency: int, seed: int, spectax: SpectaxRun
 ) -> Block:
     """Drive `server` alone for the window from `start` with seeded requests; none starts in
     the window's last TAIL seconds, so all finish in it."""
@@ -213,7 +213,7 @@ def stored_windows(state: Path, endpoint: str) -> list[dict[str, Any]]:
     return found
 
 
-def run_scenario(obs: Observed, fleet: dict[str, VllmServer], spectax: Spectax) -> None:
+def run_scenario(obs: Observed, fleet: dict[str, VllmServer], spectax: SpectaxRun) -> None:
     servers = [fleet["target"], fleet["control"]]
     t0 = time.monotonic()
 
