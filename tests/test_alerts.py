@@ -184,7 +184,7 @@ def uncertain(**figures: Any) -> Assessment:
             accepted_tokens=200.0,
         ),
         Parameters(),
-        Money(300.0, None, None),
+        Money(seconds=300.0, spend_usd=None, busy_spend_usd=None),
     )
     return replace(found, verdict="uncertain", **figures)
 

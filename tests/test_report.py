@@ -23,7 +23,7 @@ import subprocess
 import sys
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -573,12 +573,25 @@ def test_speedup_with_the_same_k_is_the_hours_own() -> None:
     their h, never h = 0; without a recorded h there is no what-if."""
     g, a, dt, dr = 100_000, 60_000, 160_000, 40_000
     hour = HourPoint(
-        "e", "m", datetime(2026, 5, 1, tzinfo=UTC), g, a, dt, dr,
-        (30_000, 18_000, 9_000, 3_000), 3600.0, 8.0, 32.0, 0.05, 10.0, 0.0,
-        economics.modelled_speedup(g, a, dt, 8.0, 32.0, 0.05, 0.1), step_overhead=0.1,
-    )  # fmt: skip
+        endpoint="e",
+        model="m",
+        start=datetime(2026, 5, 1, tzinfo=UTC),
+        output_tokens=g,
+        accepted_tokens=a,
+        draft_tokens=dt,
+        drafts=dr,
+        positions=(30_000, 18_000, 9_000, 3_000),
+        seconds=3600.0,
+        concurrency=8.0,
+        ridge_batch=32.0,
+        draft_cost_ratio=0.05,
+        busy_usd=10.0,
+        draft_load_usd=0.0,
+        speedup=economics.modelled_speedup(g, a, dt, 8.0, 32.0, 0.05, 0.1),
+        step_overhead=0.1,
+    )
     assert speedup_with_k(hour, 4) == pytest.approx(hour.speedup)
-    assert speedup_with_k(hour._replace(step_overhead=None), 4) is None
+    assert speedup_with_k(replace(hour, step_overhead=None), 4) is None
     assert speedup_with_k(hour, 0) == pytest.approx(1.0)
     three = speedup_with_k(hour, 3)
     assert three is not None and hour.speedup is not None and three > hour.speedup

@@ -82,7 +82,7 @@ class Parameters:
     gpu_memory_bytes: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Money:
     """Spend over the window: all of it, and the part spent while busy.
 
@@ -454,10 +454,10 @@ def assess_window(
     for model, counts in window.models.items():
         share = spend.get(model)
         money = Money(
-            window.seconds,
-            float(share.spend_usd) if share else None,
-            float(share.busy_usd) if share else None,
-            float(share.draft_load_usd) if share else 0.0,
+            seconds=window.seconds,
+            spend_usd=float(share.spend_usd) if share else None,
+            busy_spend_usd=float(share.busy_usd) if share else None,
+            draft_load_usd=float(share.draft_load_usd) if share else 0.0,
         )
         found = assess_model(
             model,

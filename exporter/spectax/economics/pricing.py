@@ -45,7 +45,7 @@ class Tariff:
         return (self.usd_per_hour * self.gpus * hours).quantize(NANO)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ModelSpend:
     """One model's share of a window's spend: all of it, the part spent while busy, the
     part spent loading the draft's weights at cold starts, and the cold starts' part."""
@@ -127,14 +127,19 @@ def spend_by_model(window: Window, tariff: Tariff) -> dict[str, ModelSpend]:
     tokens = [window.models[m].generation_tokens if m in window.models else 0.0 for m in models]
     weights = tokens if sum(tokens) > 0 else [1.0] * len(models)
     fractions = [Decimal(weight / sum(weights)) for weight in weights]
-    parts = zip(
-        split_exactly(window.spend_usd, fractions),
-        split_exactly(busy.quantize(NANO), fractions),
-        split_exactly(window.draft_load_usd, fractions),
-        split_exactly(window.cold_start_usd, fractions),
-        strict=True,
-    )
-    return {model: ModelSpend(*part) for model, part in zip(models, parts, strict=True)}
+    spend = split_exactly(window.spend_usd, fractions)
+    busy_spend = split_exactly(busy.quantize(NANO), fractions)
+    draft_load = split_exactly(window.draft_load_usd, fractions)
+    cold_start = split_exactly(window.cold_start_usd, fractions)
+    return {
+        model: ModelSpend(
+            spend_usd=spend[i],
+            busy_usd=busy_spend[i],
+            draft_load_usd=draft_load[i],
+            cold_start_usd=cold_start[i],
+        )
+        for i, model in enumerate(models)
+    }
 
 
 def split_exactly(

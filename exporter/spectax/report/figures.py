@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from typing import Literal, NamedTuple
+from typing import Literal
 
 from spectax import economics
 from spectax.report.spend import combined_basis
@@ -74,7 +74,8 @@ def majority(pays: int, tax: int, uncertain: int) -> Judged | None:
     return "tax" if tax > pays + uncertain else "uncertain"
 
 
-class HourPoint(NamedTuple):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HourPoint:
     """One hour of one speculating model: its counters, and what its windows concluded, summed
     (their verdicts counted, their speedup and net savings, the step overhead h and B* they
     were assessed with): the recommendations' what-ifs start from these, never from a
