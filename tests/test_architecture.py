@@ -196,3 +196,38 @@ def test_the_reader_sees_every_kind_of_import() -> None:
         "sqlalchemy.orm",
     ]
     assert str(found[4]) == "exporter/spectax/economics/probe.py:5 imports spectax.store.rows"
+
+
+TESTS = Path(__file__).parent
+
+
+def imported_test_modules(path: Path, text: str | None = None) -> list[str]:
+    """`path`'s imports of a test module (test_*) or of conftest: 'file:line imports x'."""
+    tree = ast.parse(path.read_text(encoding="utf-8") if text is None else text)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        else:
+            continue
+        for name in names:
+            top = name.partition(".")[0]
+            if top == "conftest" or top.startswith("test_"):
+                found.append(f"{path.relative_to(TESTS)}:{node.lineno} imports {name}")
+    return found
+
+
+def test_no_test_module_imports_another_test_module_or_conftest() -> None:
+    """What tests share lives in helper modules (builders.py, recorded_pages.py, e2e.py,
+    browser.py, ...); conftest's fixtures reach tests as fixtures. A test module imported by
+    another ran its import-time code there (test_systemd failed test_faults' collection
+    under SPECTAX_CI without systemd-analyze) and tied one file's internals to another's."""
+    probe = "import json\nfrom test_report import MAY\ndef f():\n    from conftest import page\n"
+    assert imported_test_modules(TESTS / "test_probe.py", probe) == [
+        "test_probe.py:2 imports test_report",
+        "test_probe.py:4 imports conftest",
+    ]
+    found = [i for path in sorted(TESTS.rglob("*.py")) for i in imported_test_modules(path)]
+    assert found == [], "move what they share into a helper module:\n" + "\n".join(found)
