@@ -447,9 +447,14 @@ def assess_window(
     params: Parameters,
     spend: dict[str, ModelSpend],
     control: Window | None = None,
+    *,
+    latency: bool = True,
 ) -> dict[str, Assessment]:
     """Every model of the window; `spend` is its money per model (empty when unpriced),
-    `control` the control endpoint's window over the same span, if any."""
+    `control` the control endpoint's window over the same span, if any. Without `latency`
+    the quantiles are left out (Assessment.latency None): a window bound for the store,
+    which keeps its buckets and derives them when read, need not pay for them at every
+    scrape (the open window is written every second; issue 31)."""
     result = {}
     for model, counts in window.models.items():
         share = spend.get(model)
@@ -467,8 +472,11 @@ def assess_window(
             measured_speedup(window, control, model),
         )
         speculating = found.draft_tokens is not None or found.drafts is not None
-        latency = assess_latency(model, counts, speculating, found.speedup_ratio, control)
-        result[model] = replace(found, latency=latency)
+        if not latency:
+            result[model] = found
+            continue
+        effect = assess_latency(model, counts, speculating, found.speedup_ratio, control)
+        result[model] = replace(found, latency=effect)
     return result
 
 
