@@ -56,7 +56,8 @@ from spectax.economics.calibration import (  # noqa: E402
     MIN_WINDOWS,
     StepPoint,
 )
-from spectax.economics.counterfactual import (  # noqa: E402
+from spectax.economics.formulas import DEFAULT_RIDGE_BATCH, modelled_speedup  # noqa: E402
+from spectax.economics.step_model import (  # noqa: E402
     PlainCurve,
     StepModel,
     estimate_speedup,
@@ -64,7 +65,6 @@ from spectax.economics.counterfactual import (  # noqa: E402
     plain_tokens_per_step,
     verdict_of_band,
 )
-from spectax.economics.formulas import DEFAULT_RIDGE_BATCH, modelled_speedup  # noqa: E402
 
 try:  # the sweep fitter (issue 15, item 4), where this tree has it
     from spectax.economics.sweep import SweepFit, SweepRow, fit_sweep

@@ -14,7 +14,7 @@ from recorded_pages import page
 from spectax.config import validate
 from spectax.economics import PlainCurve, fit_plain_curve, plain_point
 from spectax.economics.calibration import CHEAP_FIT_POINTS, REFIT_EVERY, StepPoint
-from spectax.economics.counterfactual import fit_or_refusal
+from spectax.economics.step_model import fit_or_refusal
 from spectax.endpoint import CALIBRATION_POINTS, EndpointMonitor
 from spectax.engines.base import Histogram
 from spectax.observed import Resume

@@ -160,7 +160,7 @@ def test_code_and_config_name_only_readme_sections_that_are_there() -> None:
 def test_the_pages_state_the_defaults_the_code_has() -> None:
     """`assess --step-overhead-ratio` was once documented as defaulting to 0; it is the
     daemon's default h, as `model predict`'s and the configuration's."""
-    from spectax.economics.counterfactual import DEFAULT_STEP_OVERHEAD_RATIO as H
+    from spectax.economics.step_model import DEFAULT_STEP_OVERHEAD_RATIO as H
 
     assess = (DOCS / "assess.md").read_text(encoding="utf-8")
     assert f"`--step-overhead-ratio h` (default {H:g}," in assess

@@ -25,13 +25,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from spectax.cli.files import read_text
-from spectax.economics.counterfactual import (
+from spectax.economics.formulas import draft_cost_floor
+from spectax.economics.step_model import (
     PlainCurve,
     Profile,
     fit_plain_curve,
     plain_tokens_per_step,
 )
-from spectax.economics.formulas import draft_cost_floor
 from spectax.economics.sweep import CONFIDENCE, Interval, SweepFit, SweepRow, fit_sweep
 
 CSV_COLUMNS = ("concurrency", "speedup", "acceptance_length", "num_speculative_tokens")

@@ -4,8 +4,8 @@
 - assessment: the formulas composed per model and window, verdicts;
 - measured: the measured speedup against a control;
 - pricing: what GPU time costs (interval spend, cold starts, the split between models);
-- counterfactual: the plain-decode curve a speculative endpoint cannot see, its sources,
-  and the speedup with its band and basis (§3b);
+- step_model: B*, h and the plain-decode curve a speculative endpoint cannot see (the
+  `StepModel`, a `Profile`), and the speedup they give with its band and basis (§3b);
 - capacity: the KV cache a draft model takes, in requests the endpoint could hold;
 - calibration: the plain curve fitted from an endpoint's own windows without speculation;
 - sweep: B*, h and c fitted to a benchmark sweep (`spectax model fit`);
@@ -34,21 +34,6 @@ from spectax.economics.calibration import (
     plain_point,
 )
 from spectax.economics.capacity import Capacity, CapacityBasis, capacity_of, window_capacities
-from spectax.economics.counterfactual import (
-    DEFAULT_STEP_OVERHEAD_RATIO,
-    SOURCES,
-    Basis,
-    PlainCurve,
-    Profile,
-    Source,
-    SpeedupEstimate,
-    StepModel,
-    estimate_speedup,
-    fit_plain_curve,
-    plain_tokens_per_step,
-    roofline_estimates,
-    verdict_of_band,
-)
 from spectax.economics.formulas import (
     DEFAULT_DRAFT_COST_RATIO,
     DEFAULT_RIDGE_BATCH,
@@ -93,6 +78,21 @@ from spectax.economics.pricing import (
     restart_sight,
     spend_by_model,
     split_exactly,
+)
+from spectax.economics.step_model import (
+    DEFAULT_STEP_OVERHEAD_RATIO,
+    SOURCES,
+    Basis,
+    PlainCurve,
+    Profile,
+    Source,
+    SpeedupEstimate,
+    StepModel,
+    estimate_speedup,
+    fit_plain_curve,
+    plain_tokens_per_step,
+    roofline_estimates,
+    verdict_of_band,
 )
 from spectax.economics.sweep import FittedRow, SweepError, SweepFit, SweepRow, fit_sweep
 

@@ -12,15 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from spectax.economics.counterfactual import (
-    VERDICT_TOLERANCE,
-    Basis,
-    Source,
-    SpeedupEstimate,
-    StepModel,
-    estimate_speedup,
-    verdict_of_band,
-)
 from spectax.economics.formulas import (
     acceptance_length,
     acceptance_ratio,
@@ -42,6 +33,15 @@ from spectax.economics.formulas import (
 from spectax.economics.latency import Latency, assess_latency
 from spectax.economics.measured import MIN_MEASURED_REQUESTS, measured_speedup
 from spectax.economics.pricing import ModelSpend
+from spectax.economics.step_model import (
+    VERDICT_TOLERANCE,
+    Basis,
+    Source,
+    SpeedupEstimate,
+    StepModel,
+    estimate_speedup,
+    verdict_of_band,
+)
 from spectax.pipeline.counts import Counts
 from spectax.pipeline.windows import Window
 

@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import overload
 
-from spectax.economics.counterfactual import PlainCurve, fit_or_refusal, plain_tokens_per_step
+from spectax.economics.step_model import PlainCurve, fit_or_refusal, plain_tokens_per_step
 from spectax.pipeline.windows import Window
 
 MIN_WINDOWS = 8

@@ -18,8 +18,8 @@ from dataclasses import dataclass, replace
 
 from spectax.economics import PlainCurve, Profile
 from spectax.economics.calibration import MIN_SPREAD
-from spectax.economics.counterfactual import fit_or_refusal, plain_tokens_per_step
 from spectax.economics.formulas import implied_step_overhead
+from spectax.economics.step_model import fit_or_refusal, plain_tokens_per_step
 from spectax.simulate.profiles import SimProfile
 from spectax.simulate.vllm import SimTotals, SimulatedVllm
 
