@@ -31,6 +31,7 @@ from spectax.daemon import STARTUP_DRAIN_SECONDS, Daemon
 from spectax.endpoint import EndpointMonitor
 from spectax.store import Store
 from spectax.store.pending import PendingWrite
+from spectax.store.rows import pending_write
 from spectax.store.spool import WriteQueue
 from spectax.store.writer import STORE_BATCH_ROWS
 
@@ -72,11 +73,11 @@ def one_window() -> PendingWrite:
     settings = validate(config(Path("/nonexistent"), 1))
     endpoint = settings.config.endpoints[0]
     monitor = EndpointMonitor(endpoint, settings.usd_per_hour[endpoint.name], 300.0)
-    write = None
+    observed = None
     for t, name in zip((0, 200, 400), NAMES, strict=True):
-        write = monitor.observe_page(t, (PAGES / name).read_text(), 0.01)
-    assert write is not None and write.cursor is not None
-    return write
+        observed = monitor.observe_page(t, (PAGES / name).read_text(), 0.01)
+    assert observed is not None and observed.cursor is not None
+    return pending_write(observed)
 
 
 def write_spool(path: Path, rows: int, endpoints: int) -> int:

@@ -41,6 +41,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from spectax.config import validate
 from spectax.endpoint import EndpointMonitor
 from spectax.store import Store, WindowWrite
+from spectax.store.rows import pending_write
 from spectax.store.writer import OPEN_WINDOW_SECONDS, STORE_BATCH_ROWS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,8 +75,9 @@ def one_endpoint_writes(boundaries: int) -> list[WindowWrite]:
     t = 1_798_761_600.0  # 2027-01-01, aligned
     monitor.observe_page(t, pages[0], 0.01)
     for step in range(1, boundaries * 20 + 2):  # 15 s scrapes, 20 per window
-        write = monitor.observe_page(t + step * 15.0, pages[step % 2], 0.01)
-        if write is not None and write.rows:
+        observed = monitor.observe_page(t + step * 15.0, pages[step % 2], 0.01)
+        if observed is not None and observed.closed:
+            write = pending_write(observed)
             writes.append((write.endpoint, write.rows, write.cursor))
     return writes[:boundaries]
 
@@ -99,8 +101,9 @@ def one_endpoint_open_write() -> WindowWrite:
     t = 1_798_761_600.0 + 30 * 86400.0
     for step, name in enumerate(("spec_draft_0_before_traffic.txt", "spec_draft_2_mid.txt")):
         monitor.observe_page(t + 15.0 * step, (PAGES / name).read_text(), 0.01)
-    write = monitor.flush()
-    assert write is not None
+    observed = monitor.flush()
+    assert observed is not None
+    write = pending_write(observed)
     return (write.endpoint, write.rows, write.cursor)
 
 

@@ -18,8 +18,10 @@ from recorded_pages import page
 from spectax.config import Settings, validate
 from spectax.endpoint import EndpointMonitor
 from spectax.endpoint_config import EndpointConfig
+from spectax.observed import Observed
 from spectax.store import Store
 from spectax.store.pending import PendingWrite
+from spectax.store.rows import pending_write
 from spectax.store.writer import StoreWriter, WriteQueue
 
 #: The recorded ngram-speculating vLLM, from before traffic to after it, in order.
@@ -76,14 +78,20 @@ async def store_pages(
 ) -> None:
     """Scrape each recorded page at its time; every write the monitor queues is saved."""
     for t, name in times_pages:
-        write = monitor.observe_page(t, page(name), 0.01)
+        write = queued(monitor.observe_page(t, page(name), 0.01))
         if write is not None:
             await store.save(write.endpoint, write.rows, write.cursor)
 
 
+def queued(observed: Observed | None) -> PendingWrite | None:
+    """What the store writer queues of what a monitor handed out: its rows and cursor."""
+    return None if observed is None else pending_write(observed)
+
+
 def scrape_write(monitor: EndpointMonitor, t: float, text: str) -> list[PendingWrite]:
     """What the daemon queues for one scrape: closed windows, then the open window so far."""
-    return [w for w in (monitor.observe_page(t, text, 0.01), monitor.flush()) if w is not None]
+    observed = (monitor.observe_page(t, text, 0.01), monitor.flush())
+    return [pending_write(o) for o in observed if o is not None]
 
 
 def priced_endpoint() -> tuple[EndpointConfig, Decimal | None]:
@@ -107,14 +115,19 @@ def priced_endpoint() -> tuple[EndpointConfig, Decimal | None]:
 # ------------------------------------------------------------------ the store writer's input
 
 
-def closed_window_rows() -> PendingWrite:
-    """One closed window of the recorded ngram pages: real rows as the codec writes them."""
+def closed_window() -> Observed:
+    """One closed window [0, 300) of the recorded ngram pages, as the monitor hands it out."""
     monitor = monitor_of(ngram_settings(url="http://127.0.0.1:1/metrics", gpus=2))
     monitor.observe_page(0, page(NGRAM_PAGES[0]), 0.01)
     monitor.observe_page(200, page(NGRAM_PAGES[2]), 0.01)
-    write = monitor.observe_page(400, page(NGRAM_PAGES[3]), 0.01)
-    assert write is not None and write.cursor is not None
-    return write
+    observed = monitor.observe_page(400, page(NGRAM_PAGES[3]), 0.01)
+    assert observed is not None and observed.closed and observed.cursor is not None
+    return observed
+
+
+def closed_window_rows() -> PendingWrite:
+    """One closed window of the recorded ngram pages: real rows as the codec writes them."""
+    return pending_write(closed_window())
 
 
 def rows_of(endpoint: str, start: int, **values: Any) -> PendingWrite:

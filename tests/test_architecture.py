@@ -71,8 +71,10 @@ def imports(path: Path, text: str | None = None) -> Iterator[Import]:
 
 
 def sources(room: str) -> list[Path]:
-    """The Python files under `room` (e.g. "store/"), subpackages included."""
-    return sorted((PACKAGE / room).rglob("*.py"))
+    """The Python files under `room` (e.g. "store/"), subpackages included, or the one file
+    `room` names (e.g. "endpoint.py")."""
+    path = PACKAGE / room
+    return [path] if path.is_file() else sorted(path.rglob("*.py"))
 
 
 def within(module: str, prefixes: tuple[str, ...]) -> bool:
@@ -131,6 +133,12 @@ RULES = {
         "engines/ imports only the standard library and spectax.units",
         allowed=("spectax.engines", "spectax.units"),
     ),
+    "monitor": Rule(
+        ("endpoint.py", "observed.py"),
+        "the monitor hands out values (spectax.observed) and imports nothing from store or "
+        "scrape: it never knows who fetches its pages or who persists what it observed",
+        forbidden=("spectax.store", "spectax.scrape"),
+    ),
     "registries": Rule(
         ("engines/", "billing/"),
         "config imports the registries (engines, billing), never the reverse",
@@ -142,6 +150,7 @@ RULES = {
 @pytest.mark.parametrize("name", list(RULES))
 def test_imports_follow_the_house_rules(name: str) -> None:
     rule = RULES[name]
+    assert all(sources(room) for room in rule.rooms), f"{name}: a room of the rule is gone"
     broken = [
         f"{imported}: {rule.says}"
         for room in rule.rooms
@@ -196,6 +205,19 @@ def test_the_reader_sees_every_kind_of_import() -> None:
         "sqlalchemy.orm",
     ]
     assert str(found[4]) == "exporter/spectax/economics/probe.py:5 imports spectax.store.rows"
+
+
+def test_the_monitor_rule_refuses_what_the_monitor_once_imported() -> None:
+    """endpoint.py built the store's rows itself and took its error type from the fetch."""
+    text = (
+        "from spectax.store.rows import pending_write\n"
+        "from spectax.scrape import ScrapeError\n"
+        "from spectax.health import ScrapeError\n"
+        "from spectax.observed import Observed\n"
+    )
+    found = list(imports(PACKAGE / "endpoint.py", text))
+    refused = [i.module for i in found if RULES["monitor"].breaks(i)]
+    assert refused == ["spectax.store.rows", "spectax.scrape"]
 
 
 TESTS = Path(__file__).parent

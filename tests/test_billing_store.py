@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from builders import queued
 from recorded_pages import page
 from spectax.billing import ledger
 from spectax.billing.coordinator import BillingService
@@ -71,7 +72,8 @@ async def fill(store: Store, url: str, hours: int = 2) -> None:
     s = settings(url)
     monitor = EndpointMonitor(s.config.endpoints[0], s.usd_per_hour["chat"], 300.0)
     for i in range(hours * 120 + 2):  # the scrape after the last hour closes its window
-        write = monitor.observe_page(T0.timestamp() + 30 * i, page(PAGES[i % len(PAGES)]), 0.01)
+        observed = monitor.observe_page(T0.timestamp() + 30 * i, page(PAGES[i % len(PAGES)]), 0.01)
+        write = queued(observed)
         if write is not None:
             await store.save(write.endpoint, write.rows, write.cursor)
     await store.rollup()

@@ -7,6 +7,7 @@ import dataclasses
 
 import pytest
 
+from builders import queued
 from recorded_pages import page
 from report_history import MAY, fill_golden, golden_settings, report_of
 from spectax.config import validate
@@ -160,7 +161,7 @@ async def test_kv_cache_is_stored_with_the_window_and_rolled_up(store) -> None:
     m = monitor()
     m.observe_page(0, page("spec_ngram_inflight_after.txt"), 0.01)
     m.observe_page(60, page("spec_ngram_inflight_running_waiting.txt"), 0.01)
-    write = m.observe_page(120, page("spec_ngram_inflight_running_waiting.txt"), 0.01)
+    write = queued(m.observe_page(120, page("spec_ngram_inflight_running_waiting.txt"), 0.01))
     assert write is not None
     await store.save(write.endpoint, write.rows, write.cursor)
     (row,) = [r for r in await store.window_rows("e") if r.model]

@@ -41,11 +41,13 @@ from spectax.config import validate
 from spectax.credentials import basic_auth_header
 from spectax.endpoint import EndpointMonitor
 from spectax.endpoint_config import EndpointConfig
+from spectax.observed import Observed
 from spectax.simulate import SimulatedFleet, start_simulated_servers
 from spectax.simulate.profiles import SimProfile
 from spectax.sources.fleet import FleetSource
 from spectax.sources.promql import RUNNING, queries
 from spectax.store.pending import PendingWrite
+from spectax.store.rows import pending_write
 
 pytestmark = pytest.mark.e2e
 in_module_loop = pytest.mark.asyncio(loop_scope="module")
@@ -342,9 +344,9 @@ async def test_fleet_source_through_a_gateway_waits_out_an_outage_and_partial_an
     async def new_monitor(endpoint: EndpointConfig) -> EndpointMonitor:
         return EndpointMonitor(endpoint, None, WINDOW)
 
-    def emit(monitor: EndpointMonitor, write: PendingWrite | None) -> None:
-        if write is not None:
-            written.append(write)
+    def emit(monitor: EndpointMonitor, observed: Observed | None) -> None:
+        if observed is not None:
+            written.append(pending_write(observed))
 
     try:
         async with aiohttp.ClientSession() as session:

@@ -318,7 +318,7 @@ async def test_the_follower_writes_nothing_and_takes_over_when_the_leader_lets_g
     try:
         assert first.leading and not second.leading
         for write in writes:
-            second.enqueue(write)
+            second.enqueue_rows(write)
         assert not second.queue
         await second.maintain(time.time(), {"window": None, "hour": None, "day": None})
         assert await stored(url) == []
@@ -328,7 +328,7 @@ async def test_the_follower_writes_nothing_and_takes_over_when_the_leader_lets_g
         await asyncio.wait_for(took_over.wait(), 3 * POLL_SECONDS)
         assert second.leading
         for write in writes:
-            second.enqueue(write)
+            second.enqueue_rows(write)
         await second.settle(10.0)
         [row] = await stored(url)
         assert row.output_tokens == round(monitor.snapshot.tokens_total["tiny-llama"][0]) > 0

@@ -16,6 +16,7 @@ from sqlalchemy import inspect as sa_inspect
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from builders import queued
 from recorded_pages import page
 from spectax.cli.main import main
 from spectax.config import validate
@@ -55,7 +56,7 @@ async def fill(store: Store, url: str, minutes: int = 150) -> EndpointMonitor:
     s = settings(url)
     monitor = EndpointMonitor(s.config.endpoints[0], s.usd_per_hour["ngram"], 300.0)
     for i in range(minutes * 2):
-        write = monitor.observe_page(T0 + 30 * i, page(PAGES[i % len(PAGES)]), 0.01)
+        write = queued(monitor.observe_page(T0 + 30 * i, page(PAGES[i % len(PAGES)]), 0.01))
         if write is not None:
             await store.save(write.endpoint, write.rows, write.cursor)
     return monitor
@@ -135,7 +136,7 @@ async def test_a_late_window_re_rolls_its_hour(database_url) -> None:
         await store.rollup()
         before = totals(await store.rows("day"), *SUMMED)
         # the open window arrives late (say, flushed from the spool after an outage)
-        write = monitor.flush()
+        write = queued(monitor.flush())
         assert write is not None and write.rows
         await store.save(write.endpoint, write.rows, write.cursor)
         await store.rollup()

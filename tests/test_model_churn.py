@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from builders import queued
 from e2e import Spectax, free_port, value, write_config
 from ops_helpers import Targets
 from spectax.config import validate
@@ -117,16 +118,16 @@ async def test_a_churning_endpoint_is_bounded_and_a_good_one_is_unaffected(
             for k in range(int(5 * WINDOW / STEP)):
                 now = t0 + STEP * k
                 for monitor, text in ((churn, churn_page(k)), (good, good_page(k))):
-                    write = monitor.observe_page(now, text, 0.01)
+                    write = queued(monitor.observe_page(now, text, 0.01))
                     if write is not None:
                         await store.save(write.endpoint, write.rows, write.cursor)
-                if (write := alone.observe_page(now, good_page(k), 0.01)) is not None:
+                if (write := queued(alone.observe_page(now, good_page(k), 0.01))) is not None:
                     await alone_store.save(write.endpoint, write.rows, write.cursor)
                 window = churn.window()
                 assert len(churn.snapshot.tokens_total) <= MAX_MODELS_HELD
                 assert window is None or len(window.models) <= MAX_MODELS_HELD
         for monitor, into in ((churn, store), (good, store), (alone, alone_store)):
-            if (write := monitor.flush()) is not None:
+            if (write := queued(monitor.flush())) is not None:
                 await into.save(write.endpoint, write.rows, write.cursor)
         stored, alone_stored = await store.rows("window"), await alone_store.rows("window")
     finally:

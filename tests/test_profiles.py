@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from builders import queued
 from recorded_pages import page
 from spectax.config import validate
 from spectax.economics import PlainCurve
@@ -51,7 +52,7 @@ def feed(monitor: EndpointMonitor) -> dict:
     """A window of traffic, closed by the next page: the stored row of the closed window."""
     monitor.observe_page(0, page(PAGES[0]), 0.01)
     monitor.observe_page(60, page(PAGES[1]), 0.01)
-    write = monitor.observe_page(120, page(PAGES[1]), 0.01)
+    write = queued(monitor.observe_page(120, page(PAGES[1]), 0.01))
     assert write is not None
     (row,) = [r for r in write.rows if r["output_tokens"]]
     return row

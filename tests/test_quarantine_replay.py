@@ -57,9 +57,9 @@ async def test_a_quarantined_row_is_replayed_once_its_cause_is_fixed_and_counted
     writer = await started_writer(database_url, tmp_path)
     try:
         await execute(database_url, REFUSE[backend])
-        writer.enqueue(rows_of("bad", 0))
-        writer.enqueue(rows_of("good", 0))
-        writer.enqueue(rows_of("huge", 0, output_tokens=10**19))  # refused for good
+        writer.enqueue_rows(rows_of("bad", 0))
+        writer.enqueue_rows(rows_of("good", 0))
+        writer.enqueue_rows(rows_of("huge", 0, output_tokens=10**19))  # refused for good
         await wait_until(lambda: not writer.queue, 20, "the queue to be written")
     finally:
         await writer.stop([], 5)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
+from builders import queued
 from recorded_pages import page
 from spectax.billing.types import BillingLine, Period
 from spectax.config import validate
@@ -35,7 +36,8 @@ async def test_a_final_bill_replaces_the_estimate_for_its_day(database_url: str)
     try:
         monitor = EndpointMonitor(settings.config.endpoints[0], settings.usd_per_hour["chat"], 3600)
         for i in range(2 * 24 * 12 + 2):  # two days of 5-minute scrapes, and the closing one
-            write = monitor.observe_page(DAY.timestamp() + 300 * i, page(PAGES[i % 2]), 0.01)
+            observed = monitor.observe_page(DAY.timestamp() + 300 * i, page(PAGES[i % 2]), 0.01)
+            write = queued(observed)
             if write is not None:
                 await store.save(write.endpoint, write.rows, write.cursor)
         await store.rollup()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from builders import NGRAM_PAGES, monitor_of, ngram_settings, store_pages
+from builders import NGRAM_PAGES, monitor_of, ngram_settings, queued, store_pages
 from recorded_pages import page
 from spectax.endpoint import EndpointMonitor
 from spectax.store import Store
@@ -66,7 +66,7 @@ async def test_writing_a_window_twice_replaces_it(store: Store) -> None:
     monitor = new_monitor(settings())
     monitor.observe_page(0, page(PAGES[0]), 0.01)
     monitor.observe_page(200, page(PAGES[3]), 0.01)
-    write = monitor.observe_page(400, page(PAGES[3]), 0.01)  # closes [0, 300)
+    write = queued(monitor.observe_page(400, page(PAGES[3]), 0.01))  # closes [0, 300)
     assert write is not None
     await store.save(write.endpoint, write.rows, write.cursor)
     await store.save(write.endpoint, write.rows, write.cursor)
@@ -78,7 +78,7 @@ async def test_graceful_restart_resumes_the_open_window(store: Store) -> None:
     s = settings()
     first = new_monitor(s)
     await store_pages(first, store, [(10, PAGES[0]), (20, PAGES[1])])
-    flushed = first.flush()  # graceful stop inside window [0, 300)
+    flushed = queued(first.flush())  # graceful stop inside window [0, 300)
     assert flushed is not None
     await store.save(flushed.endpoint, flushed.rows, flushed.cursor)
 
@@ -156,11 +156,11 @@ async def test_one_batch_stores_what_the_same_writes_store_one_by_one(
     larger window, the later cursor, the hour marked for rollup."""
     s = settings()
     monitor = new_monitor(s)
-    writes = [monitor.observe_page(0, page(PAGES[0]), 0.01)]  # the baseline cursor
+    writes = [queued(monitor.observe_page(0, page(PAGES[0]), 0.01))]  # the baseline cursor
     monitor.observe_page(100, page(PAGES[1]), 0.01)
-    partial = monitor.flush()  # a graceful stop inside [0, 300)
+    partial = queued(monitor.flush())  # a graceful stop inside [0, 300)
     monitor.observe_page(200, page(PAGES[2]), 0.01)
-    writes.append(monitor.observe_page(400, page(PAGES[3]), 0.01))  # closes [0, 300)
+    writes.append(queued(monitor.observe_page(400, page(PAGES[3]), 0.01)))  # closes [0, 300)
     assert partial is not None and None not in writes
     other = [
         ("other", [{**row, "endpoint": "other"} for row in w.rows], w.cursor) for w in writes if w
@@ -199,7 +199,7 @@ async def test_rows_spooled_before_an_upgrade_write_beside_newer_ones(
     monitor = new_monitor(settings())
     writes = []
     for t, name in [(3000, PAGES[0]), (3300, PAGES[1]), (3600, PAGES[2]), (3900, PAGES[3])]:
-        write = monitor.observe_page(t, page(name), 0.01)
+        write = queued(monitor.observe_page(t, page(name), 0.01))
         if write is not None and write.rows:
             writes.append(write)
     old_write, new_write = writes[0], writes[-1]

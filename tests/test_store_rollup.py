@@ -103,9 +103,9 @@ async def test_windows_that_could_overflow_a_day_are_quarantined_and_the_rest_ro
             {**row, "end": row["start"] + timedelta(seconds=3), "seconds": 3.0} for row in bad.rows
         ]
         bad.rows = short
-        writer.enqueue(bad)
-        writer.enqueue(rows_of("good", 0))
-        writer.enqueue(rows_of("bad", 300))  # its ordinary windows are kept
+        writer.enqueue_rows(bad)
+        writer.enqueue_rows(rows_of("good", 0))
+        writer.enqueue_rows(rows_of("bad", 300))  # its ordinary windows are kept
         await wait_until(lambda: not writer.queue, 20, "the queue to be written")
         assert writer.store is not None and writer.write_errors == 0
         assert writer.queue.quarantine.rows["bad"] == len(short)

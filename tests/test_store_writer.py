@@ -8,12 +8,13 @@ import json
 import logging
 import sqlite3
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from builders import rows_of, started_writer
+from builders import closed_window, rows_of, started_writer
 from e2e import wait_until
 from spectax.store import Store
 from spectax.store.writer import StoreWriter
@@ -41,8 +42,8 @@ async def test_a_row_the_database_refuses_is_quarantined_and_the_others_are_writ
             # the bad endpoint served 1, then 1e19, beside three good endpoints, in one batch
             for t in (0, 300):
                 for name in ("good-a", "good-b", "good-c"):
-                    writer.enqueue(rows_of(name, t))
-                writer.enqueue(rows_of("bad", t, **(value if t else {})))
+                    writer.enqueue_rows(rows_of(name, t))
+                writer.enqueue_rows(rows_of("bad", t, **(value if t else {})))
             await wait_until(lambda: not writer.queue, 20, "the queue to be written")
             assert writer.up and writer.write_errors == 0
             assert writer.queue.quarantine.rows["bad"] == before + 1
@@ -60,7 +61,7 @@ async def test_a_row_the_database_refuses_is_quarantined_and_the_others_are_writ
         assert [k["write"]["endpoint"] for k in kept] == ["bad"] * len(kept)
         assert all(k["reason"] for k in kept)
         # the writer is alive and goes on writing
-        writer.enqueue(rows_of("good-a", 600))
+        writer.enqueue_rows(rows_of("good-a", 600))
         await wait_until(lambda: not writer.queue, 20, "the next write to be stored")
         assert len(await writer.store.window_rows("good-a")) == 3 * len(rows_of("x", 0).rows)
     finally:
@@ -75,13 +76,13 @@ async def test_stopping_the_writer_after_a_refused_row_spools_what_is_pending(
     SIGTERM exited 1 without spooling. Now the stop spools what the database did not take."""
     url = f"sqlite+aiosqlite:///{tmp_path}/history.sqlite"
     writer = await started_writer(url, tmp_path)
-    writer.enqueue(rows_of("bad", 0, output_tokens=10**19))
+    writer.enqueue_rows(rows_of("bad", 0, output_tokens=10**19))
     await wait_until(lambda: not writer.queue, 20, "the refused row to be set aside")
     assert writer.store is not None
     await writer.store.close()
     (tmp_path / "history.sqlite").unlink()
     (tmp_path / "history.sqlite").mkdir()  # the database cannot be written any more
-    await writer.stop([rows_of("good", 0)], 1)
+    await writer.stop([replace(closed_window(), endpoint="good")], 1)
     await writer.close()
     assert writer.queue.pending_rows == len(rows_of("good", 0).rows)
     assert "good" in (tmp_path / "spool.jsonl").read_text()
@@ -95,7 +96,7 @@ async def test_a_locked_sqlite_postpones_the_rollup_in_one_line_and_it_runs_late
     path = tmp_path / "history.sqlite"
     writer = await started_writer(f"sqlite+aiosqlite:///{path}", tmp_path)
     try:
-        writer.enqueue(rows_of("a", 0))
+        writer.enqueue_rows(rows_of("a", 0))
         await wait_until(lambda: not writer.queue, 20, "the window to be stored")
         holder = sqlite3.connect(path, timeout=0)
         holder.execute("BEGIN EXCLUSIVE")  # another process holds the write lock
@@ -141,7 +142,7 @@ async def test_the_oldest_pending_age_dates_a_left_spool_and_is_zero_once_writte
     try:
         await wait_until(lambda: not writer.queue, 20, "the spool to be written")
         assert writer.oldest_pending_age(time.time()) == 0
-        writer.enqueue(rows_of("b", int(time.time())))
+        writer.enqueue_rows(rows_of("b", int(time.time())))
         assert 0 <= writer.oldest_pending_age(time.time() + 5) <= 5 + 1
     finally:
         await writer.stop([], 5)

@@ -31,7 +31,7 @@ from sqlalchemy import Connection, inspect
 from sqlalchemy import text as sql
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from builders import priced_endpoint, scrape_write
+from builders import priced_endpoint, queued, scrape_write
 from e2e import free_port
 from ops_helpers import Targets
 from recorded_pages import page
@@ -160,7 +160,7 @@ def test_a_restart_between_two_scrapes_names_the_span_and_the_age_not_a_cold_sta
     assert "between two scrapes: 10.0 s unobserved" in line, line
     assert "the new process was 5.0 s old at first sight" in line
     assert monitor.snapshot.unobserved_seconds_total == pytest.approx(10.0)
-    open_window = monitor.flush()
+    open_window = queued(monitor.flush())
     assert open_window is not None
     assert [row["unobserved_seconds"] for row in open_window.rows] == [pytest.approx(10.0)]
 

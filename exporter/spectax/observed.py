@@ -3,17 +3,34 @@ monitor (spectax.endpoint) and the store, so that neither needs the other: as Ho
 Assistant's coordinator, the monitor keeps the last good data and never knows who
 persists it.
 
-`Resume` is what the store hands back at start-up (Store.restore): where the last run
-stopped.
+`Observed` is what an observation leaves for the history: the daemon hands it to the
+store writer, which encodes its rows (spectax.store.rows.pending_write). `Resume` is what
+the store hands back at start-up (Store.restore): where the last run stopped.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
+from spectax.economics.assessment import AssessedWindow
 from spectax.engines.base import EngineSample
 from spectax.pipeline.windows import Window
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """One endpoint's windows for the history, assessed under the parameters in force when
+    they were handed out: those an observation closed, and (from `flush`) the open one so
+    far; with the cursor that goes with them, the last page's time and sample, where a
+    restart resumes. A scrape that closes nothing hands out none (None), so the common
+    scrape costs nothing here."""
+
+    endpoint: str
+    closed: Sequence[AssessedWindow]
+    cursor: tuple[float, EngineSample] | None
+    open_window: AssessedWindow | None = None
 
 
 @dataclass(frozen=True, slots=True)

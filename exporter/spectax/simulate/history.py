@@ -2,9 +2,10 @@
 
 The demo endpoints' simulators (`spectax.simulate`, the mixed fleet) run in fast
 mode, one window at a time, all endpoints abreast, and their pages go through the
-daemon's own code path: `EndpointMonitor.observe_page` turns them into window rows
-with spend and assessments, `Store.save` writes them, `Store.rollup` sums them into
-hours and days, once a simulated day for the whole fleet. A few engine restarts
+daemon's own code path: `EndpointMonitor.observe_page` turns them into windows
+with spend and assessments, the row codec (`store.rows`) into window rows,
+`Store.save` writes them, `Store.rollup` sums them into hours and days, once a
+simulated day for the whole fleet. A few engine restarts
 (cold starts) are spread over the span; traffic follows a daily cycle. Everything is
 seeded: the same span gives the same history. The step-time histograms' sums are
 left out of the stored rows: the fast path makes them from steady-state means, and a
@@ -32,13 +33,14 @@ from spectax.config import Settings
 from spectax.economics import PlainCurve, Profile
 from spectax.endpoint import EndpointMonitor
 from spectax.endpoint_config import EndpointConfig
+from spectax.observed import Observed
 from spectax.report.period import Month
 from spectax.simulate.fleet import DEMO_METHODS, DEMO_URLS, demo_settings
 from spectax.simulate.profiles import DEMO_PROFILES, SimProfile
 from spectax.simulate.sweep import simulated_profile
 from spectax.simulate.vllm import SimulatedVllm
 from spectax.store import Store
-from spectax.store.pending import PendingWrite
+from spectax.store.rows import pending_write
 from spectax.units import from_timestamp
 
 WINDOW_SECONDS = 3600.0
@@ -249,10 +251,10 @@ _STEP_COLUMNS = (
 )
 
 
-def _rows(write: PendingWrite | None) -> list[dict[str, Any]]:
-    if write is None:
+def _rows(observed: Observed | None) -> list[dict[str, Any]]:
+    if observed is None:
         return []
-    return [{**row, **dict.fromkeys(_STEP_COLUMNS)} for row in write.rows]
+    return [{**row, **dict.fromkeys(_STEP_COLUMNS)} for row in pending_write(observed).rows]
 
 
 def _control_curve(endpoint: EndpointConfig) -> Callable[[], PlainCurve | None] | None:

@@ -27,13 +27,13 @@ from spectax.endpoint_config import EndpointConfig, resolve_price
 from spectax.engines.base import EngineSample, ModelSample
 from spectax.gpus import gpu_spec
 from spectax.health import LogOnce, ScrapeError
+from spectax.observed import Observed
 from spectax.pipeline.intervals import Interval
 from spectax.pipeline.windows import aligned_start
 from spectax.scrape import redact
 from spectax.source_config import PrometheusSource
 from spectax.sources.prometheus import PrometheusReader, SourceError, iso
 from spectax.sources.promql import horizon
-from spectax.store.pending import PendingWrite
 
 if TYPE_CHECKING:
     from spectax.config import Config
@@ -71,7 +71,7 @@ def endpoint_price(settings: Settings, config: EndpointConfig) -> Decimal | None
 
 
 MonitorFactory = Callable[[EndpointConfig], Awaitable[EndpointMonitor]]
-Emit = Callable[[EndpointMonitor, PendingWrite | None], None]
+Emit = Callable[[EndpointMonitor, Observed | None], None]
 
 
 class FleetSource:
@@ -187,7 +187,7 @@ class FleetHost(Protocol):
 
     async def new_monitor(self, endpoint: EndpointConfig) -> EndpointMonitor: ...
 
-    def publish(self, monitor: EndpointMonitor, write: PendingWrite | None) -> None: ...
+    def publish(self, monitor: EndpointMonitor, observed: Observed | None) -> None: ...
 
 
 class Fleet:

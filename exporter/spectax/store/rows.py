@@ -1,6 +1,7 @@
-"""The row codec: an assessed window as `windows` table rows, and a stored window back as a
-`Window`. The only place that knows how a counter is spelled in the database: each declared
-counter (spectax.engines.base.Counters) by the rule of its kind, in its declared column.
+"""The row codec: an assessed window as `windows` table rows (a monitor's `Observed` as the
+store writer's `PendingWrite`), and a stored window back as a `Window`. The only place that
+knows how a counter is spelled in the database: each declared counter
+(spectax.engines.base.Counters) by the rule of its kind, in its declared column.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from decimal import Decimal
 from typing import Any
 
 from spectax.economics.assessment import AssessedWindow, Assessment
-from spectax.engines.base import COUNTERS, Buckets, CounterKind, EngineSample, Histogram
+from spectax.engines.base import COUNTERS, Buckets, CounterKind, Histogram
+from spectax.observed import Observed
 from spectax.pipeline.counts import GAUGES, Counts
 from spectax.pipeline.windows import Window
 from spectax.store.models import WindowRow
@@ -20,11 +22,14 @@ from spectax.store.pending import PendingWrite
 from spectax.units import from_timestamp as _utc
 
 
-def pending_write(
-    endpoint: str, closed: Iterable[AssessedWindow], cursor: tuple[float, EngineSample] | None
-) -> PendingWrite:
-    """What the store must write for these closed windows and the cursor that goes with them."""
-    return PendingWrite(endpoint, [row for w in closed for row in window_rows(endpoint, w)], cursor)
+def pending_write(observed: Observed) -> PendingWrite:
+    """What the store must write of `observed`: its windows' rows (the closed ones, then the
+    open one) and the cursor that goes with them."""
+    endpoint = observed.endpoint
+    rows = [row for w in observed.closed for row in window_rows(endpoint, w)]
+    if observed.open_window is not None:
+        rows += window_rows(endpoint, observed.open_window)
+    return PendingWrite(endpoint, rows, observed.cursor)
 
 
 def window_rows(endpoint: str, closed: AssessedWindow) -> list[dict[str, Any]]:

@@ -29,9 +29,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spectax.health import LogOnce
+from spectax.observed import Observed
 from spectax.store.db import StoreDataError, StoreError, StoreUnusable, reason
 from spectax.store.leader import POLL_SECONDS, Election, Leadership, leadership
 from spectax.store.pending import PendingWrite
+from spectax.store.rows import pending_write
 from spectax.store.spool import WriteQueue
 
 if TYPE_CHECKING:  # for annotations only: the writer is handed a Store, never opens one
@@ -143,10 +145,16 @@ class StoreWriter:
         self._contending = asyncio.create_task(self._contend_loop(), name="leader")
         self._wakeup.set()  # a spool left by start-up drains behind the scrapes
 
-    def enqueue(self, write: PendingWrite | None, wake: bool = True) -> None:
-        """Queue `write`; with `wake` False (an open window's progress, at every scrape) it
-        waits for the writer's next pass, at most OPEN_WINDOW_SECONDS away."""
-        if write is not None and self.election.accepts:
+    def enqueue(self, observed: Observed | None, wake: bool = True) -> None:
+        """Queue what a monitor handed out, as its rows (spectax.store.rows); with `wake` False
+        (an open window's progress, at every scrape) it waits for the writer's next pass, at
+        most OPEN_WINDOW_SECONDS away. A follower's are dropped before they are encoded."""
+        if observed is not None and self.election.accepts:
+            self.enqueue_rows(pending_write(observed), wake)
+
+    def enqueue_rows(self, write: PendingWrite, wake: bool = True) -> None:
+        """Queue rows already encoded, as `enqueue` does."""
+        if self.election.accepts:
             if self._oldest_since is None or not self.queue:
                 self._oldest_since = time.time()
             self.queue.append(write)
@@ -185,7 +193,7 @@ class StoreWriter:
                 health.failed("%s; retrying", _describe(exc), level=logging.ERROR)
                 await asyncio.sleep(min(DRAIN_RETRY_SECONDS, max(left, 0.0)))
 
-    async def stop(self, last: Iterable[PendingWrite | None], timeout: float) -> None:
+    async def stop(self, last: Iterable[Observed | None], timeout: float) -> None:
         """Stop the background writer, queue `last` (the open windows; taken only now),
         store what is queued within `timeout`, and spool to disk what the database did
         not take."""
@@ -201,9 +209,9 @@ class StoreWriter:
             self._contending.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._contending
-        for write in last:
-            if write is not None and self.election.accepts:
-                self.queue.append(write)
+        for observed in last:
+            if observed is not None and self.election.accepts:
+                self.queue.append(pending_write(observed))
         if self.store is not None:
             await self.drain(timeout)
         self.queue.spill_all()  # what the database did not take waits on disk
