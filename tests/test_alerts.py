@@ -84,11 +84,13 @@ def runbook_sections() -> dict[str, str]:
     }
 
 
+@pytest.mark.e2e
 def test_promtool_check_rules() -> None:
     result = run_tool("promtool", "check", "rules", *map(str, RULE_FILES))
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("unit_test", UNIT_TESTS, ids=lambda p: p.name)
 def test_promtool_unit_tests(unit_test: Path) -> None:
     result = run_tool("promtool", "test", "rules", str(unit_test))
@@ -274,11 +276,13 @@ def test_the_runbook_lists_how_to_settle_it_in_settles_words_cheapest_first() ->
     assert "the runbook has the config lines and commands" in folded(settle)
 
 
+@pytest.mark.e2e
 def test_alertmanager_example_is_valid() -> None:
     result = run_tool("amtool", "check-config", str(AM_EXAMPLE))
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(("severity", "receiver"), sorted(RECEIVERS.items()))
 def test_alertmanager_example_separates_pages_from_tickets(severity: str, receiver: str) -> None:
     for name in [n for n, s in EXPECTED_ALERTS.items() if s == severity]:
@@ -297,6 +301,7 @@ def test_alertmanager_example_separates_pages_from_tickets(severity: str, receiv
         assert result.stdout.strip() == receiver, (name, result.stdout)
 
 
+@pytest.mark.e2e
 def test_prometheus_example_is_valid() -> None:
     result = run_tool("promtool", "check", "config", str(ALERTS / "prometheus.example.yml"))
     assert result.returncode == 0, result.stdout + result.stderr
@@ -395,6 +400,7 @@ def installed_alerts(out: Path) -> dict[str, dict[str, Any]]:
     return {r["alert"]: r for group in data["groups"] for r in group["rules"] if "alert" in r}
 
 
+@pytest.mark.e2e
 def test_install_puts_every_runbook_url_under_the_operators_base(tmp_path: Path) -> None:
     base = "https://wiki.example.com/oncall/spectax-runbook"
     assert INSTALL.main(["--out", str(tmp_path), "--runbook-url", base]) == 0

@@ -59,6 +59,7 @@ def anchors_of(site: Path, page: str) -> set[str]:
     return set(re.findall(r'\bid="([^"]+)"', html.read_text(encoding="utf-8")))
 
 
+@pytest.mark.e2e
 def test_the_site_builds_strict_and_shows_the_canonical_runbook(site: Path) -> None:
     """docs/runbook.md is a link to alerts/runbook.md (what alerts/install.py installs), not
     a copy that could drift: the site shows every section of that file."""
@@ -71,6 +72,7 @@ def test_the_site_builds_strict_and_shows_the_canonical_runbook(site: Path) -> N
     assert {a.lower() for a in alerts} <= ids
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("change", "said"),
     [
@@ -98,6 +100,7 @@ def test_a_dead_link_or_a_page_left_out_fails_the_build(
     assert said in done.stderr + done.stdout
 
 
+@pytest.mark.e2e
 def test_the_readme_links_land(site: Path) -> None:
     """The README's links into docs/ (and anywhere in the repository) name a file that is
     there and, for a docs page, an anchor the built page has."""
@@ -127,6 +130,7 @@ def pointer_files() -> list[Path]:
     return files
 
 
+@pytest.mark.e2e
 def test_code_and_config_point_at_docs_pages_that_exist(site: Path) -> None:
     """A message, comment or panel naming `docs/PAGE.md` (or `docs/PAGE.md#anchor`) names
     a page of the site, and an anchor it has."""

@@ -92,6 +92,7 @@ async def test_no_full_pass_of_its_own_one_after_a_read_and_the_old_schedule_bac
     assert full_passes.count(2) >= 2, "Python's own schedule is back"
 
 
+@pytest.mark.usefixtures("small_heap")  # its passes walk thousands of objects, not the heap
 async def test_a_read_soon_after_a_pass_waits_and_nobody_reading_still_gets_one(
     full_passes: list[int],
 ) -> None:

@@ -61,6 +61,7 @@ def spectax_figures(before: str, after: str) -> dict[tuple[str, str], float | No
     }
 
 
+@pytest.mark.e2e
 async def test_quantiles_equal_prometheus_histogram_quantile(tmp_path: Path) -> None:
     binary("prometheus")
     texts = [(page(before), page(after)) for before, after in PAIRS]
