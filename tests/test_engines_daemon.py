@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry
 
+from builders import monitors_of
 from engine_pages import pages
 from spectax.config import validate
 from spectax.endpoint import EndpointMonitor
@@ -40,10 +41,7 @@ def fed() -> dict[str, EndpointMonitor]:
             ],
         }
     )
-    monitors = {
-        e.name: EndpointMonitor(e, settings.usd_per_hour.get(e.name), 300.0)
-        for e in settings.config.endpoints
-    }
+    monitors = monitors_of(settings)
     for engine, directory in SETS.items():
         texts = pages(directory)
         for at, name in ((0.0, "spec_0_start.txt"), (60.0, "spec_1_after.txt")):

@@ -16,6 +16,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from builders import monitor_of
 from e2e import Spectax, free_port, stored_windows, value, wait_until, write_config
 from ops_helpers import Targets
 from spectax import logs
@@ -32,7 +33,7 @@ def monitor_with_token(token: str) -> EndpointMonitor:
     s = validate(
         {"endpoints": [{"name": "echo", "url": "http://127.0.0.1:1", "bearer_token": token}]}
     )
-    return EndpointMonitor(s.config.endpoints[0], s.usd_per_hour.get("echo"), 300.0)
+    return monitor_of(s)
 
 
 def test_a_page_whose_model_name_echoes_the_token_is_refused_without_repeating_it() -> None:

@@ -15,6 +15,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from builders import monitors_of
 from recorded_pages import page
 from spectax.config import validate
 from spectax.economics import MIN_STEP_OVERHEAD_RATIO
@@ -25,11 +26,7 @@ from spectax.web import make_app
 
 
 def monitors(*endpoints: dict[str, object]) -> dict[str, EndpointMonitor]:
-    settings = validate({"window": "5m", "endpoints": list(endpoints)})
-    return {
-        e.name: EndpointMonitor(e, settings.usd_per_hour.get(e.name), 300.0)
-        for e in settings.config.endpoints
-    }
+    return monitors_of(validate({"window": "5m", "endpoints": list(endpoints)}))
 
 
 def registry_for(ms: dict[str, EndpointMonitor]) -> CollectorRegistry:

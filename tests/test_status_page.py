@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from browser import Browser, chromium
+from builders import monitors_of
 from e2e import Samples, Spectax, free_port, value, wait_until, write_config
 from recorded_pages import page
 from spectax.config import validate
@@ -83,10 +84,7 @@ def fixture_page() -> tuple[str, dict[str, EndpointMonitor], StatusHistory]:
             ],
         }
     )
-    monitors = {
-        e.name: EndpointMonitor(e, settings.usd_per_hour.get(e.name), 300.0)
-        for e in settings.config.endpoints
-    }
+    monitors = monitors_of(settings)
     history = StatusHistory(step_seconds=60.0)
     for name, (first, second) in PAGES.items():
         texts = [page(first), page(second)]
@@ -314,7 +312,7 @@ def test_the_page_is_self_contained_refreshes_itself_and_has_no_script() -> None
 def test_past_100_endpoints_the_worst_are_shown_and_the_rest_counted() -> None:
     endpoints = [{"name": f"e{i:03}", "url": f"http://h:{i + 1}"} for i in range(105)]
     settings = validate({"endpoints": endpoints})
-    monitors = {e.name: EndpointMonitor(e, None, 300.0) for e in settings.config.endpoints}
+    monitors = monitors_of(settings)  # none priced
     monitors["e104"].observe_failure(ScrapeError("connect", "connection refused"), 0.01)
     html = render_status_page({n: m.snapshot for n, m in monitors.items()}, StatusHistory(), 0.0)
     shown = cards(html)
