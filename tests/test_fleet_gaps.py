@@ -21,12 +21,11 @@ from spectax.cli.backfill import backfill
 from spectax.config import Settings, validate
 from spectax.endpoint import EndpointMonitor
 from spectax.endpoint_config import EndpointConfig
-from spectax.observed import Observed
-from spectax.sources.fleet import FleetSource, endpoint_price
+from spectax.sources.fleet import FleetSource
 from spectax.sources.promql import SERIES
 from spectax.store import Store
 from spectax.store.pending import PendingWrite
-from spectax.store.rows import pending_write
+from spectax.tariffs import running_pricing
 
 pytestmark = pytest.mark.e2e  # a real Prometheus, scraping for seconds
 
@@ -80,11 +79,11 @@ async def live_rows(settings: Settings, t0: float) -> dict[float, dict[str, Any]
     written: list[PendingWrite] = []
 
     async def new_monitor(endpoint: EndpointConfig) -> EndpointMonitor:
-        return EndpointMonitor(endpoint, endpoint_price(settings, endpoint), W)
+        return EndpointMonitor(endpoint, running_pricing(endpoint, settings.prices).usd_per_hour, W)
 
-    def emit(monitor: EndpointMonitor, observed: Observed | None) -> None:
-        if observed is not None:
-            written.append(pending_write(observed))
+    def emit(monitor: EndpointMonitor, write: PendingWrite | None) -> None:
+        if write is not None:
+            written.append(write)
 
     source = settings.config.sources[0]
     async with aiohttp.ClientSession() as session:

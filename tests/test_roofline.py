@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from builders import queued
 from recorded_pages import page
 from spectax.config import validate
 from spectax.economics import PlainCurve, Profile, roofline_ridge_batch
@@ -20,6 +19,7 @@ from spectax.observed import Resume
 from spectax.pipeline.counts import Counts
 from spectax.pipeline.windows import Window
 from spectax.store import Store
+from spectax.tariffs import pricing_of
 
 DATA = Path(__file__).parent.parent / "exporter" / "spectax" / "data"
 MID, AFTER = "spec_ngram_mfu_2_mid.txt", "spec_ngram_mfu_3_after.txt"
@@ -76,7 +76,8 @@ def test_every_gpu_spec_has_its_datasheet_and_prices_find_them() -> None:
             ]
         }
     )
-    assert settings.gpus == {"priced": gpu_spec("H100 SXM"), "named": gpu_spec("H100 SXM")}
+    gpus = {e.name: pricing_of(e, settings.prices).gpu for e in settings.config.endpoints}
+    assert gpus == {"priced": gpu_spec("H100 SXM"), "named": gpu_spec("H100 SXM"), "unknown": None}
 
 
 def monitor(gpu: str | None = "H100 SXM", **kwargs: object) -> EndpointMonitor:
@@ -94,14 +95,15 @@ def monitor(gpu: str | None = "H100 SXM", **kwargs: object) -> EndpointMonitor:
         }
     )
     config = settings.config.endpoints[0]
-    return EndpointMonitor(config, None, 60.0, gpu=settings.gpus.get("e"), **kwargs)  # type: ignore[arg-type]
+    gpu_found = pricing_of(config, settings.prices).gpu
+    return EndpointMonitor(config, None, 60.0, gpu=gpu_found, **kwargs)  # type: ignore[arg-type]
 
 
 def feed(m: EndpointMonitor) -> list[dict]:
     """The recorded pair as one closed window (0-60 s) and the next scrape: the rows written."""
     m.observe_page(0, page(MID), 0.01)
     m.observe_page(60, page(AFTER), 0.01)
-    write = queued(m.observe_page(120, page(AFTER), 0.01))
+    write = m.observe_page(120, page(AFTER), 0.01)
     assert write is not None
     return [row for row in write.rows if row["output_tokens"]]
 
@@ -195,7 +197,7 @@ async def test_estimates_past_a_database_integer_are_stored_and_rolled_up(store)
     }
     m.observe_page(0, scaled[MID], 0.01)
     m.observe_page(60, scaled[AFTER], 0.01)
-    write = queued(m.observe_page(120, scaled[AFTER], 0.01))
+    write = m.observe_page(120, scaled[AFTER], 0.01)
     assert write is not None
     await store.save(write.endpoint, write.rows, write.cursor)
     (row,) = [r for r in await store.window_rows("e") if r.output_tokens]

@@ -39,10 +39,10 @@ from spectax.economics import (
     draft_cost_ratio_for,
     step_overhead_floor,
 )
-from spectax.endpoint_config import EndpointConfig, PriceConfig, resolve_price
-from spectax.gpus import GpuSpec, gpu_spec
+from spectax.endpoint_config import EndpointConfig, PriceConfig
 from spectax.source_config import PrometheusSource
 from spectax.store.db import database_url
+from spectax.tariffs import pricing_of
 from spectax.units import Duration, InvalidFile, StrictModel, parse_duration
 
 DEFAULT_LISTEN = "127.0.0.1:9837"
@@ -128,15 +128,14 @@ class Config(StrictModel):
 @dataclass
 class Settings:
     """A validated configuration with its prices resolved: what the daemon runs on. By
-    endpoint name: the price, what its scrapes send, its GPU's specs (when the table has
-    them); the billing sources with their secrets resolved (price_table first)."""
+    endpoint name: the price (spectax.tariffs), what its scrapes send; the billing sources
+    with their secrets resolved (price_table first)."""
 
     config: Config
     prices: PriceTable
     usd_per_hour: dict[str, Decimal]
     target_auth: dict[str, TargetAuth] = field(default_factory=dict)
     billing: list[SourceSpec] = field(default_factory=list)
-    gpus: dict[str, GpuSpec] = field(default_factory=dict)
 
 
 def load_config(path: Path | str | None, listen: str | None = None) -> Settings:
@@ -230,11 +229,11 @@ def _validate(raw: Any, source: str, secrets: set[str]) -> Settings:
                 f"{least_c:.3g}, draft_params / target_params: each drafting pass reads the "
                 "drafter's weights (docs/economics.md, the floor under h)"
             )
-        price, problem = resolve_price(endpoint, prices)
-        if problem and "price_table" not in valid.dropped:
-            problems.append(f"{where}.price: {problem}")
-        elif price is not None:
-            usd_per_hour[endpoint.name] = price
+        pricing = pricing_of(endpoint, prices)
+        if pricing.problem and "price_table" not in valid.dropped:
+            problems.append(f"{where}.price: {pricing.problem}")
+        elif pricing.usd_per_hour is not None:
+            usd_per_hour[endpoint.name] = pricing.usd_per_hour
     target_auth: dict[str, TargetAuth] = {}
     for i, endpoint in zip(valid.endpoints, config.endpoints, strict=True):
         auth, auth_problems = build_target_auth(
@@ -267,9 +266,7 @@ def _validate(raw: Any, source: str, secrets: set[str]) -> Settings:
     ]
     if problems:
         raise ConfigError(source, problems)
-    named = {e.name: (e.price and e.price.gpu) or e.gpu for e in config.endpoints}  # as priced
-    gpus = {name: known for name, gpu in named.items() if (known := gpu_spec(gpu))}
-    return Settings(_shared_parts(config), prices, usd_per_hour, target_auth, billing, gpus)
+    return Settings(_shared_parts(config), prices, usd_per_hour, target_auth, billing)
 
 
 def _echoing_a_secret(config: Config, valid: _Validated, secrets: set[str]) -> list[str]:

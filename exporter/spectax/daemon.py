@@ -36,7 +36,6 @@ from spectax.exposition.collector import ReloadStatus, SnapshotCollector, StoreS
 from spectax.exposition.text import Page
 from spectax.gc_pacing import FullCollections
 from spectax.health import ScrapeError
-from spectax.observed import Observed
 from spectax.profiles import REFRESH_SECONDS, ProfileBook, baseline_profile_name
 from spectax.reload import endpoint_changes, read_new_configuration, sources_changed
 from spectax.schedule import Jobs, ScrapeSchedule, finish_tasks
@@ -52,6 +51,7 @@ from spectax.store import Store
 from spectax.store.pending import PendingWrite
 from spectax.store.writer import StoreWriter
 from spectax.takeover import not_below
+from spectax.tariffs import running_pricing
 from spectax.web import WebGuard, make_app
 from spectax.webconfig import WebConfigError, load_web_config
 from spectax.webserver import WebServer, start_server
@@ -191,7 +191,7 @@ class Daemon:
         gc.freeze()
         self._full_collections.start()
         self._schedule()
-        await self.fleet.start(self)
+        await self._start_fleet()
         await self.billing.start(self._jobs.scheduler, self.store, lambda: self.writer.leading)
         self._ready = True
         log.info(
@@ -308,7 +308,7 @@ class Daemon:
         self._scrapes.replace(self.monitors, self.config.scrape_interval)
         await self.billing.apply(settings.billing)
         if fleet_changed:
-            await self.fleet.restart(self)
+            await self._start_fleet()
         log.info(
             "configuration reloaded: %d endpoint(s) kept, %d started, %d stopped",
             len(changes.kept),
@@ -374,7 +374,27 @@ class Daemon:
     async def _take_over(self) -> None:
         """A follower become leader resumes as if restarted (the fleet too)."""
         await self._restore()
-        await self.fleet.restart(self)
+        await self._start_fleet()
+
+    async def _start_fleet(self) -> None:
+        """The fleet sources, (re)started at start-up, after a takeover or a reload that
+        changed them: their endpoints resume where the store's history of the fleet ends
+        (the latest cursor of an endpoint not configured to be scraped: a fleet one), so the
+        windows nobody wrote are read again."""
+        assert self.session is not None and self.store is not None
+        await self.fleet.stop()
+        reserved = frozenset(e.name for e in self.config.endpoints)
+        cursors = await self.store.cursor_times()
+        resume = max((t for n, t in cursors.items() if n not in reserved), default=None)
+        self.fleet.start(
+            self.config.sources,
+            self.config.window,
+            self.session,
+            resume,
+            self.new_monitor,
+            self.publish,
+            reserved,
+        )
 
     async def _restore(self) -> None:
         assert self.store is not None
@@ -398,15 +418,16 @@ class Daemon:
             endpoint.name, self.config.window, CALIBRATION_POINTS, pending
         )
         resume = not_below(resume, self.monitors.get(endpoint.name))  # spectax.takeover
+        pricing = running_pricing(endpoint, self.settings.prices)  # a fleet's: found now
         monitor = EndpointMonitor(
             endpoint,
-            self.settings.usd_per_hour.get(endpoint.name),
+            pricing.usd_per_hour,
             self.config.window,
             resume,
             **EndpointMonitor.control_lookups(lambda: self.monitors, endpoint.control),
             profile=self.profiles.lookup(endpoint.profile),
             baseline=self.profiles.lookup(baseline_profile_name(endpoint.name)),
-            gpu=self.settings.gpus.get(endpoint.name),
+            gpu=pricing.gpu,
         )
         if resume.cursor is not None:
             resumed = datetime.fromtimestamp(resume.cursor[0], UTC)
@@ -418,9 +439,9 @@ class Daemon:
             )
         return monitor
 
-    def publish(self, monitor: EndpointMonitor, observed: Observed | None) -> None:
+    def publish(self, monitor: EndpointMonitor, write: PendingWrite | None) -> None:
         """An endpoint's new state: its closed windows queued for the store, its snapshot on
         /metrics and the status page (the fleet's endpoints come this way too)."""
-        self.writer.enqueue(observed)
+        self.writer.enqueue(write)
         self.collector.prerender(monitor.config.name, monitor.snapshot)
         self.status.record(monitor.config.name, monitor.snapshot)

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, SecretStr, field_validator
 
-from spectax.billing.prices import PriceTable, PriceTableError
 from spectax.credentials import BasicAuthConfig, TLSClientConfig
 from spectax.economics import (
     DEFAULT_RIDGE_BATCH,
@@ -97,23 +96,3 @@ class EndpointConfig(StrictModel):
         if not re.match(r"^https?://[^/\s]+", value):
             raise ValueError("must be an http:// or https:// URL")
         return value
-
-
-def resolve_price(
-    endpoint: EndpointConfig, prices: PriceTable
-) -> tuple[Decimal | None, str | None]:
-    """The endpoint's price per GPU-hour, or why there is none (None, None: unpriced)."""
-    price = endpoint.price
-    if price is None:
-        return None, None  # unpriced: no spend and no cost figures, rather than a false $0
-    if price.usd_per_hour is not None:
-        if price.provider or price.product:
-            return None, "give either usd_per_hour or provider/product/gpu, not both"
-        return price.usd_per_hour, None
-    gpu = price.gpu or endpoint.gpu
-    if not (price.provider and price.product and gpu):
-        return None, "needs usd_per_hour, or provider, product and gpu to look up"
-    try:
-        return prices.lookup(price.provider, price.product, gpu).usd_per_hour, None
-    except PriceTableError as exc:
-        return None, str(exc)

@@ -23,14 +23,13 @@ import aiohttp
 
 from spectax.config import Settings, load_config
 from spectax.endpoint import EndpointMonitor
-from spectax.gpus import gpu_spec
 from spectax.pipeline.windows import aligned_start
 from spectax.report.progress import Progress
 from spectax.scrape import USER_AGENT
-from spectax.sources.fleet import carried, cursor_sample, endpoint_price
+from spectax.sources.fleet import carried, cursor_sample
 from spectax.sources.prometheus import PrometheusReader, SourceError
 from spectax.store import Store, WindowWrite
-from spectax.store.rows import pending_write
+from spectax.tariffs import running_pricing
 
 # Two hours of raw samples per query and series: at a 15 s scrape interval 480 samples,
 # far under what Prometheus (50M samples a query), Thanos and Mimir allow for a fleet of
@@ -136,18 +135,13 @@ async def backfill(
                                 continue
                             if (monitor := monitors.get(name)) is None:
                                 endpoint = source.endpoint_config(name)
+                                pricing = running_pricing(endpoint, settings.prices)
                                 monitor = monitors[name] = EndpointMonitor(
-                                    endpoint,
-                                    endpoint_price(settings, endpoint),
-                                    length,
-                                    gpu=gpu_spec(
-                                        (endpoint.price and endpoint.price.gpu) or endpoint.gpu
-                                    ),
+                                    endpoint, pricing.usd_per_hour, length, gpu=pricing.gpu
                                 )
                             fed = carried(monitor, interval, source)
-                            observed = monitor.observe_interval(fed, cursor_sample(interval))
-                            if observed is not None:
-                                write = pending_write(observed)
+                            write = monitor.observe_interval(fed, cursor_sample(interval))
+                            if write is not None:
                                 writes.append((write.endpoint, write.rows, write.cursor))
                                 rows += len(write.rows)
                     await store.save_many(writes)

@@ -21,12 +21,13 @@ import yaml
 
 from spectax import logs, yamlfile
 from spectax.config import ConfigError, Settings, load_config
-from spectax.endpoint_config import EndpointConfig, resolve_price
+from spectax.endpoint_config import EndpointConfig
 from spectax.engines import get_parser
 from spectax.engines.base import ParseError
 from spectax.health import ScrapeError
 from spectax.scrape import fetch, metrics_url, redact, scrape_session
 from spectax.store import db
+from spectax.tariffs import pricing_of
 from spectax.webconfig import WebConfigError, load_web_config
 
 # Valid but useless to `spectax run`, which refuses it: scraping nothing, it would serve no
@@ -110,7 +111,7 @@ def _summarise(path: Path, settings: Settings) -> None:
     for source in config.sources:  # fleet mode: its endpoints are found at run time
         labels = ", ".join(source.endpoint_labels)
         endpoint = source.endpoint_config("endpoint")  # what every endpoint found gets
-        price, _ = resolve_price(endpoint, settings.prices)
+        price = pricing_of(endpoint, settings.prices).usd_per_hour
         shown = f"{price} USD/GPU-hour x {endpoint.gpus}" if price is not None else "no price"
         print(
             f"  source {redact(source.url)}: an endpoint per {labels} of {{{source.selector}}},"

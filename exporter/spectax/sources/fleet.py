@@ -4,8 +4,10 @@ One task per source. At each window boundary (plus the source's `delay`, for Pro
 to have scraped up to it) the reader sends one query per series for the whole fleet and
 hands each discovered endpoint its window; the endpoint's monitor (spectax.endpoint)
 prices, assesses and closes it like any scraped window, and the daemon's store writer
-writes it. When the source fails or answers in part, the window waits: it is read again
-until it is whole, never written short, and the windows behind it follow in one query.
+writes it. The fleet is handed its sources and two callables, to make an endpoint's
+monitor and to publish its new state: it never sees the daemon. When the source fails or
+answers in part, the window waits: it is read again until it is whole, never written
+short, and the windows behind it follow in one query.
 """
 
 from __future__ import annotations
@@ -13,31 +15,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
-from decimal import Decimal
-from typing import TYPE_CHECKING, Protocol
 
 import aiohttp
 
 from spectax import logs
-from spectax.config import Settings
 from spectax.endpoint import EndpointMonitor, EndpointSnapshot
-from spectax.endpoint_config import EndpointConfig, resolve_price
+from spectax.endpoint_config import EndpointConfig
 from spectax.engines.base import EngineSample, ModelSample
-from spectax.gpus import gpu_spec
 from spectax.health import LogOnce, ScrapeError
-from spectax.observed import Observed
 from spectax.pipeline.intervals import Interval
 from spectax.pipeline.windows import aligned_start
 from spectax.scrape import redact
 from spectax.source_config import PrometheusSource
 from spectax.sources.prometheus import PrometheusReader, SourceError, iso
 from spectax.sources.promql import horizon
-
-if TYPE_CHECKING:
-    from spectax.config import Config
-    from spectax.store import Store
+from spectax.store.pending import PendingWrite
 
 log = logging.getLogger("spectax.fleet")
 RETRY_SECONDS = 15.0  # a failed read is tried again this soon (or at the next window)
@@ -62,16 +56,8 @@ def carried(monitor: EndpointMonitor, interval: Interval, source: PrometheusSour
     return replace(interval, start=last)
 
 
-def endpoint_price(settings: Settings, config: EndpointConfig) -> Decimal | None:
-    """The price of a discovered endpoint, as for a configured one (a bad one: unpriced)."""
-    price, problem = resolve_price(config, settings.prices)
-    if problem:
-        log.warning("endpoint %s: price: %s; it stays unpriced", config.name, problem)
-    return price
-
-
 MonitorFactory = Callable[[EndpointConfig], Awaitable[EndpointMonitor]]
-Emit = Callable[[EndpointMonitor, Observed | None], None]
+Emit = Callable[[EndpointMonitor, PendingWrite | None], None]
 
 
 class FleetSource:
@@ -177,19 +163,6 @@ class FleetSource:
         return monitor
 
 
-class FleetHost(Protocol):
-    """What the fleet needs of the process that runs it (spectax.daemon.Daemon)."""
-
-    config: Config
-    settings: Settings  # the one in force (a reload replaces it)
-    session: aiohttp.ClientSession | None
-    store: Store | None
-
-    async def new_monitor(self, endpoint: EndpointConfig) -> EndpointMonitor: ...
-
-    def publish(self, monitor: EndpointMonitor, observed: Observed | None) -> None: ...
-
-
 class Fleet:
     """The daemon's fleet sources: started after the store is restored, stopped first."""
 
@@ -197,39 +170,24 @@ class Fleet:
         self.sources: list[FleetSource] = []
         self._tasks: list[asyncio.Task[None]] = []
 
-    async def start(self, daemon: FleetHost) -> None:
-        """One task per configured source; their endpoints resume where the store left them
-        (the latest cursor of an endpoint not configured to be scraped: a fleet one)."""
-        assert daemon.session is not None and daemon.store is not None
-        reserved = frozenset(e.name for e in daemon.config.endpoints)
-        reached = [t for n, t in (await daemon.store.cursor_times()).items() if n not in reserved]
-
-        async def new_monitor(config: EndpointConfig) -> EndpointMonitor:
-            settings = daemon.settings
-            if (price := endpoint_price(settings, config)) is not None:
-                settings.usd_per_hour[config.name] = price
-            if (gpu := gpu_spec((config.price and config.price.gpu) or config.gpu)) is not None:
-                settings.gpus[config.name] = gpu
-            return await daemon.new_monitor(config)
-
-        for source in daemon.config.sources:
-            fleet = FleetSource(
-                source,
-                daemon.config.window,
-                daemon.session,
-                new_monitor,
-                daemon.publish,
-                reserved,
-                max(reached, default=None),
-            )
+    def start(
+        self,
+        sources: Iterable[PrometheusSource],
+        window: float,
+        session: aiohttp.ClientSession,
+        resume: float | None,
+        new_monitor: MonitorFactory,
+        publish: Emit,
+        reserved: frozenset[str] = frozenset(),
+    ) -> None:
+        """One task per source. `resume`: where the stored history of the fleet ends (the
+        windows from there on are read first); `new_monitor` makes (priced, and resumed from
+        the store) the monitor of an endpoint found, `publish` takes its new state and its
+        closed windows; `reserved`: the configured endpoints' names, never taken over."""
+        for source in sources:
+            fleet = FleetSource(source, window, session, new_monitor, publish, reserved, resume)
             self.sources.append(fleet)
             self._tasks.append(asyncio.create_task(fleet.run(), name=f"fleet {source.url}"))
-
-    async def restart(self, daemon: FleetHost) -> None:
-        """After a takeover or a reload that changed the sources: each source's endpoints
-        resume from the store's cursors (the windows nobody wrote are read again)."""
-        await self.stop()
-        await self.start(daemon)
 
     async def stop(self) -> None:
         """Cancel the reads; the sources' endpoints go with them (a read is whole or not
