@@ -15,27 +15,17 @@ import asyncio
 import json
 import math
 import sys
-from collections.abc import Sequence
 from typing import Any
 
 from spectax import economics
 from spectax.cli import model_fit
 from spectax.cli.model_fit import CSV_COLUMNS, InputError
 from spectax.economics import formulas
-
-#: vLLM 0.32.0's SpeculativeConfig (vllm/config/speculative.py) has no switch that turns
-#: speculation off above a batch size; it has `num_speculative_tokens_per_batch_size`, a
-#: list of inclusive [first, last, K] batch ranges, the first starting at 1, K >= 0, each
-#: K capped at `num_speculative_tokens` (which must be > 0), the last range carried on to
-#: `max_num_seqs` (`build_dynamic_sd_schedule_lookup` in vllm/v1/spec_decode/dynamic/utils.py).
-#: spectax writes the last range out to the engine's largest batch all the same: the list then
-#: says what runs at every batch, whichever way a later vLLM fills the tail.
-VLLM_SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
-#: The largest batch a schedule covers unless `--max-num-seqs` says: vLLM 0.32's default
-#: `max_num_seqs` is 1024 on an H100/H200-class GPU and 256 on others (`EngineArgs.
-#: _get_default_max_num_seqs_and_batched_tokens`); a range past the engine's largest batch
-#: is cut at it by vLLM, so the larger default is right for both.
-DEFAULT_MAX_NUM_SEQS = 1024
+from spectax.economics.draft_schedule import (
+    DEFAULT_MAX_NUM_SEQS,
+    batch_schedule,
+    vllm_speculative_config,
+)
 
 
 class ModelError(ValueError):
@@ -164,39 +154,6 @@ def _acceptance(args: argparse.Namespace, positions: list[float] | None) -> tupl
     if k < 0 or not 1 <= tau <= k + 1:
         raise ModelError(f"K = {k:g} and tau = {tau:g}: need K >= 0 and 1 <= tau <= K + 1")
     return int(k) if k == int(k) else k, tau
-
-
-def batch_schedule(k_by_batch: Sequence[float]) -> list[list[float]]:
-    """[[first, last, K], ...]: runs of equal K over batch sizes 1, 2, ..."""
-    ranges: list[list[float]] = []
-    for b, k in enumerate(k_by_batch, start=1):
-        if ranges and ranges[-1][2] == k:
-            ranges[-1][1] = b
-        else:
-            ranges.append([b, b, k])
-    return ranges
-
-
-def vllm_speculative_config(
-    schedule: list[list[float]], configured_k: float, method: str | None
-) -> dict[str, Any] | None:
-    """The `--speculative-config` that applies the schedule; None when it is the configured
-    one already, {} when speculation is to be off at every batch (start without it).
-
-    A K per request-step that is not whole (not every step drafted) is not the server's
-    configured K, so no per-batch list is written from it: only "off" (the crossover line
-    says where it stops paying).
-    """
-    ks = {k for _, _, k in schedule}
-    if ks == {0}:
-        return {} if configured_k else None
-    if ks == {configured_k} or configured_k != int(configured_k):
-        return None
-    config: dict[str, Any] = {"method": method} if method else {}
-    config["num_speculative_tokens"] = int(max(ks))
-    if len(ks) > 1:
-        config[VLLM_SCHEDULE_KEY] = [[int(v) for v in r] for r in schedule]
-    return config
 
 
 def _draft_cost(args: argparse.Namespace) -> float:

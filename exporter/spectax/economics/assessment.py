@@ -337,13 +337,9 @@ def _derived(traffic: Traffic, params: Parameters, h: float, in_force: float | N
     k_now = recommended = speedup = None
     if positions and in_force is not None and g > a:
         k_now = len(positions)
-        fill = dt / (dr * k_now)  # the share of K a draft proposed
-        recommended, speedup = best_speculative_tokens(
-            positions, b, b_star, c, h, dr / (g - a), fill
+        recommended, speedup = recommended_draft_length(
+            positions, b, b_star, c, h, drafting=(g, a, dt, dr), in_force=in_force
         )
-        if recommended == 0 or speedup <= max(in_force, 1.0) * (1.0 + VERDICT_TOLERANCE):
-            # Nothing observed beats what runs now: keep it when it pays, else turn it off.
-            recommended, speedup = (k_now, in_force) if in_force > 1.0 else (0, 1.0)
     return replace(
         turns_on,
         positions=positions,
@@ -355,6 +351,33 @@ def _derived(traffic: Traffic, params: Parameters, h: float, in_force: float | N
         recommended=recommended,
         recommended_speedup=speedup,
     )
+
+
+def recommended_draft_length(
+    positions: tuple[float, ...],
+    concurrency: float,
+    ridge_batch: float,
+    c: float,
+    h: float,
+    *,
+    drafting: tuple[float, float, float, float],
+    in_force: float,
+) -> tuple[int, float]:
+    """(K, S): the draft length to run at this load, among the K observed, and the speedup
+    it predicts; `drafting` is (G, A, Dt, Dr), the counts the positions came from (G > A,
+    Dr > 0), `in_force` the speedup of the K that ran. A K is advised only when it beats
+    what runs now: otherwise keep the K that ran when it pays, else 0 (turn it off). The one
+    rule for a window's advice (`_derived`) and a load bin's (`economics.draft_schedule`)."""
+    g, a, dt, dr = drafting
+    k_now = len(positions)
+    fill = dt / (dr * k_now)  # the share of K a draft proposed
+    k, speedup = best_speculative_tokens(
+        positions, concurrency, ridge_batch, c, h, dr / (g - a), fill
+    )
+    if k == 0 or speedup <= max(in_force, 1.0) * (1.0 + VERDICT_TOLERANCE):
+        # Nothing observed beats what runs now: keep it when it pays, else turn it off.
+        return (k_now, in_force) if in_force > 1.0 else (0, 1.0)
+    return k, speedup
 
 
 @dataclass(frozen=True, slots=True)

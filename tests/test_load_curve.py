@@ -1,0 +1,268 @@
+"""The load curve and the K schedule (issue 34): docs/economics.md, "The load curve".
+
+Windows are assessed by the real assessment (`assess_window`) from counts shaped as the
+worked example's (docs/economics.md: EAGLE, c = 0.05, B* = 32, h = 0.1 known), at the
+loads the tests choose; one test takes a window the monitor closed from recorded vLLM pages.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from builders import closed_window
+from spectax.economics import Parameters, StepModel
+from spectax.economics.assessment import AssessedWindow, assess_window
+from spectax.economics.draft_schedule import VLLM_SCHEDULE_KEY, draft_schedule
+from spectax.economics.formulas import modelled_speedup, speedup_at_draft_length
+from spectax.economics.load_curve import LoadSample, bin_edge, load_curve, sample_of
+from spectax.economics.pricing import ModelSpend
+from spectax.pipeline.counts import Counts
+from spectax.pipeline.windows import Window
+
+MODEL = "m"
+C, B_STAR, H = 0.05, 32.0, 0.1
+#: The worked example's counters over one 5-minute window (docs/economics.md).
+G, DR, DT, A, PER_POSITION = 2800.0, 1000.0, 3000.0, 1800.0, (800.0, 600.0, 400.0)
+SPEND = Decimal("2.50") * 300 / 3600  # one GPU at $2.50 an hour, busy all along
+PARAMS = Parameters(
+    draft_cost_ratio=C,
+    step_model=StepModel(
+        ridge_batch=B_STAR,
+        step_overhead_ratio=H,
+        source="sweep",
+        relative_error=0.0,
+        overhead_known=True,
+    ),
+)
+
+
+def assessed(start: float, running: float, *, busy: float = 300.0) -> AssessedWindow:
+    """One 5-minute window of the worked example's counters at `running` mean requests."""
+    counts = Counts(
+        generation_tokens=G,
+        drafts=DR,
+        draft_tokens=DT,
+        accepted_tokens=A,
+        accepted_per_position=PER_POSITION,
+        running_seconds=running * 300.0,
+    )
+    window = Window(
+        start=start,
+        end=start + 300.0,
+        seconds=300.0,
+        busy_seconds=busy,
+        spend_usd=SPEND,
+        models={MODEL: counts},
+    )
+    busy_usd = SPEND * Decimal(busy / 300.0)
+    spend = {
+        MODEL: ModelSpend(
+            spend_usd=SPEND, busy_usd=busy_usd, draft_load_usd=Decimal(0), cold_start_usd=Decimal(0)
+        )
+    }
+    found = assess_window(window, PARAMS, spend, latency=False)
+    return AssessedWindow(window, found, spend, PARAMS.step_model, C)
+
+
+def samples(*loads: float) -> list[LoadSample]:
+    """A window at each load, one after another; every window serves the model."""
+    found = [sample_of(assessed(300.0 * i, b), MODEL) for i, b in enumerate(loads)]
+    assert all(s is not None for s in found)
+    return [s for s in found if s is not None]
+
+
+#: 4 windows at 8 running requests (pays), 4 at 48 (a tax), 2 at 200 (a tax): bins 8, 32, 128.
+DAY = (8.0, 8.0, 8.0, 8.0, 48.0, 48.0, 48.0, 48.0, 200.0, 200.0)
+
+
+def speedup_at(b: float) -> float:
+    s = modelled_speedup(G, A, DT, b, B_STAR, C, H)
+    assert s is not None
+    return s
+
+
+@pytest.mark.parametrize(
+    ("running", "edge"),
+    [
+        (0.0, 1),
+        (0.4, 1),
+        (1.99, 1),
+        (2.0, 2),
+        (3.99, 2),
+        (4.0, 4),
+        (47.0, 32),
+        (64.0, 64),
+        (255.9, 128),
+        (256.0, 256),
+        (5000.0, 256),
+        (float("nan"), 1),
+    ],
+)
+def test_a_window_falls_in_the_power_of_two_bin_at_or_below_its_mean_running_requests(
+    running: float, edge: int
+) -> None:
+    assert bin_edge(running) == edge
+
+
+def test_the_curve_bins_windows_by_load_with_time_share_acceptance_and_speedup_per_bin() -> None:
+    curve = load_curve(samples(*DAY))
+    assert [(b.low, b.high, b.windows) for b in curve.bins] == [
+        (8, 16, 4),
+        (32, 64, 4),
+        (128, 256, 2),
+    ]
+    assert [b.time_share for b in curve.bins] == pytest.approx([0.4, 0.4, 0.2])
+    assert curve.seconds == 3000.0
+    for b, load in zip(curve.bins, (8.0, 48.0, 200.0), strict=True):
+        assert b.concurrency == pytest.approx(load)
+        assert b.speedup == pytest.approx(speedup_at(load))
+        assert b.acceptance == pytest.approx(0.6)
+        assert b.position_acceptance == pytest.approx((0.8, 0.6, 0.4))
+        assert b.basis == "profile"
+    # docs/economics.md's worked example: 1.530 at 8 requests, 0.936 at 48.
+    assert curve.bins[0].speedup == pytest.approx(1.530, abs=5e-4)
+    assert curve.bins[1].speedup == pytest.approx(0.936, abs=5e-4)
+    assert [b.verdict for b in curve.bins] == ["pays", "tax", "tax"]
+
+
+def test_the_crossover_is_the_lowest_tax_bin_above_one_that_pays_and_the_tax_line_sums_it() -> None:
+    curve = load_curve(samples(*DAY))
+    assert curve.crossover_requests == 32
+    assert curve.tax_time_share == pytest.approx(0.6)  # 6 of the 10 windows: 32+ requests
+    window_savings = [float(SPEND) * (speedup_at(b) - 1.0) for b in DAY]
+    assert curve.tax_usd == pytest.approx(sum(window_savings[4:]))
+    assert curve.tax_usd is not None and curve.tax_usd < 0
+    assert [b.savings_usd for b in curve.bins] == pytest.approx(
+        [sum(window_savings[:4]), sum(window_savings[4:8]), sum(window_savings[8:])]
+    )
+
+
+@pytest.mark.parametrize(
+    "loads",
+    [(48.0, 48.0, 200.0), (8.0, 8.0)],
+    ids=["a tax at every load", "pays at every load"],
+)
+def test_there_is_no_crossover_without_a_paying_bin_below_a_tax(loads: tuple[float, ...]) -> None:
+    curve = load_curve(samples(*loads))
+    assert curve.crossover is None
+    assert curve.tax_time_share is None and curve.tax_usd is None
+
+
+def measured_at(running: float, speedup: float) -> LoadSample:
+    """A window a control measured at `speedup`, busy all along."""
+    return LoadSample(
+        end=running,
+        seconds=300.0,
+        concurrency=running,
+        plain_busy_seconds=300.0 * speedup,
+        assessed_busy_seconds=300.0,
+        basis="measured",
+    )
+
+
+def test_a_tax_below_a_paying_load_or_an_uncertain_one_above_it_is_no_crossover() -> None:
+    assert load_curve([measured_at(8.0, 0.9), measured_at(32.0, 1.2)]).crossover is None
+    uncertain_above = [*samples(8.0), measured_at(64.0, 1.0)]
+    assert [b.verdict for b in load_curve(uncertain_above).bins] == ["pays", "uncertain"]
+    assert load_curve(uncertain_above).crossover is None
+
+
+def test_a_bin_speedup_sums_busy_time_and_never_averages_the_windows_ratios() -> None:
+    # Two windows in bin 8: 300 busy seconds at 8 requests and 30 at 15 (a short burst).
+    pair = [
+        sample_of(assessed(0.0, 8.0), MODEL),
+        sample_of(assessed(300.0, 15.0, busy=30.0), MODEL),
+    ]
+    assert pair[0] is not None and pair[1] is not None
+    (only,) = load_curve([pair[0], pair[1]]).bins
+    s8, s15 = speedup_at(8.0), speedup_at(15.0)
+    assert only.speedup == pytest.approx((300 * s8 + 30 * s15) / 330)
+    assert only.speedup != pytest.approx((s8 + s15) / 2)
+
+
+def test_measured_windows_speak_for_their_bin_and_the_bin_says_measured() -> None:
+    modelled = samples(8.0, 8.0, 8.0)
+    measured = LoadSample(
+        end=1e6,
+        seconds=300.0,
+        concurrency=9.0,
+        output_tokens=G,
+        plain_busy_seconds=300.0 * 1.2,
+        assessed_busy_seconds=300.0,
+        basis="measured",
+    )
+    (only,) = load_curve([*modelled, measured]).bins
+    assert only.speedup == pytest.approx(1.2)
+    assert only.speedup_band == pytest.approx((1.2, 1.2))
+    assert only.basis == "measured"
+    assert only.windows == 4  # the time and the counts are all four windows'
+
+
+def test_a_bin_of_one_window_says_it_is_thin_and_a_bin_of_three_does_not() -> None:
+    curve = load_curve(samples(8.0, 8.0, 8.0, 200.0))
+    assert [(b.low, b.windows, b.thin) for b in curve.bins] == [(8, 3, False), (128, 1, True)]
+
+
+def test_a_window_the_monitor_closed_from_recorded_vllm_pages_is_one_thin_bin_of_its_own() -> None:
+    window = closed_window().closed[0]
+    (model,) = window.window.models
+    sample = sample_of(window, model)
+    assert sample is not None
+    (only,) = load_curve([sample]).bins
+    assessment = window.assessments[model]
+    counts = window.window.models[model]
+    assert only.low == bin_edge(window.window.concurrency(model))
+    assert only.windows == 1 and only.thin
+    assert only.speedup == pytest.approx(assessment.speedup_in_force)
+    assert only.acceptance == pytest.approx(assessment.acceptance_ratio)
+    assert only.position_acceptance == pytest.approx(assessment.position_acceptance_ratio)
+    assert only.draft_tokens == counts.draft_tokens and only.drafts == counts.drafts
+    assert only.savings_usd == pytest.approx(assessment.speculation_savings_usd)
+
+
+def test_the_schedule_keeps_k_where_it_pays_shortens_it_where_that_pays_and_stops_above() -> None:
+    curve = load_curve(samples(*DAY))
+    schedule = draft_schedule(curve, engine="vllm", method="eagle", max_num_seqs=256)
+    assert [(x.bin.low, x.k_running, x.k) for x in schedule.lengths] == [
+        (8, 3, 3),
+        (32, 3, 1),  # docs/economics.md: at 48 requests only position 0 earns its verify
+        (128, 3, 0),  # no K pays at 200
+    ]
+    s1_at_48 = speedup_at_draft_length((0.8, 0.6, 0.4), 1, 48.0, B_STAR, C, H, 1.0)
+    assert schedule.lengths[1].speedup == pytest.approx(s1_at_48)
+    assert schedule.lengths[1].speedup == pytest.approx(1.065, abs=5e-4)
+    # Batches below the lowest bin take its K; bin 64, never seen, takes bin 32's.
+    assert schedule.ranges == [[1, 31, 3], [32, 127, 1], [128, 256, 0]]
+    assert schedule.vllm_config == {
+        "method": "eagle",
+        "num_speculative_tokens": 3,
+        VLLM_SCHEDULE_KEY: [[1, 31, 3], [32, 127, 1], [128, 256, 0]],
+    }
+    busy = float(SPEND)
+    stakes = [0.0, 4 * busy * (s1_at_48 - speedup_at(48.0)), 2 * busy * (1.0 - speedup_at(200.0))]
+    assert [x.at_stake_usd for x in schedule.lengths] == pytest.approx(stakes)
+    assert schedule.at_stake_usd == pytest.approx(sum(stakes))
+    assert schedule.lengths[2].bin.thin  # two windows: the K = 0 above 128 says so
+
+
+def test_the_schedule_covers_the_engine_largest_batch() -> None:
+    schedule = draft_schedule(load_curve(samples(*DAY)), engine="vllm", max_num_seqs=1024)
+    assert schedule.ranges[-1] == [128, 1024, 0]
+    assert schedule.ranges[0][0] == 1
+
+
+def test_an_engine_without_a_per_batch_knob_is_told_to_turn_it_off_above_the_crossover() -> None:
+    schedule = draft_schedule(load_curve(samples(*DAY)), engine="sglang")
+    assert not schedule.per_batch and schedule.vllm_config is None
+    assert "turn it off above 31" in schedule.advice
+    assert "route the load above 31" in schedule.advice
+
+
+def test_a_tax_at_every_load_turns_speculation_off_and_a_pay_at_every_load_keeps_it() -> None:
+    off = draft_schedule(load_curve(samples(200.0, 300.0)), engine="vllm")
+    assert off.ranges == [[1, 1024, 0]] and off.vllm_config == {}
+    keep = draft_schedule(load_curve(samples(8.0, 8.0)), engine="vllm")
+    assert keep.ranges == [[1, 1024, 3]] and keep.vllm_config is None
+    assert keep.at_stake_usd == pytest.approx(0.0)
