@@ -1,4 +1,6 @@
-"""Running `spectax run` as a real process in tests: its configuration, /metrics, log, signals."""
+"""Running spectax as a real process in tests: the one command line that starts it
+(`spectax_command`), a command run to its end (`run_spectax`), and `spectax run` or
+`spectax demo` kept running (`Spectax`: its configuration, /metrics, log, signals)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import signal
 import socket
 import sqlite3
 import ssl
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -21,6 +24,29 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def spectax_command(*args: str) -> list[str]:
+    """This checkout's spectax with `args`: the test run's interpreter, `-m spectax`. Every
+    test that starts spectax in a process of its own starts it with this command line."""
+    return [sys.executable, "-m", "spectax", *args]
+
+
+def run_spectax(
+    *args: str, cwd: Path | None = None, timeout: float = 120, **options: Any
+) -> subprocess.CompletedProcess[str]:
+    """`spectax args...` run to its end, without a terminal or stdin: its exit code, and
+    stdout and stderr as text. `options` go to subprocess.run (env, start_new_session)."""
+    return subprocess.run(
+        spectax_command(*args),
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        **options,
+    )
 
 
 def free_port() -> int:
@@ -77,31 +103,22 @@ class Spectax:
         # The child keeps its own copies of the log files; the parent's close here.
         with self.stdout.open("ab") as stdout, self.stderr.open("ab") as stderr:
             self.process = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "spectax",
-                *self.global_args,
-                "run",
-                "--config",
-                str(self.config),
-                *self.run_args,
+                *spectax_command(
+                    *self.global_args, "run", "--config", str(self.config), *self.run_args
+                ),
                 stdout=stdout,
                 stderr=stderr,
                 env=env,
                 preexec_fn=preexec_fn,
             )
 
-    async def start_demo(self, cwd: Path) -> None:
+    async def start_demo(self, cwd: Path, listen_flag: str = "--web.listen-address") -> None:
         """`spectax demo` (the embedded default: simulated servers, SQLite under `cwd`) on
-        this instance's port, its output in the log."""
+        this instance's port, named by `listen_flag` (or its `--listen` alias), its output
+        in the log."""
         with self.stderr.open("wb") as log:
             self.process = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "spectax",
-                "demo",
-                "--web.listen-address",
-                f"127.0.0.1:{self.port}",
+                *spectax_command("demo", listen_flag, f"127.0.0.1:{self.port}"),
                 cwd=cwd,
                 stdout=log,
                 stderr=asyncio.subprocess.STDOUT,

@@ -8,13 +8,12 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from e2e import Spectax, free_port, value, write_config
+from e2e import Spectax, free_port, run_spectax, spectax_command, value, write_config
 from spectax.cli.main import _parser, main
 
 SIMULATED = [{"name": "gone", "url": "http://127.0.0.1:1/metrics"}]
@@ -29,17 +28,6 @@ def taken_port() -> Iterator[int]:
         yield int(held.getsockname()[1])
 
 
-def spectax(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "spectax", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
 @pytest.mark.e2e
 @pytest.mark.parametrize("command", ["demo", "run"])
 def test_a_taken_port_is_one_line_naming_the_address_and_the_flag_and_exit_2(
@@ -48,7 +36,7 @@ def test_a_taken_port_is_one_line_naming_the_address_and_the_flag_and_exit_2(
     args = ["--web.listen-address", f"127.0.0.1:{taken_port}"]
     if command == "run":
         args += ["--config", str(write_config(tmp_path, free_port(), SIMULATED))]
-    done = spectax(command, *args, cwd=tmp_path)
+    done = run_spectax(command, *args, cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
     line = next(x for x in done.stderr.splitlines() if "cannot listen" in x)
@@ -94,7 +82,7 @@ def test_run_refuses_to_watch_nothing_and_says_the_simulator_is_the_demos(
     fake figures into a real Prometheus."""
     config = tmp_path / "spectax.yml"
     config.write_text(f"state_directory: {tmp_path / 'state'}\n")
-    done = spectax(
+    done = run_spectax(
         "run", *(["--config", str(config)] if given == "an empty file" else []), cwd=tmp_path
     )
     assert done.returncode == 2, done.stderr
@@ -269,7 +257,7 @@ def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> None:
     levels = ",".join(map(str, range(1, 3000)))
     predict = ["model", "predict", "--acceptance", "0.6", "--num-speculative-tokens", "3"]
     reader = subprocess.Popen(
-        [sys.executable, "-m", "spectax", *predict, "--concurrency", levels],
+        spectax_command(*predict, "--concurrency", levels),
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import re
 import resource
-import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -204,29 +203,15 @@ async def test_restart_keeps_the_spend_counter(tmp_path, realtime_fleet) -> None
 async def test_the_readme_demo_command_shows_the_tax(tmp_path) -> None:
     """`spectax demo`, as a newcomer runs it (only the port moved): figures within seconds."""
     port = free_port()
-    log = tmp_path / "demo.log"
-    with log.open("wb") as output:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "spectax",
-            "demo",
-            "--listen",
-            f"127.0.0.1:{port}",
-            cwd=tmp_path,
-            stdout=output,
-            stderr=asyncio.subprocess.STDOUT,
-        )
     demo = Spectax(tmp_path / "unused.yml", port)
-    demo.process, demo.stderr = process, log
+    await demo.start_demo(tmp_path, listen_flag="--listen")
     try:
         m = await demo.wait_for(speedups_present, timeout=60)
         assert value(m, "spectax_speedup_ratio", endpoint="chat-creative", method="modeled") < 1
         assert value(m, "spectax_speedup_ratio", endpoint="code-assistant", method="modeled") > 1
     finally:
         assert await demo.stop() == 0
-    text = log.read_text()
-    assert f"http://127.0.0.1:{port}/metrics" in text  # it says where to look
+    assert f"http://127.0.0.1:{port}/metrics" in demo.log  # it says where to look
     assert (tmp_path / "spectax-state" / "spectax.sqlite").exists()  # the embedded default
 
 

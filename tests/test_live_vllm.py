@@ -28,8 +28,6 @@ import importlib.util
 import json
 import math
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -39,6 +37,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from e2e import run_spectax
 from live_vllm import servers as live
 from live_vllm import traffic
 from live_vllm.servers import Raw, VllmServer
@@ -484,10 +483,7 @@ def test_assess_with_control_on_live_pages(observed: Observed, tmp_path: Path) -
             files[label, key] = tmp_path / f"{key}_{label}.txt"
             files[label, key].write_text(q.pages[key])
     seconds = after.at - before.at
-    cmd = [
-        sys.executable,
-        "-m",
-        "spectax",
+    out = run_spectax(
         "assess",
         str(files["before", "ngram"]),
         str(files["after", "ngram"]),
@@ -502,8 +498,8 @@ def test_assess_with_control_on_live_pages(observed: Observed, tmp_path: Path) -
         "2.0",
         "--format",
         "json",
-    ]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     rows = data if isinstance(data, list) else data.get("models", [data])

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import signal
 import ssl
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ import yaml
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from e2e import Spectax, free_port, value
+from e2e import Spectax, free_port, run_spectax, value, wait_until, write_config
 from ops_helpers import Certs, Targets, client_context, make_certs
 from spectax import web as server
 from spectax import webserver
@@ -307,8 +306,6 @@ async def test_spectax_run_with_web_config_mtls_and_basic_auth(
             "basic_auth_users": {"prometheus": HASH},
         },
     )
-    from e2e import write_config
-
     config = write_config(tmp_path, port, [{"name": "vllm", "url": targets.url("vllm")}])
     spectax = Spectax(config, port, run_args=("--web.config.file", str(web)), scheme="https")
     spectax.ssl = client_context(certs.ca, certs.client_cert, certs.client_key)
@@ -520,8 +517,6 @@ async def test_connections_that_never_finish_a_header_are_closed_by_spectax(
     await targets.start()
     port = free_port()
     web = web_config(tmp_path, {"tls_server_config": tls(certs)})
-    from e2e import write_config
-
     config = write_config(tmp_path, port, [{"name": "vllm", "url": targets.url("vllm")}])
     spectax = Spectax(config, port, run_args=("--web.config.file", str(web)), scheme="https")
     spectax.ssl = client_context(certs.ca)
@@ -572,7 +567,6 @@ async def test_connections_past_the_cap_are_closed_at_once_and_the_cap_frees_up(
     held += [await hold(port, None, b"\x16\x03\x01") for _ in range(3)]  # stuck handshakes
     assert await refused(url, ssl=context)  # the seventh
     await asyncio.wait_for(asyncio.gather(*map(closed_by_server, held)), 10)
-    from e2e import wait_until
 
     async def served() -> bool:
         return not await refused(url, ssl=context)
@@ -651,7 +645,6 @@ async def test_the_last_places_go_to_addresses_that_hold_none(
     assert await count("127.0.0.5", 1) == []
     for _, writer in first:
         writer.close()
-    from e2e import wait_until
 
     async def served() -> bool:
         return await get(url, "127.0.0.5", ssl=context) == 200
@@ -689,27 +682,17 @@ async def test_an_encrypted_key_is_refused_at_check_config_and_start_without_a_p
             load_web_config(web_config(tmp_path, {"tls_server_config": content}))
         assert "openssl pkey" in str(error.value)
     web = web_config(tmp_path, {"tls_server_config": tls(certs, key_file=str(key))})
-    from e2e import write_config
-
     config = write_config(tmp_path, free_port(), [{"name": "x", "url": "http://127.0.0.1:1/"}])
     for command in (
         ["check-config", str(config), "--web.config.file", str(web)],
         ["run", "--config", str(config), "--web.config.file", str(web)],
     ):
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "spectax",
-            *command,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True,  # no terminal for OpenSSL to prompt on
-        )
-        output, _ = await asyncio.wait_for(process.communicate(), 60)
-        assert process.returncode == 2, output
-        assert b"the key is encrypted" in output
-        assert b"PEM pass phrase" not in output and b"Traceback" not in output
+        # start_new_session: no terminal for OpenSSL to prompt on
+        done = await asyncio.to_thread(run_spectax, *command, timeout=60, start_new_session=True)
+        output = done.stdout + done.stderr
+        assert done.returncode == 2, output
+        assert "the key is encrypted" in output
+        assert "PEM pass phrase" not in output and "Traceback" not in output
 
 
 @pytest.mark.e2e
@@ -724,8 +707,6 @@ async def test_a_reload_that_would_turn_basic_auth_off_or_load_an_encrypted_key_
     await targets.start()
     port = free_port()
     path = web_config(tmp_path, {"tls_server_config": tls(certs), "basic_auth_users": {"p": HASH}})
-    from e2e import write_config
-
     config = write_config(tmp_path, port, [{"name": "vllm", "url": targets.url("vllm")}])
     spectax = Spectax(config, port, run_args=("--web.config.file", str(path)), scheme="https")
     spectax.ssl = client_context(certs.ca)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -22,6 +21,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from e2e import spectax_command
 from live_vllm import servers as live
 from live_vllm.servers import VllmServer
 
@@ -98,7 +98,7 @@ class SpectaxRun:
         self.config.write_text(yaml.safe_dump(self._config, sort_keys=False))
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "spectax", "run", "--config", str(self.config)],
+                spectax_command("run", "--config", str(self.config)),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
