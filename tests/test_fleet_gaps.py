@@ -21,10 +21,12 @@ from spectax.cli.backfill import backfill
 from spectax.config import Settings, validate
 from spectax.endpoint import EndpointMonitor
 from spectax.endpoint_config import EndpointConfig
+from spectax.observed import Observed
 from spectax.sources.fleet import FleetSource
 from spectax.sources.promql import SERIES
 from spectax.store import Store
 from spectax.store.pending import PendingWrite
+from spectax.store.rows import pending_write
 from spectax.tariffs import running_pricing
 
 pytestmark = pytest.mark.e2e  # a real Prometheus, scraping for seconds
@@ -81,9 +83,9 @@ async def live_rows(settings: Settings, t0: float) -> dict[float, dict[str, Any]
     async def new_monitor(endpoint: EndpointConfig) -> EndpointMonitor:
         return EndpointMonitor(endpoint, running_pricing(endpoint, settings.prices).usd_per_hour, W)
 
-    def emit(monitor: EndpointMonitor, write: PendingWrite | None) -> None:
-        if write is not None:
-            written.append(write)
+    def emit(monitor: EndpointMonitor, observed: Observed | None) -> None:
+        if observed is not None:
+            written.append(pending_write(observed))
 
     source = settings.config.sources[0]
     async with aiohttp.ClientSession() as session:

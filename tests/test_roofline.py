@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from builders import queued
 from recorded_pages import page
 from spectax.config import validate
 from spectax.economics import PlainCurve, Profile, roofline_ridge_batch
@@ -103,7 +104,7 @@ def feed(m: EndpointMonitor) -> list[dict]:
     """The recorded pair as one closed window (0-60 s) and the next scrape: the rows written."""
     m.observe_page(0, page(MID), 0.01)
     m.observe_page(60, page(AFTER), 0.01)
-    write = m.observe_page(120, page(AFTER), 0.01)
+    write = queued(m.observe_page(120, page(AFTER), 0.01))
     assert write is not None
     return [row for row in write.rows if row["output_tokens"]]
 
@@ -197,7 +198,7 @@ async def test_estimates_past_a_database_integer_are_stored_and_rolled_up(store)
     }
     m.observe_page(0, scaled[MID], 0.01)
     m.observe_page(60, scaled[AFTER], 0.01)
-    write = m.observe_page(120, scaled[AFTER], 0.01)
+    write = queued(m.observe_page(120, scaled[AFTER], 0.01))
     assert write is not None
     await store.save(write.endpoint, write.rows, write.cursor)
     (row,) = [r for r in await store.window_rows("e") if r.output_tokens]

@@ -36,6 +36,7 @@ from spectax.exposition.collector import ReloadStatus, SnapshotCollector, StoreS
 from spectax.exposition.text import Page
 from spectax.gc_pacing import FullCollections
 from spectax.health import ScrapeError
+from spectax.observed import Observed
 from spectax.profiles import REFRESH_SECONDS, ProfileBook, baseline_profile_name
 from spectax.reload import endpoint_changes, read_new_configuration, sources_changed
 from spectax.schedule import Jobs, ScrapeSchedule, finish_tasks
@@ -439,9 +440,9 @@ class Daemon:
             )
         return monitor
 
-    def publish(self, monitor: EndpointMonitor, write: PendingWrite | None) -> None:
+    def publish(self, monitor: EndpointMonitor, observed: Observed | None) -> None:
         """An endpoint's new state: its closed windows queued for the store, its snapshot on
         /metrics and the status page (the fleet's endpoints come this way too)."""
-        self.writer.enqueue(write)
+        self.writer.enqueue(observed)
         self.collector.prerender(monitor.config.name, monitor.snapshot)
         self.status.record(monitor.config.name, monitor.snapshot)

@@ -4,8 +4,9 @@ Like Home Assistant's DataUpdateCoordinator, a monitor keeps the last good
 data, whether the last update succeeded and why not, and logs a failure once
 and the recovery once. It takes the clock and the page as arguments and does
 no I/O. The collector behind `/metrics` only ever reads the snapshot the
-monitor last published; the store gets each closed window, assessed, as the
-rows of a `PendingWrite`.
+monitor last published; each closed window leaves assessed, in an `Observed`
+value (spectax.observed), for whoever keeps the history: the monitor never
+knows who persists it, and is resumed from a `Resume` value.
 """
 
 from __future__ import annotations
@@ -32,13 +33,11 @@ from spectax.engines import get_parser
 from spectax.engines.base import EngineSample, ParseError
 from spectax.gpus import GpuSpec, RooflinePrior
 from spectax.health import LogOnce, ScrapeError
-from spectax.observed import Resume
+from spectax.observed import Observed, Resume
 from spectax.pipeline.intervals import Interval, interval_between
 from spectax.pipeline.ledger import Admission, ModelLedger
 from spectax.pipeline.packing import Cursor
 from spectax.pipeline.windows import AlignedWindows, SlidingWindow, Window
-from spectax.store.pending import PendingWrite
-from spectax.store.rows import pending_write
 from spectax.tariffs import gpu_named, tariff_of
 
 # The logger keeps the name it had before the module was renamed: log filters and alerting
@@ -223,8 +222,9 @@ class EndpointMonitor:
 
     # ------------------------------------------------------------ feeding
 
-    def observe_page(self, now: float, text: str, duration: float) -> PendingWrite | None:
-        """Feed one successfully fetched page; returns what the store must write, if anything."""
+    def observe_page(self, now: float, text: str, duration: float) -> Observed | None:
+        """Feed one successfully fetched page; returns the windows it closed, if any (the first
+        page: none, with its cursor, where a crash before the first window closes resumes)."""
         try:
             sample = self._parse(text)
         except ParseError as exc:
@@ -253,14 +253,14 @@ class EndpointMonitor:
         previous, closed, window = self._observe(now, held, None)
         self._publish(now, sample, duration, window)
         if first:  # the baseline: a crash before the first window closes resumes here
-            return pending_write(self.config.name, [], (now, held))
+            return Observed(self.config.name, (), (now, held))
         if not closed:
             return None
         # The interval that closed them lies in the new open window: the stored history
         # reaches up to the previous sample, so that is where a restart must resume.
-        return pending_write(self.config.name, map(self._assessed, closed), previous)
+        return Observed(self.config.name, [self._assessed(w) for w in closed], previous)
 
-    def observe_interval(self, interval: Interval, sample: EngineSample) -> PendingWrite | None:
+    def observe_interval(self, interval: Interval, sample: EngineSample) -> Observed | None:
         """Feed a whole window (fleet mode); one the store already has is skipped."""
         if self._last is not None and interval.end <= self._last.time:
             return None
@@ -271,7 +271,7 @@ class EndpointMonitor:
         _, closed, window = self._observe(interval.end, held, interval)
         self.calibrate(due := self._aligned.due(interval.end))
         self._publish(interval.end, sample, 0.0, window)
-        return pending_write(self.config.name, map(self._assessed, closed + due), self.cursor())
+        return Observed(self.config.name, [self._assessed(w) for w in closed + due], self.cursor())
 
     def observe_failure(self, error: ScrapeError, duration: float, told: bool = False) -> None:
         """`told`: the failure is already logged (a fleet source's, once for all its
@@ -288,7 +288,7 @@ class EndpointMonitor:
             failures=failures,
         )
 
-    def flush(self) -> PendingWrite | None:
+    def flush(self) -> Observed | None:
         """The open (partial) window and the cursor: for the store after every scrape, so that
         a restart (kill -9, a reboot) resumes the window where the last scrape left it even
         when the engine restarted meanwhile, and at a graceful stop."""
@@ -296,15 +296,15 @@ class EndpointMonitor:
         if open_window is None or self._last is None:
             return None
         assessed = self._assessed(open_window, closed=False)
-        return pending_write(self.config.name, [assessed], self.cursor())
+        return Observed(self.config.name, (), self.cursor(), assessed)
 
-    def close_due(self, now: float) -> PendingWrite | None:
+    def close_due(self, now: float) -> Observed | None:
         """Close the open window once its end has passed although no scrape succeeded."""
         closed = self._aligned.due(now)
         if not closed or self._last is None:
             return None
         self.calibrate(closed)
-        return pending_write(self.config.name, map(self._assessed, closed), self.cursor())
+        return Observed(self.config.name, [self._assessed(w) for w in closed], self.cursor())
 
     def calibrate(self, windows: Iterable[Window]) -> None:
         """Feed closed windows (at start-up: the store's recent ones) to the plain curve's

@@ -29,6 +29,7 @@ from spectax.scrape import USER_AGENT
 from spectax.sources.fleet import carried, cursor_sample
 from spectax.sources.prometheus import PrometheusReader, SourceError
 from spectax.store import Store, WindowWrite
+from spectax.store.rows import pending_write
 from spectax.tariffs import running_pricing
 
 # Two hours of raw samples per query and series: at a 15 s scrape interval 480 samples,
@@ -140,8 +141,9 @@ async def backfill(
                                     endpoint, pricing.usd_per_hour, length, gpu=pricing.gpu
                                 )
                             fed = carried(monitor, interval, source)
-                            write = monitor.observe_interval(fed, cursor_sample(interval))
-                            if write is not None:
+                            observed = monitor.observe_interval(fed, cursor_sample(interval))
+                            if observed is not None:
+                                write = pending_write(observed)
                                 writes.append((write.endpoint, write.rows, write.cursor))
                                 rows += len(write.rows)
                     await store.save_many(writes)

@@ -25,13 +25,13 @@ from spectax.endpoint import EndpointMonitor, EndpointSnapshot
 from spectax.endpoint_config import EndpointConfig
 from spectax.engines.base import EngineSample, ModelSample
 from spectax.health import LogOnce, ScrapeError
+from spectax.observed import Observed
 from spectax.pipeline.intervals import Interval
 from spectax.pipeline.windows import aligned_start
 from spectax.scrape import redact
 from spectax.source_config import PrometheusSource
 from spectax.sources.prometheus import PrometheusReader, SourceError, iso
 from spectax.sources.promql import horizon
-from spectax.store.pending import PendingWrite
 
 log = logging.getLogger("spectax.fleet")
 RETRY_SECONDS = 15.0  # a failed read is tried again this soon (or at the next window)
@@ -57,7 +57,7 @@ def carried(monitor: EndpointMonitor, interval: Interval, source: PrometheusSour
 
 
 MonitorFactory = Callable[[EndpointConfig], Awaitable[EndpointMonitor]]
-Emit = Callable[[EndpointMonitor, PendingWrite | None], None]
+Emit = Callable[[EndpointMonitor, Observed | None], None]
 
 
 class FleetSource:
