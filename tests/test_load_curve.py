@@ -8,6 +8,7 @@ loads the tests choose; one test takes a window the monitor closed from recorded
 from __future__ import annotations
 
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 
@@ -266,3 +267,14 @@ def test_a_tax_at_every_load_turns_speculation_off_and_a_pay_at_every_load_keeps
     keep = draft_schedule(load_curve(samples(8.0, 8.0)), engine="vllm")
     assert keep.ranges == [[1, 1024, 3]] and keep.vllm_config is None
     assert keep.at_stake_usd == pytest.approx(0.0)
+
+
+def test_the_economics_page_shows_the_curve_and_schedule_the_code_gives() -> None:
+    curve = load_curve(samples(*DAY))
+    schedule = draft_schedule(curve, engine="vllm", method="eagle")
+    page = (Path(__file__).parents[1] / "docs" / "economics.md").read_text()
+    assert schedule.vllm_config is not None
+    assert f"`{schedule.vllm_config[VLLM_SCHEDULE_KEY]}`" in page
+    speedups = ", ".join(f"{b.speedup:.3f}" for b in curve.bins[1:])
+    assert f"pays ({curve.bins[0].speedup:.3f}), then taxes ({speedups})" in page
+    assert f"the crossover is {curve.crossover_requests}," in page
