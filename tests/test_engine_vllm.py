@@ -8,8 +8,10 @@ computed from that independently, and both must agree exactly.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -257,6 +259,95 @@ def test_fixture_pages_exist() -> None:
 def test_matches_prometheus_client(path: Path) -> None:
     text = path.read_text(encoding="utf-8")
     assert parse(text) == reference(text)
+
+
+_SAMPLE_VALUE = re.compile(r"^([^#\n][^\n]* )[0-9.e+-]+$", re.MULTILINE)
+
+
+def _with_values(text: str, values: Iterator[float]) -> str:
+    """The page with the value of every sample line replaced: the same series, in order."""
+    return _SAMPLE_VALUE.sub(lambda m: f"{m.group(1)}{next(values)!r}", text)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    path=st.sampled_from(PAGES),
+    values=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=50),
+)
+def test_a_page_of_a_layout_already_read_gives_what_its_own_reading_gives(
+    path: Path, values: list[float]
+) -> None:
+    """The second page of a server, values changed, is read through the layout the first
+    one taught (vllm._Layout); it must be what prometheus_client reads in it."""
+    first = path.read_text(encoding="utf-8")
+    assert parse(first) == reference(first)
+    later = _with_values(first, itertools.cycle(values))
+    assert parse(later) == reference(later)
+
+
+@pytest.mark.parametrize("path", PAGES, ids=[p.stem for p in PAGES])
+def test_the_second_page_of_a_layout_is_not_read_line_by_line(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What makes the parser 100x prometheus_client: a server's next page, values changed,
+    is summed through its layout; the line-by-line path is for new layouts and bad pages."""
+    first = path.read_text(encoding="utf-8")
+    parse(first)
+    later = _with_values(first, itertools.cycle([0.5, 0.25, 1.0]))
+
+    def line_by_line(*args: object) -> None:
+        raise AssertionError("read line by line")
+
+    monkeypatch.setattr(vllm, "_accumulate", line_by_line)
+    assert parse(later) == reference(later)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ("1168.0", "1e19", r"at most 2\*\*53, got 1e19"),
+        ("1168.0", "-1.0", r"at most 2\*\*53, got -1.0"),
+        ("1168.0", "NaN", r"at most 2\*\*53, got NaN"),
+        ("1168.0", "+Inf", r"at most 2\*\*53, got \+Inf"),
+        ("1168.0", "1_168.0", r"bad value '1_168.0'"),
+    ],
+)
+def test_a_bad_value_on_a_page_of_a_known_layout_names_its_line(
+    old: str, new: str, message: str
+) -> None:
+    good = page("spec_ngram_2_mid.txt")
+    line = 'vllm:generation_tokens_total{engine="0",model_name="tiny-llama"} 1168.0'
+    number = good[: good.index(line)].count("\n") + 1
+    parse(good)  # its layout is learnt
+    with pytest.raises(ParseError, match=message) as info:
+        parse(good.replace(line, line.replace(old, new)))
+    assert info.value.line_number == number
+
+
+def test_out_of_bounds_sums_and_fractions_on_a_known_layout_name_their_line() -> None:
+    good = page("spec_ngram_dp2_2_mid.txt")
+    parse(good)
+    usage = 'vllm:kv_cache_usage_perc{engine="1",model_name="tiny-llama"} 0.0'
+    with pytest.raises(ParseError, match=r"fraction from 0 to 1, got 1\.5") as info:
+        parse(good.replace(usage, usage.replace("0.0", "1.5")))
+    assert info.value.line_number == good[: good.index(usage)].count("\n") + 1
+    half = f"{MAX_VALUE - 1:.1f}"
+    lines = [
+        f'vllm:e2e_request_latency_seconds_bucket{{engine="{rank}",le="+Inf",model_name="tiny-llama"}}'
+        for rank in (0, 1)
+    ]
+    past = good
+    for line in lines:
+        past = re.sub(re.escape(line) + r" \S+", f"{line} {half}", past)
+    with pytest.raises(ParseError, match=r"sums to more than 2\*\*53") as info:
+        parse(past)
+    assert info.value.line_number == good[: good.index(lines[1])].count("\n") + 1
+
+
+def test_layouts_learnt_are_bounded() -> None:
+    for i in range(vllm._MAX_LAYOUTS + 10):
+        parse(f'{_G}{{model_name="m{i}"}} 1\n')
+    assert len(vllm._LAYOUTS) <= vllm._MAX_LAYOUTS
 
 
 def test_v0_page_matches_prometheus_client() -> None:

@@ -91,7 +91,7 @@ class Histogram:
             raise ValueError(f"{len(bounds)} bounds but {len(packed) // 8} counts")
         object.__setattr__(self, "sum", sum)
         object.__setattr__(self, "count", count)
-        object.__setattr__(self, "bounds", _shared_bounds(bounds))
+        object.__setattr__(self, "bounds", shared_bounds(bounds))
         object.__setattr__(self, "counts", packed)
 
     @property
@@ -112,7 +112,7 @@ _MAX_SHARED_BOUNDS = 1024  # distinct bound lists shared; a page inventing more 
 _SHARED_IDS: dict[int, tuple[float, ...]] = {}  # the shared tuples by identity
 
 
-def _shared_bounds(bounds: tuple[float, ...]) -> tuple[float, ...]:
+def shared_bounds(bounds: tuple[float, ...]) -> tuple[float, ...]:
     """The one tuple of these bounds: every page of a fleet repeats the same few lists."""
     if _SHARED_IDS.get(id(bounds)) is bounds:
         # Already the shared tuple (window arithmetic passes it on): a tuple does not cache

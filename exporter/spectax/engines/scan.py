@@ -88,13 +88,12 @@ _WHOLE_LABEL_SET: Final = re.compile(LABEL_SET)
 
 
 def split_tails(
-    found: list[tuple[str, str]], known: Mapping[str, Any], *also_known: Container[str]
+    found: list[tuple[str, str]],
 ) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]] | None:
-    """(names, label sets, values) of `line_scanner`'s matches, equal to `scanner`'s groups,
-    when every line has the common form `name{labels} value` or `name value` (one space, no
-    timestamp, no trailing blank, no carriage return); None for any other line, which
-    `scanner`'s grammar then reads. A label set in neither `known` nor `also_known` (the
-    parsers' caches, which hold only sets the grammar matched) is matched against it here."""
+    """(names, label sets, values) of `line_scanner`'s matches, equal to `scanner`'s groups
+    when the label sets are grammatical (`grammatical`) and every line has the common form
+    `name{labels} value` or `name value` (one space, no timestamp, no trailing blank, no
+    carriage return); None for any other line, which `scanner`'s grammar then reads."""
     names, rests = zip(*found, strict=True)
     labelsets, spaces, raws = zip(*map(str.rpartition, rests, repeat(" ")), strict=True)
     if "" in spaces or "" in raws:
@@ -102,11 +101,20 @@ def split_tails(
     joined = "".join(raws)
     if "\t" in joined or "\r" in joined:
         return None
+    return names, labelsets, raws
+
+
+def grammatical(
+    labelsets: Iterable[str], known: Mapping[str, Any], *also_known: Container[str]
+) -> bool:
+    """Whether every non-empty label set is one `scanner` matches whole. One in `known` or
+    `also_known` (the parsers' caches, which hold only sets the grammar matched) is not
+    matched again."""
     for labels in set(labelsets).difference(known):  # a dict: looked up, not iterated
         unknown = labels and not any(labels in cache for cache in also_known)
         if unknown and _WHOLE_LABEL_SET.fullmatch(labels) is None:
-            return None
-    return names, labelsets, raws
+            return False
+    return True
 
 
 def numbers(raws: Sequence[str]) -> list[float | None]:
@@ -268,7 +276,7 @@ def histogram(total: float | None, count: float | None, name: str, model: str) -
     if total is None or count is None:
         missing = "_sum" if total is None else "_count"
         raise ParseError(f"{name} of model {model!r} has no {missing} series")
-    return Histogram(sum=total, count=count)
+    return Histogram.of(total, count, (), b"")
 
 
 def with_buckets(

@@ -25,16 +25,23 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Final
+from collections.abc import Mapping
+from functools import reduce
+from itertools import repeat
+from operator import add
+from typing import Final, cast
 
 from spectax.engines.base import (
     Capability,
     EngineSample,
+    Histogram,
     ModelSample,
     ParseError,
+    shared_bounds,
 )
 from spectax.engines.scan import decode as _decode
 from spectax.engines.scan import (
+    grammatical,
     histogram,
     line_scanner,
     number,
@@ -151,6 +158,9 @@ _FAMILIES: Final[dict[str, tuple[int, int]]] = {
     "process_start_time_seconds": (_PROCESS_START, _LEGACY_GAUGE),
 }
 
+#: The kind of each model slot's family (one kind a slot).
+_FAMILIES_KIND: Final = {slot: kind for slot, kind in _FAMILIES.values()}
+
 _HISTOGRAMS: Final = {
     (_ITER_SUM, _ITER_COUNT): "vllm:iteration_tokens_total",
     (_ITL_SUM, _ITL_COUNT): "vllm:inter_token_latency_seconds",
@@ -175,7 +185,9 @@ _FAMILIES.update(
 _SCAN: Final = scanner(_FAMILIES)
 _LINES: Final = line_scanner(_FAMILIES)
 
-_Buckets = dict[tuple[str, int], dict[float, float]]
+# (model, index in _BUCKETED) -> le -> count summed over ranks; or (a layout's) the histogram.
+_PerBound = dict[tuple[str, int], dict[float, float]]
+_Buckets = Mapping[tuple[str, int], dict[float, float] | Histogram]
 _Info = tuple[str | None, str | None, float | None]  # model_name, position, le
 _Accumulated = tuple[
     dict[str, list[float | None]], dict[str, dict[int, float]], _Buckets, float | None, CacheConfig
@@ -195,10 +207,25 @@ def parse(text: str | bytes) -> EngineSample:
     found = _LINES.findall(body)
     if not found:
         return EngineSample(engine=ENGINE, models={})
-    columns = split_tails(found, _LABEL_CACHE, _CACHE_CONFIG_LABELS)
+    columns = split_tails(found)
+    if columns is not None:
+        layout = _LAYOUTS.get(columns[:2])
+        if layout is not None:  # the label sets were grammatical when it was learnt
+            values = numbers(columns[2])
+            if None not in values:
+                summed = layout.sums(values)  # type: ignore[arg-type]
+                if summed is not None:
+                    return _sample(summed)
+        elif not grammatical(columns[1], _LABEL_CACHE, _CACHE_CONFIG_LABELS):
+            columns = None
     if columns is None:  # a line of another form (timestamp, blanks, CRLF, a bad tail)
         columns = tuple(zip(*_SCAN.findall(body), strict=True))  # type: ignore[assignment]
-    return _sample(_accumulate(body, *columns))  # type: ignore[misc]
+    names, labelsets, raws = columns  # type: ignore[misc]
+    values = numbers(raws)
+    infos = _labels_of(names, labelsets)
+    summed = _accumulate(body, names, labelsets, raws, values, infos)
+    _learn(names, labelsets, infos, values, summed)
+    return _sample(summed)
 
 
 def _labels_of(names: tuple[str, ...], labelsets: tuple[str, ...]) -> list[_Info | str | None]:
@@ -230,7 +257,12 @@ def _first_error(
 
 
 def _accumulate(
-    body: str, names: tuple[str, ...], labelsets: tuple[str, ...], raws: tuple[str, ...]
+    body: str,
+    names: tuple[str, ...],
+    labelsets: tuple[str, ...],
+    raws: tuple[str, ...],
+    values: list[float | None],
+    infos: list[_Info | str | None],
 ) -> _Accumulated:
     """Sum the page's relevant lines per model, checking each (a ParseError names its line).
 
@@ -238,15 +270,12 @@ def _accumulate(
     at once, in C where they can be; a line that fails one is checked again on its own, in
     its turn, so the error is the one of the first bad line."""
     families = _FAMILIES
-    values = numbers(raws)
-    infos = _labels_of(names, labelsets)
     keys = list(zip(names, labelsets, strict=True))
     repeats = len(set(keys)) < len(keys)
     seen: set[tuple[str, str]] = set()
     models: dict[str, list[float | None]] = {}
     positions: dict[str, dict[int, float]] = {}
-    # (model, index in _BUCKETED) -> le -> count summed over the other labels (ranks).
-    buckets: _Buckets = {}
+    buckets: _PerBound = {}
     process_start: float | None = None
     cache_config = CacheConfig()
 
@@ -334,7 +363,7 @@ def _add_bucket(
     info: _Info | str | None,
     at: int,
     value: float,
-    buckets: _Buckets,
+    buckets: _PerBound,
 ) -> None:
     """Add a bucket's count to its model's and bound's (histogram `at` of _BUCKETED)."""
     if info is None or isinstance(info, str):
@@ -383,6 +412,175 @@ def _add_position(
         )
 
 
+_Sums = tuple[tuple[int, ...], ...]  # line indices, a tuple per slot (or bound) summed
+
+
+class _Layout:
+    """Which line of a page goes into which sum, learnt from a page the checked path read
+    (`_accumulate`), for the next pages with the same lines in the same order: the same
+    series, so the same label sets, models and buckets; only the values differ. A vLLM
+    server's page keeps its layout from one scrape to the next (a new series, such as the
+    first request finished for another reason, makes a new one).
+
+    `sums` checks the values as `_accumulate` does, but all at once, in C, and sums them
+    per slot, bound and position in page order (so to the same float); None when a value
+    or a sum is out of its bounds: the checked path then names the line.
+    """
+
+    __slots__ = ("bounded", "buckets", "cache_config", "models", "positions", "starts", "within")
+
+    def __init__(
+        self,
+        names: tuple[str, ...],
+        infos: list[_Info | str | None],
+        summed: _Accumulated,
+    ) -> None:
+        models = {model: dict[int, list[int]]() for model in summed[0]}
+        positions: dict[str, dict[int, list[int]]] = {}
+        bounds: dict[tuple[str, int], dict[float, list[int]]] = {}
+        self.bounded: list[int] = []  # cumulative values and request counts: 0..2**53
+        # estimates: 0..largest float; fractions: 0..1; process start: finite
+        self.within: tuple[tuple[list[int], float, float], ...] = (
+            ([], 0.0, _LARGEST_FLOAT),
+            ([], 0.0, 1.0),
+            ([], -_LARGEST_FLOAT, _LARGEST_FLOAT),
+        )
+        checks = {_ESTIMATE: self.within[0][0], _FRACTION: self.within[1][0]}
+        self.starts = self.within[2][0]
+        for index, (name, info) in enumerate(zip(names, infos, strict=True)):
+            slot, kind = _FAMILIES[name]
+            (self.bounded if kind < _LEGACY_GAUGE else checks.get(kind, [])).append(index)
+            if slot == _PROCESS_START:
+                self.starts.append(index)
+            elif slot != _CACHE_CONFIG:
+                model, position, le = cast(tuple[str, str, float], info)
+                if slot <= _BUCKET:
+                    bucket = bounds.setdefault((model, _BUCKET - slot), {})
+                    bucket.setdefault(le, []).append(index)
+                elif slot == _PER_POS:
+                    per_pos = positions.setdefault(model, {})
+                    per_pos.setdefault(int(position), []).append(index)
+                else:
+                    models[model].setdefault(slot, []).append(index)
+        self.cache_config = summed[4]
+        # Per model: the line of each slot read from one line (`len(names)`: a None, for the
+        # slots without a line), the lines of each slot summed over several, the KV-cache
+        # usage's number of series.
+        self.models = tuple(
+            (
+                model,
+                [
+                    slots[slot][0] if len(slots.get(slot, ())) == 1 else len(names)
+                    for slot in range(_N_SLOTS)
+                ],
+                tuple((slot, tuple(lines)) for slot, lines in slots.items() if len(lines) > 1),
+                float(len(slots[_KV_USAGE])) if _KV_USAGE in slots else None,
+            )
+            for model, slots in models.items()
+        )
+        self.positions = tuple(
+            (model, tuple((at, tuple(lines)) for at, lines in per_pos.items()))
+            for model, per_pos in positions.items()
+        )
+        # Per histogram: its model, the slots of its sum and count, its bounds ascending
+        # (the one shared tuple) and, per rank, the line of each bound in that order.
+        self.buckets = tuple(
+            (
+                key,
+                _BUCKETED[key[1]],
+                shared_bounds(tuple(sorted(per_le))),
+                tuple(zip(*map(per_le.__getitem__, sorted(per_le)), strict=True)),
+            )
+            for key, per_le in bounds.items()
+        )
+
+    def sums(self, values: list[float]) -> _Accumulated | None:
+        """The page's sums from its values, or None when one is out of bounds."""
+        get = values.__getitem__
+        # Usually every value is a count within 0..2**53: one pass over them all, and the
+        # fractions apart; else (a V0 gauge's NaN, an estimate past 2**53) a pass a check.
+        if not _between(values, 0.0, MAX_VALUE):
+            for checked, low, high in ((self.bounded, 0.0, MAX_VALUE), *self.within):
+                if checked and not _between(list(map(get, checked)), low, high):
+                    return None
+        elif self.within[1][0] and not _between(list(map(get, self.within[1][0])), 0.0, 1.0):
+            return None
+        models: dict[str, list[float | None]] = {}
+        padded: list[float | None] = [*values, None]
+        for model, single, summed, usage_series in self.models:
+            acc = list(map(padded.__getitem__, single))
+            for slot, lines in summed:
+                acc[slot] = total = reduce(add, map(get, lines))
+                if total > (_LARGEST_FLOAT if _FAMILIES_KIND[slot] == _ESTIMATE else MAX_VALUE):
+                    return None
+            acc[_KV_USAGE_SERIES] = usage_series
+            models[model] = acc
+        positions: dict[str, dict[int, float]] = {}
+        for model, per_pos in self.positions:
+            totals = {at: reduce(add, map(get, lines), 0.0) for at, lines in per_pos}
+            if max(totals.values()) > MAX_VALUE:
+                return None
+            positions[model] = totals
+        buckets: dict[tuple[str, int], Histogram] = {}
+        for key, (total, count), bounds, ranks in self.buckets:
+            counts = list(map(add, repeat(0.0), map(get, ranks[0])))
+            for rank in ranks[1:]:
+                counts = list(map(add, counts, map(get, rank)))
+            if max(counts) > MAX_VALUE:
+                return None
+            acc = models[key[0]]
+            buckets[key] = Histogram.of(acc[total], acc[count], bounds, counts)  # type: ignore[arg-type]
+        start = values[self.starts[-1]] if self.starts else None
+        return models, positions, buckets, start, self.cache_config
+
+
+def _between(values: list[float], low: float, high: float) -> bool:
+    """Whether every value is a number from `low` to `high` (a NaN makes the sum one)."""
+    return not math.isnan(sum(values)) and low <= min(values) and max(values) <= high
+
+
+#: Layouts learnt, by the page's (names, label sets). Bounded: a page's key holds its lines'
+#: names and label sets (~10 KB on a vLLM page), so 256 of them hold ~3 MB at most; when
+#: full, a new layout replaces the oldest.
+_LAYOUTS: dict[tuple[tuple[str, ...], tuple[str, ...]], _Layout] = {}
+_MAX_LAYOUTS: Final = 256
+
+
+def _learn(
+    names: tuple[str, ...],
+    labelsets: tuple[str, ...],
+    infos: list[_Info | str | None],
+    values: list[float | None],
+    summed: _Accumulated,
+) -> None:
+    """Keep the layout of a page the checked path read, when its sums are that path's.
+
+    A page whose bucket bounds do not repeat once per rank (the layouts assume they do) or
+    whose sums differ (a NaN gauge of vLLM V0) stays on the checked path."""
+    if any(len(set(map(len, per_le))) > 1 for per_le in _ranks(names, infos)):
+        return
+    layout = _Layout(names, infos, summed)
+    again = layout.sums(values)  # type: ignore[arg-type]
+    if again is None or _sample(again) != _sample(summed):
+        return
+    if len(_LAYOUTS) >= _MAX_LAYOUTS:
+        del _LAYOUTS[next(iter(_LAYOUTS))]
+    _LAYOUTS[(names, labelsets)] = layout
+
+
+def _ranks(names: tuple[str, ...], infos: list[_Info | str | None]) -> list[list[list[int]]]:
+    """Per histogram, the lines of each bucket bound (one per rank on vLLM's pages)."""
+    per_bound: dict[tuple[str | None, int, float | None], list[int]] = {}
+    for index, (name, info) in enumerate(zip(names, infos, strict=True)):
+        slot = _FAMILIES[name][0]
+        if slot <= _BUCKET and isinstance(info, tuple):
+            per_bound.setdefault((info[0], slot, info[2]), []).append(index)
+    per_histogram: dict[tuple[str | None, int], list[list[int]]] = {}
+    for (model, slot, _), lines in per_bound.items():
+        per_histogram.setdefault((model, slot), []).append(lines)
+    return list(per_histogram.values())
+
+
 def _sample(accumulated: _Accumulated) -> EngineSample:
     """The page's `EngineSample` from its sums: histograms with their buckets, per model."""
     models, positions, buckets, process_start, cache_config = accumulated
@@ -394,7 +592,9 @@ def _sample(accumulated: _Accumulated) -> EngineSample:
         hist = {h: histogram(acc[h[0]], acc[h[1]], name, model) for h, name in _HISTOGRAMS.items()}
         for i, h in enumerate(_BUCKETED):
             found = buckets.get((model, i))
-            if found is not None:
+            if isinstance(found, Histogram):  # a layout's, checked when it was learnt
+                hist[h] = found
+            elif found is not None:
                 hist[h] = with_buckets(hist[h], found, _HISTOGRAMS[h], model)
         itl = hist[(_ITL_SUM, _ITL_COUNT)]
         if itl is None:  # V0 name of the same quantity
