@@ -20,8 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
@@ -35,7 +33,7 @@ import pytest_asyncio
 import yaml
 from aiohttp import web
 
-from e2e import Spectax, free_port, value, wait_until, write_config
+from e2e import Spectax, free_port, run_spectax, value, wait_until, write_config
 from promstack import Prometheus, binary
 from spectax.config import validate
 from spectax.credentials import basic_auth_header
@@ -240,20 +238,20 @@ async def test_backfill_writes_the_windows_the_live_daemon_wrote(run: Run) -> No
     )
     span = ["--from", _iso(run.starts[0]), "--to", _iso(run.starts[-1] + WINDOW)]
     live = {k: v for k, v in run.rows.items() if k[0] == FLEET and k[1] in map(stamp, run.starts)}
-    first = _spectax("backfill", "--config", str(config), *span)
+    first = run_spectax("backfill", "--config", str(config), *span)
     assert first.returncode == 0, first.stderr
     assert "backfill: 4/4 windows" in first.stderr, first.stderr
     backfilled = window_rows(fresh / "state")
     assert backfilled == live, "backfill writes the windows the live daemon wrote"
-    again = _spectax("backfill", "--config", str(config), *span)
+    again = run_spectax("backfill", "--config", str(config), *span)
     assert again.returncode == 0, again.stderr
     assert window_rows(fresh / "state") == backfilled, "a second run adds nothing"
     # Over the live daemon's own store: the same rows, none twice.
-    overlap = _spectax("backfill", "--config", str(run.workdir / "spectax.yml"), *span)
+    overlap = run_spectax("backfill", "--config", str(run.workdir / "spectax.yml"), *span)
     assert overlap.returncode == 0, overlap.stderr
     assert window_rows(run.state) == run.rows
     month = datetime.fromtimestamp(run.starts[0], UTC).strftime("%Y-%m")
-    report = _spectax(
+    report = run_spectax(
         "report", "--config", str(config), "--month", month, "--format", "md", "--out", "-"
     )
     assert report.returncode == 0, report.stderr
@@ -262,16 +260,6 @@ async def test_backfill_writes_the_windows_the_live_daemon_wrote(run: Run) -> No
 
 def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).isoformat()
-
-
-def _spectax(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "spectax", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 class Gateway:
@@ -412,7 +400,7 @@ async def test_a_restarted_daemon_reads_the_windows_it_missed(run: Run) -> None:
         state, port, [], window=f"{WINDOW:g}s", sources=[source(run.prometheus.url)]
     )
     head = ["--from", _iso(run.starts[0]), "--to", _iso(run.starts[1])]
-    assert _spectax("backfill", "--config", str(config), *head).returncode == 0
+    assert run_spectax("backfill", "--config", str(config), *head).returncode == 0
     spectax = Spectax(config, port)
     await spectax.start()
     try:
