@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 
+from fresh_schema import replayed_schema
 from recorded_pages import FIXTURES
 
 # No test is a timing test (speed lives in bench/): a busy CI machine must not fail one.
@@ -48,3 +50,10 @@ def database_url(request, tmp_path) -> str:
     if request.param == "sqlite":
         return f"sqlite+aiosqlite:///{tmp_path}/history.sqlite"
     return request.getfixturevalue("pg_server").database()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fresh_schema_replayed() -> Iterator[None]:
+    """An empty database gets the statements Alembic sent the first one (fresh_schema.py)."""
+    with replayed_schema():
+        yield
