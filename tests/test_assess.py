@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from typing import Any
 
 import pytest
 
@@ -16,10 +17,28 @@ MODEL = "tiny-llama"
 TOL = 1e-6
 
 
+def page_paths(before: str, after: str) -> tuple[str, str]:
+    """Two recorded pages' paths, as `spectax assess BEFORE AFTER` takes them."""
+    return str(FIXTURES / before), str(FIXTURES / after)
+
+
+#: The ngram server's pages before and after its traffic: most tests' one window.
+NGRAM_BEFORE_AFTER = page_paths("spec_ngram_0_before_traffic.txt", "spec_ngram_3_after.txt")
+
+
 def run_assess(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     code = main(["assess", *args])
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def assessed(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
+    """`spectax assess ARGS --format json` of a one-model window: its result, the command
+    having succeeded."""
+    code, out, err = run_assess(capsys, *args, "--format", "json")
+    assert code == 0, err
+    [result] = json.loads(out)
+    return dict(result)
 
 
 def deltas(before: str, after: str, restarted: bool = False) -> dict[str, float]:
@@ -101,8 +120,7 @@ CASES = [
 def test_assess_json_matches_the_economics(capsys, before, after, method, c, restarted) -> None:
     code, out, err = run_assess(
         capsys,
-        str(FIXTURES / before),
-        str(FIXTURES / after),
+        *page_paths(before, after),
         *method,
         "--seconds",
         "600",
@@ -158,7 +176,7 @@ def expected_speedup(d: dict[str, float], c: float, b_star: float, h: float) -> 
 
 def test_the_step_overhead_ratio_moves_the_estimate_and_is_shown(capsys) -> None:
     before, after = "spec_ngram_0_before_traffic.txt", "spec_ngram_3_after.txt"
-    args = [str(FIXTURES / before), str(FIXTURES / after), "--method", "ngram"]
+    args = [*page_paths(before, after), "--method", "ngram"]
     code, out, err = run_assess(capsys, *args, "--step-overhead-ratio", "0.6", "--format", "json")
     assert code == 0, err
     [result] = json.loads(out)
@@ -175,17 +193,12 @@ def test_the_step_overhead_ratio_moves_the_estimate_and_is_shown(capsys) -> None
 
 
 def test_an_uncertain_verdict_says_why_and_how_to_get_a_better_basis(capsys) -> None:
-    code, out, _ = run_assess(
+    result = assessed(
         capsys,
-        str(FIXTURES / "spec_ngram_0_before_traffic.txt"),
-        str(FIXTURES / "spec_ngram_3_after.txt"),
+        *NGRAM_BEFORE_AFTER,
         "--method",
         "ngram",
-        "--format",
-        "json",
     )
-    assert code == 0
-    [result] = json.loads(out)
     assert result["verdict"] == "uncertain"
     [note] = [n for n in result["notes"] if n.startswith("uncertain")]
     for advice in ("--ridge-batch", "--step-overhead-ratio"):
@@ -204,8 +217,7 @@ def test_pages_given_the_wrong_way_round_are_refused_with_a_hint(capsys) -> None
     process start time."""
     code, _, err = run_assess(
         capsys,
-        str(FIXTURES / "spec_ngram_3_after.txt"),
-        str(FIXTURES / "spec_ngram_0_before_traffic.txt"),
+        *page_paths("spec_ngram_3_after.txt", "spec_ngram_0_before_traffic.txt"),
         "--method",
         "ngram",
         "--seconds",
@@ -222,7 +234,7 @@ def test_pages_copied_together_are_no_span_to_price(tmp_path, capsys) -> None:
     after.write_text((FIXTURES / "spec_ngram_3_after.txt").read_text())
     t = before.stat().st_mtime
     os.utime(after, (t + 0.000082, t + 0.000082))
-    code, out, _ = run_assess(
+    result = assessed(
         capsys,
         str(before),
         str(after),
@@ -230,11 +242,7 @@ def test_pages_copied_together_are_no_span_to_price(tmp_path, capsys) -> None:
         "ngram",
         "--usd-per-hour",
         "2",
-        "--format",
-        "json",
     )
-    assert code == 0
-    [result] = json.loads(out)
     assert result["spend_usd"] is None
     assert any("ms apart (copied together?)" in n and "--seconds" in n for n in result["notes"])
 
@@ -242,8 +250,10 @@ def test_pages_copied_together_are_no_span_to_price(tmp_path, capsys) -> None:
 def test_a_window_that_proposed_nothing_explains_its_empty_positions(capsys) -> None:
     code, out, _ = run_assess(
         capsys,
-        str(FIXTURES / "spec_ngram_chat_t07_c4_zero_drafts_before.txt"),
-        str(FIXTURES / "spec_ngram_chat_t07_c4_zero_drafts_after.txt"),
+        *page_paths(
+            "spec_ngram_chat_t07_c4_zero_drafts_before.txt",
+            "spec_ngram_chat_t07_c4_zero_drafts_after.txt",
+        ),
         "--method",
         "ngram",
         "--seconds",
@@ -259,19 +269,14 @@ def test_a_window_that_proposed_nothing_explains_its_empty_positions(capsys) -> 
 
 def test_assess_recommended_k_from_positions(capsys) -> None:
     before, after = "spec_ngram_0_before_traffic.txt", "spec_ngram_3_after.txt"
-    code, out, _ = run_assess(
+    result = assessed(
         capsys,
-        str(FIXTURES / before),
-        str(FIXTURES / after),
+        *page_paths(before, after),
         "--method",
         "ngram",
         "--concurrency",
         "24",
-        "--format",
-        "json",
     )
-    assert code == 0
-    [result] = json.loads(out)
     d = deltas(before, after)
     h, q = 0.1, (d["G"] - d["A"]) / d["Dt"]
     p = [x / d["Dr"] for x in d["A_k"]]
@@ -296,8 +301,7 @@ def test_assess_recommended_k_from_positions(capsys) -> None:
 def test_no_speculation_pages(capsys) -> None:
     code, out, _ = run_assess(
         capsys,
-        str(FIXTURES / "nospec_0_before_traffic.txt"),
-        str(FIXTURES / "nospec_3_after.txt"),
+        *page_paths("nospec_0_before_traffic.txt", "nospec_3_after.txt"),
         "--format",
         "json",
         "--seconds",
@@ -316,17 +320,12 @@ def test_no_speculation_pages(capsys) -> None:
 
 def test_spec_enabled_without_drafts(capsys) -> None:
     """High-temperature text without repeats: n-gram speculation on, nothing drafted."""
-    code, out, _ = run_assess(
+    result = assessed(
         capsys,
-        str(FIXTURES / "spec_ngram_inflight_running_waiting.txt"),
-        str(FIXTURES / "spec_ngram_inflight_after.txt"),
+        *page_paths("spec_ngram_inflight_running_waiting.txt", "spec_ngram_inflight_after.txt"),
         "--method",
         "ngram",
-        "--format",
-        "json",
     )
-    assert code == 0
-    [result] = json.loads(out)
     assert result["draft_tokens"] == 0 and result["acceptance_ratio"] is None
     # Priced like any other window (§3b): at the default h = 0.1 a tax, (r + 1)/(r(1 + h) + 1),
     # and its band, from h's floor (0.01: the proposer runs every step) and B* / 4 at best to
@@ -337,18 +336,14 @@ def test_spec_enabled_without_drafts(capsys) -> None:
     assert result["speedup_high_ratio"] == pytest.approx(best, rel=1e-12) and best < 1
     assert result["speedup_low_ratio"] < 1 and result["verdict"] == "tax"
     assert any("proposed nothing" in n and "per-step cost" in n for n in result["notes"])
-    code, out, _ = run_assess(
+    result = assessed(
         capsys,
-        str(FIXTURES / "spec_ngram_inflight_running_waiting.txt"),
-        str(FIXTURES / "spec_ngram_inflight_after.txt"),
+        *page_paths("spec_ngram_inflight_running_waiting.txt", "spec_ngram_inflight_after.txt"),
         "--method",
         "ngram",
         "--step-overhead-ratio",
         "0.5",
-        "--format",
-        "json",
     )
-    [result] = json.loads(out)
     r = 32.0 / max(result["concurrency_requests"], 1.0)
     assert result["speedup_ratio"] == pytest.approx((r + 1) / (r * 1.5 + 1), rel=1e-12)
 
@@ -356,8 +351,7 @@ def test_spec_enabled_without_drafts(capsys) -> None:
 def test_text_format_puts_the_verdict_first(capsys) -> None:
     code, out, _ = run_assess(
         capsys,
-        str(FIXTURES / "spec_ngram_0_before_traffic.txt"),
-        str(FIXTURES / "spec_ngram_3_after.txt"),
+        *NGRAM_BEFORE_AFTER,
         "--method",
         "ngram",
     )
@@ -371,8 +365,7 @@ def test_text_format_puts_the_verdict_first(capsys) -> None:
 def test_price_lookup_from_the_table(capsys) -> None:
     code, out, err = run_assess(
         capsys,
-        str(FIXTURES / "spec_ngram_0_before_traffic.txt"),
-        str(FIXTURES / "spec_ngram_3_after.txt"),
+        *NGRAM_BEFORE_AFTER,
         "--method",
         "ngram",
         "--seconds",
@@ -417,14 +410,12 @@ def test_bad_after_page_gives_one_clear_line(capsys, tmp_path, make, message) ->
 def test_speculating_pages_need_a_method(capsys) -> None:
     code, _, err = run_assess(
         capsys,
-        str(FIXTURES / "spec_draft_0_before_traffic.txt"),
-        str(FIXTURES / "spec_draft_3_after.txt"),
+        *page_paths("spec_draft_0_before_traffic.txt", "spec_draft_3_after.txt"),
     )
     assert code == 1 and "--method" in err
     code, _, err = run_assess(
         capsys,
-        str(FIXTURES / "spec_draft_0_before_traffic.txt"),
-        str(FIXTURES / "spec_draft_3_after.txt"),
+        *page_paths("spec_draft_0_before_traffic.txt", "spec_draft_3_after.txt"),
         "--method",
         "draft_model",
     )
@@ -443,13 +434,11 @@ def test_measured_speedup_against_a_control_is_the_tpot_ratio(capsys) -> None:
     """Real pages: n-gram speculation against the no-speculation control, same traffic."""
     code, out, err = run_assess(
         capsys,
-        str(FIXTURES / "spec_ngram_0_before_traffic.txt"),
-        str(FIXTURES / "spec_ngram_3_after.txt"),
+        *NGRAM_BEFORE_AFTER,
         "--method",
         "ngram",
         "--control",
-        str(FIXTURES / "nospec_0_before_traffic.txt"),
-        str(FIXTURES / "nospec_3_after.txt"),
+        *page_paths("nospec_0_before_traffic.txt", "nospec_3_after.txt"),
         "--format",
         "json",
     )
@@ -476,8 +465,7 @@ def test_measured_speedup_against_a_control_is_the_tpot_ratio(capsys) -> None:
 def test_without_control_the_measured_speedup_is_null(capsys) -> None:
     code, out, _ = run_assess(
         capsys,
-        str(FIXTURES / "spec_ngram_0_before_traffic.txt"),
-        str(FIXTURES / "spec_ngram_3_after.txt"),
+        *NGRAM_BEFORE_AFTER,
         "--method",
         "ngram",
         "--format",
@@ -509,8 +497,7 @@ def _dashes_and_their_notes(out: str) -> list[tuple[str, str]]:
 def test_a_span_of_zero_or_negative_seconds_is_refused_not_priced_at_zero(capsys, seconds) -> None:
     code, out, err = run_assess(
         capsys,
-        str(FIXTURES / "spec_ngram_0_before_traffic.txt"),
-        str(FIXTURES / "spec_ngram_3_after.txt"),
+        *NGRAM_BEFORE_AFTER,
         "--method",
         "ngram",
         "--usd-per-hour",
@@ -554,8 +541,7 @@ def test_pages_with_equal_mtimes_say_to_pass_seconds_for_every_money_dash(capsys
                 "--usd-per-hour",
                 "2",
                 "--control",
-                str(FIXTURES / "nospec_0_before_traffic.txt"),
-                str(FIXTURES / "nospec_2_mid.txt"),
+                *page_paths("nospec_0_before_traffic.txt", "nospec_2_mid.txt"),
             ],
         ),
     ],
@@ -577,15 +563,13 @@ def test_adjusted_figures_are_noted_in_text_and_json(capsys, tmp_path) -> None:
     positions drafted (K from those four only: a fifth is never extrapolated into advice),
     one request finished (measured speedup withheld)."""
     args = [
-        str(FIXTURES / "spec_ngram_0_before_traffic.txt"),
-        str(FIXTURES / "spec_ngram_1_after_first_request.txt"),
+        *page_paths("spec_ngram_0_before_traffic.txt", "spec_ngram_1_after_first_request.txt"),
         "--method",
         "ngram",
         "--seconds",
         "60",
         "--control",
-        str(FIXTURES / "nospec_0_before_traffic.txt"),
-        str(FIXTURES / "nospec_2_mid.txt"),
+        *page_paths("nospec_0_before_traffic.txt", "nospec_2_mid.txt"),
     ]
     code, out, _ = run_assess(capsys, *args, "--format", "json")
     assert code == 0
