@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
-from prometheus_client.parser import text_string_to_metric_families
 
+from reference_parsers import llamacpp_reference as reference
 from spectax.cli.assess import AssessOptions, assess_pages, to_json
-from spectax.engines import ENGINES, QUANTITIES, EngineSample, ModelSample, ParseError, llamacpp
+from spectax.engines import ENGINES, QUANTITIES, ParseError, llamacpp
 from spectax.engines.llamacpp import MAX_VALUE, MODEL_NAME, _read_checked, _read_plain, parse
 from spectax.pipeline.intervals import interval_between
 
@@ -27,46 +27,6 @@ PAGES = sorted(p for p in FIXTURES.glob("*.txt") if p.name != "INDEX.txt")
 
 def page(name: str) -> str:
     return (FIXTURES / f"{name}.txt").read_text(encoding="utf-8")
-
-
-# ---------------------------------------------------------------------------
-# Independent reference: prometheus_client's parser and the module's documented rules.
-
-_FIELDS = {
-    "llamacpp:tokens_predicted_total": ("generation_tokens", "counter"),
-    "llamacpp:prompt_tokens_total": ("prompt_tokens", "counter"),
-    "llamacpp:requests_processing": ("requests_running", "gauge"),
-    "llamacpp:requests_deferred": ("requests_waiting", "gauge"),
-    "llamacpp:spec_decode_num_drafts_total": ("drafts", "counter"),
-    "llamacpp:spec_decode_num_draft_tokens_total": ("draft_tokens", "counter"),
-    "llamacpp:spec_decode_num_accepted_tokens_total": ("accepted_tokens", "counter"),
-}
-_PER_POS = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
-_SPEC = ("drafts", "draft_tokens", "accepted_tokens")
-
-
-def reference(text: str) -> EngineSample:
-    values: dict[str, float] = {}
-    per_pos: dict[int, float] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name in _FIELDS:
-                name, typ = _FIELDS[s.name]
-                assert family.type == typ, (s.name, family.type)
-                values[name] = values.get(name, 0.0) + s.value
-            elif s.name == _PER_POS:
-                assert family.type == "counter"
-                per_pos[int(s.labels["position"])] = s.value
-    if not values and not per_pos:
-        return EngineSample(engine="llamacpp")
-    # "No speculation seen": all three spec counters 0 and no per-position family.
-    speculating = bool(per_pos) or any(values.get(k) for k in _SPEC)
-    spec = {k: values.pop(k, 0.0) if speculating else None for k in _SPEC}
-    for k in _SPEC:
-        values.pop(k, None)
-    positions = tuple(per_pos.get(i, 0.0) for i in range(max(per_pos, default=-1) + 1))
-    sample = ModelSample(**values, **spec, accepted_per_position=positions)  # type: ignore[arg-type]
-    return EngineSample(engine="llamacpp", models={MODEL_NAME: sample})
 
 
 def test_the_fixture_set_is_there_with_its_index() -> None:

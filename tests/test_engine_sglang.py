@@ -5,66 +5,13 @@ prometheus_client's parser, a fuzz, and `spectax assess` on its pages."""
 from __future__ import annotations
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from engine_pages import assess, fuzz_test, pages
-from spectax.engines import ENGINES, EngineSample, Histogram, ModelSample, ParseError, detect
+from reference_parsers import sglang_reference as reference
+from spectax.engines import ENGINES, ParseError, detect
 from spectax.engines.sglang import parse
 
 PAGES = pages("sglang-0.5.23")
-
-
-def reference(text: str) -> EngineSample:
-    """What parse() must give, from prometheus_client's parser: counters summed over every
-    label, scheduler gauges from the lowest shard rank of each dp_rank, summed over dp."""
-    counters = {
-        "sglang:generation_tokens_total": "gen",
-        "sglang:prompt_tokens_total": "prompt",
-        "sglang:num_requests_total": "finished",
-        "sglang:spec_verify_calls_total": "verify",
-        "sglang:request_time_per_output_token_seconds_sum": "tpot_sum",
-        "sglang:request_time_per_output_token_seconds_count": "tpot_count",
-    }
-    gauges = {"sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:spec_num_draft_tokens"}
-    sums: dict[str, dict[str, float]] = {}
-    shards: dict[tuple[str, str, str], tuple[tuple[int, int, int], float]] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name in counters:
-                assert family.type in ("counter", "histogram")
-                v = sums.setdefault(s.labels["model_name"], {})
-                v[counters[s.name]] = v.get(counters[s.name], 0.0) + s.value
-            elif s.name in gauges and not s.labels.get("priority"):
-                assert family.type == "gauge"
-                sums.setdefault(s.labels["model_name"], {})
-                rank = tuple(
-                    int(s.labels.get(k, "0")) for k in ("pp_rank", "moe_ep_rank", "tp_rank")
-                )
-                key = (s.labels["model_name"], s.labels.get("dp_rank", ""), s.name)
-                if key not in shards or rank < shards[key][0]:
-                    shards[key] = (rank, s.value)  # type: ignore[assignment]
-    models = {}
-    for model, v in sums.items():
-
-        def gauge(name: str, model: str = model) -> float:
-            return sum(val for (m, _, n), (_, val) in shards.items() if m == model and n == name)
-
-        spec = gauge("sglang:spec_num_draft_tokens") > 0
-        drafts = v.get("verify", 0.0 if spec else None)
-        gen, finished = v.get("gen", 0.0), v.get("finished", 0.0)
-        models[model] = ModelSample(
-            generation_tokens=gen,
-            prompt_tokens=v.get("prompt", 0.0),
-            requests_finished=finished,
-            drafts=drafts,
-            accepted_tokens=None if drafts is None else gen - finished - drafts,
-            time_per_output_token=(
-                Histogram(v["tpot_sum"], v["tpot_count"]) if "tpot_sum" in v else None
-            ),
-            requests_running=gauge("sglang:num_running_reqs"),
-            requests_waiting=gauge("sglang:num_queue_reqs"),
-        )
-    return EngineSample(engine="sglang", models=models)
 
 
 @pytest.mark.parametrize("name", sorted(PAGES))

@@ -5,51 +5,13 @@ parser, a fuzz, and `spectax assess` on its pages."""
 from __future__ import annotations
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from engine_pages import assess, fuzz_test, pages
-from spectax.engines import EngineSample, Histogram, ModelSample, ParseError, detect
+from reference_parsers import tgi_reference as reference
+from spectax.engines import ParseError, detect
 from spectax.engines.tgi import MODEL, parse
 
 PAGES = pages("tgi-3.3.6")
-
-
-def reference(text: str) -> EngineSample:
-    """What parse() must give, from prometheus_client's parser."""
-    v: dict[str, float] = {}
-    top = 0.0
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == "tgi_request_skipped_tokens_bucket" and s.labels["le"] != "+Inf":
-                top = max(top, float(s.labels["le"]))
-            elif s.name.startswith("tgi_") and not s.labels:
-                v[s.name] = s.value
-    if not v:
-        return EngineSample(engine="tgi")
-    finished = v.get("tgi_request_success_total", v.get("tgi_request_success", 0.0))
-    spec = top >= 1 or v.get("tgi_request_skipped_tokens_sum", 0.0) > 0
-    return EngineSample(
-        engine="tgi",
-        models={
-            MODEL: ModelSample(
-                generation_tokens=v.get("tgi_request_generated_tokens_sum", 0.0),
-                prompt_tokens=v.get("tgi_request_input_length_sum", 0.0),
-                requests_finished=finished,
-                drafts=v["tgi_request_skipped_tokens_count"] - finished if spec else None,
-                accepted_tokens=v["tgi_request_skipped_tokens_sum"] if spec else None,
-                time_per_output_token=(
-                    Histogram(
-                        v["tgi_request_mean_time_per_token_duration_sum"],
-                        v["tgi_request_mean_time_per_token_duration_count"],
-                    )
-                    if "tgi_request_mean_time_per_token_duration_sum" in v
-                    else None
-                ),
-                requests_running=v["tgi_batch_current_size"],
-                requests_waiting=v["tgi_queue_size"],
-            )
-        },
-    )
 
 
 @pytest.mark.parametrize("name", sorted(PAGES))

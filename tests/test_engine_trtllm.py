@@ -5,75 +5,17 @@ prometheus_client's parser, a fuzz, `spectax assess`, and the measured draft ove
 from __future__ import annotations
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from engine_pages import assess, fuzz_test, pages
+from reference_parsers import trtllm_reference as reference
 from spectax import economics
 from spectax.cli.assess import AssessOptions, assess_pages
-from spectax.engines import ENGINES, EngineSample, Histogram, ModelSample, ParseError, detect
+from spectax.engines import ENGINES, ParseError, detect
 from spectax.engines.trtllm import parse
 from spectax.pipeline.intervals import interval_between
 from spectax.pipeline.windows import sum_intervals
 
 PAGES = pages("trtllm-050f80d")
-
-
-def reference(text: str) -> EngineSample:
-    """What parse() must give, from prometheus_client's parser (sums per model_name)."""
-    plain = {
-        "trtllm_generation_tokens_total": "gen",
-        "trtllm_prompt_tokens_total": "prompt",
-        "trtllm_request_success_total": "finished",
-        "trtllm_spec_decode_num_draft_tokens_total": "draft_tokens",
-        "trtllm_spec_decode_num_accepted_tokens_total": "accepted",
-        "trtllm_time_per_output_token_seconds_sum": "tpot_sum",
-        "trtllm_time_per_output_token_seconds_count": "tpot_count",
-        "trtllm_num_requests_running": "running",
-        "trtllm_num_requests_waiting": "waiting",
-        "trtllm_spec_decode_draft_overhead": "overhead",
-        "trtllm_speculative_config_info": "info",
-    }
-    sums: dict[str, dict[str, float]] = {}
-    pos: dict[str, dict[str, dict[int, float]]] = {}
-    start = None
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == "process_start_time_seconds":
-                start = s.value
-            elif s.name in plain:
-                v = sums.setdefault(s.labels["model_name"], {})
-                v[plain[s.name]] = v.get(plain[s.name], 0.0) + s.value
-            elif s.name in (
-                "trtllm_spec_decode_drafted_tokens_total",
-                "trtllm_spec_decode_accepted_tokens_total",
-            ):
-                assert family.type == "counter"
-                per = pos.setdefault(s.labels["model_name"], {}).setdefault(s.name, {})
-                i = int(s.labels["token_position"])
-                per[i] = per.get(i, 0.0) + s.value
-    models = {}
-    for model, v in sums.items():
-        drafted = pos.get(model, {}).get("trtllm_spec_decode_drafted_tokens_total", {})
-        accepted = pos.get(model, {}).get("trtllm_spec_decode_accepted_tokens_total", {})
-        spec = "info" in v or "draft_tokens" in v
-        zero = 0.0 if spec else None
-        dt = v.get("draft_tokens", zero)
-        models[model] = ModelSample(
-            generation_tokens=v.get("gen", 0.0),
-            prompt_tokens=v.get("prompt", 0.0),
-            requests_finished=v.get("finished", 0.0),
-            drafts=drafted[0] if drafted else (zero if not dt else None),
-            draft_tokens=dt,
-            accepted_tokens=v.get("accepted", zero),
-            accepted_per_position=tuple(accepted.get(i, 0.0) for i in range(len(drafted))),
-            time_per_output_token=(
-                Histogram(v["tpot_sum"], v["tpot_count"]) if "tpot_sum" in v else None
-            ),
-            requests_running=v.get("running", 0.0),
-            requests_waiting=v.get("waiting", 0.0),
-            draft_overhead=v.get("overhead"),
-        )
-    return EngineSample(engine="trtllm", models=models, process_start_time_seconds=start)
 
 
 @pytest.mark.parametrize("name", sorted(PAGES))

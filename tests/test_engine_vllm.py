@@ -2,7 +2,8 @@
 
 The main check is differential: every recorded fixture page is also parsed
 with prometheus_client's own text parser, the expected `ModelSample` values are
-computed from that independently, and both must agree exactly.
+computed from that independently (tests/reference_parsers.py, which bench/parse.py
+times the parser against), and both must agree exactly.
 """
 
 from __future__ import annotations
@@ -13,14 +14,13 @@ import math
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
+from reference_parsers import vllm_reference as reference
 from spectax.engines import (
     ENGINES,
     EngineSample,
@@ -40,140 +40,6 @@ PAGES = sorted(
 
 def page(name: str) -> str:
     return (FIXTURES / name).read_text(encoding="utf-8")
-
-
-# ---------------------------------------------------------------------------
-# Independent reference: prometheus_client's parser + summing.
-# prometheus_client strips `_total` from counter *family* names; samples keep
-# their full exposed names, so everything below is keyed on sample names.
-
-_PLAIN = {  # sample name -> (ModelSample field, family type prometheus_client reports)
-    "vllm:generation_tokens_total": ("generation_tokens", "counter"),
-    "vllm:prompt_tokens_total": ("prompt_tokens", "counter"),
-    "vllm:request_success_total": ("requests_finished", "counter"),
-    "vllm:num_requests_running": ("requests_running", "gauge"),
-    "vllm:num_requests_waiting": ("requests_waiting", "gauge"),
-    "vllm:spec_decode_num_drafts_total": ("drafts", "counter"),
-    "vllm:spec_decode_num_draft_tokens_total": ("draft_tokens", "counter"),
-    "vllm:spec_decode_num_accepted_tokens_total": ("accepted_tokens", "counter"),
-    "vllm:spec_decode_draft_acceptance_rate": ("legacy_acceptance_rate", "gauge"),
-    "vllm:spec_decode_efficiency": ("legacy_efficiency", "gauge"),
-    "vllm:estimated_flops_per_gpu_total": ("estimated_flops", "counter"),
-    "vllm:estimated_read_bytes_per_gpu_total": ("estimated_read_bytes", "counter"),
-    "vllm:num_preemptions_total": ("preemptions", "counter"),
-    "vllm:kv_cache_usage_perc": ("kv_usage_sum", "gauge"),  # averaged over ranks below
-    "vllm:gpu_cache_usage_perc": ("kv_usage_sum", "gauge"),  # its name until 0.11
-}
-_CACHE_INFO = {  # vllm:cache_config_info label -> field, summed over ranks (block size: shared)
-    "num_gpu_blocks": "kv_cache_blocks",
-    "kv_cache_memory_bytes": "kv_cache_bytes",
-    "block_size": "kv_block_size",
-}
-_HIST = {  # histogram family -> ModelSample field
-    "vllm:iteration_tokens_total": "iteration_tokens",
-    "vllm:inter_token_latency_seconds": "inter_token_latency",
-    "vllm:request_time_per_output_token_seconds": "time_per_output_token",
-    "vllm:time_per_output_token_seconds": "v0_time_per_output_token",
-    "vllm:time_to_first_token_seconds": "time_to_first_token",
-    "vllm:e2e_request_latency_seconds": "e2e_request_latency",
-}
-#: The histograms whose buckets spectax reads (quantiles); the others' buckets are skipped.
-_BUCKETED = {
-    "inter_token_latency",
-    "time_per_output_token",
-    "time_to_first_token",
-    "e2e_request_latency",
-}
-_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
-
-
-def reference(text: str) -> EngineSample:
-    """What parse() must return, computed with prometheus_client's text parser."""
-    fields: dict[str, dict[str, Any]] = {}
-    per_pos: dict[str, dict[int, float]] = {}
-    buckets: dict[tuple[str, str], dict[float, float]] = {}
-    start: float | None = None
-    cache: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == "process_start_time_seconds":
-                start = float(s.value)
-                continue
-            if s.name == "vllm:cache_config_info":
-                for label, name in _CACHE_INFO.items():
-                    if s.labels[label] != "None":
-                        summed = 0.0 if label == "block_size" else cache.get(name, 0.0)
-                        cache[name] = summed + float(s.labels[label])
-                continue
-            if not s.name.startswith("vllm:"):
-                continue
-            model = s.labels.get("model_name")
-            if s.name in _PLAIN:
-                field, typ = _PLAIN[s.name]
-                assert family.type == typ, (s.name, family.type)
-            elif s.name == _PER_POS:
-                assert family.type == "counter"
-                assert model is not None
-                pos = per_pos.setdefault(model, {})
-                i = int(s.labels["position"])
-                pos[i] = pos.get(i, 0.0) + float(s.value)
-                fields.setdefault(model, {})
-                continue
-            else:
-                base, _, suffix = s.name.rpartition("_")
-                if base in _HIST and suffix == "bucket" and _HIST[base] in _BUCKETED:
-                    assert model is not None, s
-                    per_le = buckets.setdefault((model, _HIST[base]), {})
-                    le = float(s.labels["le"])
-                    per_le[le] = per_le.get(le, 0.0) + float(s.value)
-                    continue
-                if base not in _HIST or suffix not in ("sum", "count"):
-                    continue
-                assert family.type == "histogram", (s.name, family.type)
-                field = f"{_HIST[base]}_{suffix}"
-            assert model is not None, s
-            values = fields.setdefault(model, {})
-            values[field] = values.get(field, 0.0) + float(s.value)
-            if field == "kv_usage_sum":
-                values["kv_usage_series"] = values.get("kv_usage_series", 0) + 1
-    models = {}
-    for model, v in fields.items():
-
-        def hist(name: str, v: dict[str, Any] = v, model: str = model) -> Histogram | None:
-            if f"{name}_sum" not in v:
-                return None
-            per_le = sorted(buckets.get((model, name), {}).items())
-            return Histogram(v[f"{name}_sum"], v[f"{name}_count"], tuple(per_le))
-
-        pos = per_pos.get(model, {})
-        models[model] = ModelSample(
-            generation_tokens=v.get("generation_tokens", 0.0),
-            prompt_tokens=v.get("prompt_tokens", 0.0),
-            requests_finished=v.get("requests_finished", 0.0),
-            requests_running=v.get("requests_running", 0.0),
-            requests_waiting=v.get("requests_waiting", 0.0),
-            drafts=v.get("drafts"),
-            draft_tokens=v.get("draft_tokens"),
-            accepted_tokens=v.get("accepted_tokens"),
-            accepted_per_position=tuple(pos.get(i, 0.0) for i in range(max(pos, default=-1) + 1)),
-            iteration_tokens=hist("iteration_tokens"),
-            inter_token_latency=hist("inter_token_latency") or hist("v0_time_per_output_token"),
-            time_per_output_token=hist("time_per_output_token"),
-            time_to_first_token=hist("time_to_first_token"),
-            e2e_request_latency=hist("e2e_request_latency"),
-            estimated_flops=v.get("estimated_flops", 0.0),
-            estimated_read_bytes=v.get("estimated_read_bytes", 0.0),
-            preemptions=v.get("preemptions", 0.0),
-            kv_cache_usage=(
-                v["kv_usage_sum"] / v["kv_usage_series"] if "kv_usage_sum" in v else None
-            ),
-            kv_cache_blocks=cache.get("kv_cache_blocks"),
-            kv_block_size=cache.get("kv_block_size"),
-            kv_cache_bytes=cache.get("kv_cache_bytes"),
-            legacy_acceptance_rate=v.get("legacy_acceptance_rate"),
-            legacy_efficiency=v.get("legacy_efficiency"),
-        )
-    return EngineSample(engine="vllm", models=models, process_start_time_seconds=start)
 
 
 # ---------------------------------------------------------------------------
