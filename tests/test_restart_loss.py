@@ -133,6 +133,7 @@ def test_an_outage_queues_one_open_window_write_per_endpoint_not_one_per_scrape(
     assert queue.pending_rows == 5
 
 
+@pytest.mark.e2e  # a daemon and its target on loopback, scraping every second
 @pytest.mark.timeout(60)
 async def test_a_spool_left_at_start_up_is_resumed_from_not_counted_again(
     tmp_path: Path, database_url: str

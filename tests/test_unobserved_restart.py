@@ -100,6 +100,7 @@ def daemon_settings(url: str, state: Path, target: str, port: int) -> Settings:
     )
 
 
+@pytest.mark.e2e  # a daemon and its target on loopback, scraping every second
 @pytest.mark.timeout(90)
 async def test_a_restart_while_spectax_was_down_is_counted_as_unobserved(
     tmp_path: Path, database_url: str, caplog: pytest.LogCaptureFixture
