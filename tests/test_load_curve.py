@@ -7,6 +7,7 @@ loads the tests choose; one test takes a window the monitor closed from recorded
 
 from __future__ import annotations
 
+from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 
@@ -15,8 +16,12 @@ import pytest
 from builders import closed_window
 from spectax.economics import Parameters, StepModel
 from spectax.economics.assessment import AssessedWindow, assess_window
-from spectax.economics.draft_schedule import VLLM_SCHEDULE_KEY, draft_schedule
-from spectax.economics.formulas import modelled_speedup, speedup_at_draft_length
+from spectax.economics.draft_schedule import VLLM_SCHEDULE_KEY, batch_schedule, draft_schedule
+from spectax.economics.formulas import (
+    best_speculative_tokens,
+    modelled_speedup,
+    speedup_at_draft_length,
+)
 from spectax.economics.load_curve import LoadSample, bin_edge, load_curve, sample_of
 from spectax.economics.pricing import ModelSpend
 from spectax.pipeline.counts import Counts
@@ -26,6 +31,7 @@ MODEL = "m"
 C, B_STAR, H = 0.05, 32.0, 0.1
 #: The worked example's counters over one 5-minute window (docs/economics.md).
 G, DR, DT, A, PER_POSITION = 2800.0, 1000.0, 3000.0, 1800.0, (800.0, 600.0, 400.0)
+PER_POSITION_RATIOS = (0.8, 0.6, 0.4)  # A_k / Dr
 SPEND = Decimal("2.50") * 300 / 3600  # one GPU at $2.50 an hour, busy all along
 PARAMS = Parameters(
     draft_cost_ratio=C,
@@ -231,15 +237,24 @@ def test_the_schedule_keeps_k_where_it_pays_shortens_it_where_that_pays_and_stop
         (32, 3, 1),  # docs/economics.md: at 48 requests only position 0 earns its verify
         (128, 3, 0),  # no K pays at 200
     ]
-    s1_at_48 = speedup_at_draft_length((0.8, 0.6, 0.4), 1, 48.0, B_STAR, C, H, 1.0)
+    s1_at_48 = speedup_at_draft_length(PER_POSITION_RATIOS, 1, 48.0, B_STAR, C, H, 1.0)
     assert schedule.lengths[1].speedup == pytest.approx(s1_at_48)
     assert schedule.lengths[1].speedup == pytest.approx(1.065, abs=5e-4)
-    # Batches below the lowest bin take its K; bin 64, never seen, takes bin 32's.
-    assert schedule.ranges == [[1, 31, 3], [32, 127, 1], [128, 256, 0]]
+    # A bin a window ran in keeps its K over the whole bin; a batch no window ran at is
+    # priced by the model at that batch, with the acceptance and h of the bin below it
+    # (the lowest bin, below every bin): all three bins here have h = 0.1, as assessed.
+    seen = {8: 3, 32: 1, 128: 0}
+    expected = [
+        seen.get(bin_edge(b), best_speculative_tokens(PER_POSITION_RATIOS, b, B_STAR, C, H, 1.0)[0])
+        for b in range(1, 257)
+    ]
+    assert [x.step_overhead for x in schedule.lengths] == pytest.approx([H, H, H])
+    assert schedule.ranges == batch_schedule(expected)
+    assert schedule.ranges == [[1, 15, 3], [16, 29, 2], [30, 83, 1], [84, 256, 0]]
     assert schedule.vllm_config == {
         "method": "eagle",
         "num_speculative_tokens": 3,
-        VLLM_SCHEDULE_KEY: [[1, 31, 3], [32, 127, 1], [128, 256, 0]],
+        VLLM_SCHEDULE_KEY: [[1, 15, 3], [16, 29, 2], [30, 83, 1], [84, 256, 0]],
     }
     busy = float(SPEND)
     stakes = [0.0, 4 * busy * (s1_at_48 - speedup_at(48.0)), 2 * busy * (1.0 - speedup_at(200.0))]
@@ -250,7 +265,7 @@ def test_the_schedule_keeps_k_where_it_pays_shortens_it_where_that_pays_and_stop
 
 def test_the_schedule_covers_the_engine_largest_batch() -> None:
     schedule = draft_schedule(load_curve(samples(*DAY)), engine="vllm", max_num_seqs=1024)
-    assert schedule.ranges[-1] == [128, 1024, 0]
+    assert schedule.ranges[-1] == [84, 1024, 0]
     assert schedule.ranges[0][0] == 1
 
 
@@ -261,12 +276,20 @@ def test_an_engine_without_a_per_batch_knob_is_told_to_turn_it_off_above_the_cro
     assert "route the load above 31" in schedule.advice
 
 
-def test_a_tax_at_every_load_turns_speculation_off_and_a_pay_at_every_load_keeps_it() -> None:
-    off = draft_schedule(load_curve(samples(200.0, 300.0)), engine="vllm")
+def test_a_tax_at_every_load_down_to_one_request_turns_speculation_off() -> None:
+    # A control measured 0.8 at 1 and 2 requests: even one request's batch pays no K.
+    taxed = [replace(s, basis="measured", plain_busy_seconds=0.8 * 300.0) for s in samples(1, 2)]
+    off = draft_schedule(load_curve(taxed), engine="vllm")
+    assert [(x.bin.low, x.k) for x in off.lengths] == [(1, 0), (2, 0)]
     assert off.ranges == [[1, 1024, 0]] and off.vllm_config == {}
-    keep = draft_schedule(load_curve(samples(8.0, 8.0)), engine="vllm")
-    assert keep.ranges == [[1, 1024, 3]] and keep.vllm_config is None
+    assert "turn speculation off" in off.advice
+
+
+def test_a_k_that_pays_best_at_every_batch_the_engine_takes_is_kept_with_nothing_at_stake() -> None:
+    keep = draft_schedule(load_curve(samples(8.0, 8.0)), engine="vllm", max_num_seqs=15)
+    assert keep.ranges == [[1, 15, 3]] and keep.vllm_config is None
     assert keep.at_stake_usd == pytest.approx(0.0)
+    assert "keep" in keep.advice
 
 
 def test_the_economics_page_shows_the_curve_and_schedule_the_code_gives() -> None:

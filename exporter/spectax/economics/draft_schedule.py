@@ -19,7 +19,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from spectax.economics.assessment import MAX_STEP_OVERHEAD, recommended_draft_length
-from spectax.economics.formulas import MIN_STEP_OVERHEAD_RATIO, implied_step_overhead
+from spectax.economics.formulas import (
+    MIN_STEP_OVERHEAD_RATIO,
+    best_speculative_tokens,
+    implied_step_overhead,
+)
 from spectax.economics.load_curve import LoadBin, LoadCurve, bin_edge
 
 #: vLLM 0.32.0's SpeculativeConfig (vllm/config/speculative.py) has no switch that turns
@@ -82,6 +86,9 @@ class BinDraftLength:
     k: int | None  # the K to run there; None: nothing to choose from (no counts, no verdict)
     speedup: float | None  # predicted at k (1 at K = 0; the bin's own at the K that ran)
     at_stake_usd: float | None  # busy spend x (predicted - in force): what changing K is worth
+    #: The h the bin's speedup implies (None: no K chosen from counts): with the bin's
+    #: positions, what a batch size no window ran at is priced with.
+    step_overhead: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,11 +120,11 @@ def draft_schedule(
     a load the endpoint was not seen at, and past the crossover that K is 0.
     """
     lengths = tuple(_draft_length(curve, b) for b in curve.bins)
-    chosen = {x.bin.low: x.k for x in lengths if x.k is not None}
+    chosen = {x.bin.low: x for x in lengths if x.k is not None}
     running = [x.k_running for x in lengths if x.k_running is not None]
     k_running = max(running) if running else None
     ranges = batch_schedule(
-        [_k_at(chosen, b, k_running) for b in range(1, max(max_num_seqs, 1) + 1)]
+        [_k_at(curve, chosen, b, k_running) for b in range(1, max(max_num_seqs, 1) + 1)]
     )
     per_batch = engine in PER_BATCH_ENGINES
     config = None
@@ -151,7 +158,7 @@ def _draft_length(curve: LoadCurve, load: LoadBin) -> BinDraftLength:
     k, predicted = recommended_draft_length(
         positions, load.concurrency, b_star, c, h, drafting=(g, a, dt, dr), in_force=speedup
     )
-    return BinDraftLength(load, len(positions), k, predicted, _stake(load, k, predicted))
+    return BinDraftLength(load, len(positions), k, predicted, _stake(load, k, predicted), h)
 
 
 def _stake(load: LoadBin, k: int | None, predicted: float | None) -> float | None:
@@ -162,14 +169,33 @@ def _stake(load: LoadBin, k: int | None, predicted: float | None) -> float | Non
     return load.busy_usd * (predicted - load.speedup)
 
 
-def _k_at(chosen: dict[int, int], batch: int, k_running: int | None) -> float:
-    """The K for one batch size: its bin's, else the nearest lower bin's, else the lowest
-    bin's; the K that runs when no bin chose one."""
+def _k_at(
+    curve: LoadCurve, chosen: dict[int, BinDraftLength], batch: int, k_running: int | None
+) -> float:
+    """The K for one batch size: its bin's when a window ran there; else the model's at this
+    batch (`best_speculative_tokens`, as `spectax model predict` prices each batch) with the
+    per-position acceptance and h of the nearest bin below (the lowest bin, below every
+    bin); a bin without counts lends its own K. The K that runs when no bin chose one."""
     if not chosen:
         return float(k_running or 0)
     edge = bin_edge(batch)
+    if edge in chosen:
+        return float(chosen[edge].k or 0)
     below = [low for low in chosen if low <= edge]
-    return float(chosen[max(below)] if below else chosen[min(chosen)])
+    lender = chosen[max(below) if below else min(chosen)]
+    load, h = lender.bin, lender.step_overhead
+    if h is None:
+        return float(lender.k or 0)
+    k, _ = best_speculative_tokens(
+        load.position_acceptance,
+        batch,
+        curve.ridge_batch,
+        curve.draft_cost_ratio,
+        h,
+        load.drafts / (load.output_tokens - load.accepted_tokens),
+        load.draft_tokens / (load.drafts * len(load.position_acceptance)),
+    )
+    return float(k)
 
 
 def _advice(
