@@ -12,10 +12,11 @@ import pytest
 
 from recorded_pages import page
 from spectax.config import validate
+from spectax.counterfactual.in_force import CALIBRATION_POINTS
 from spectax.economics import PlainCurve, fit_plain_curve, plain_point
 from spectax.economics.calibration import CHEAP_FIT_POINTS, REFIT_EVERY, StepPoint
 from spectax.economics.step_model import fit_or_refusal
-from spectax.endpoint import CALIBRATION_POINTS, EndpointMonitor
+from spectax.endpoint import EndpointMonitor
 from spectax.engines.base import Histogram
 from spectax.observed import Resume
 from spectax.pipeline.counts import Counts
@@ -170,7 +171,7 @@ def plain_window(i: int, batch: float, a: float, b: float) -> Window:
 
 
 def curve_of(m: EndpointMonitor) -> PlainCurve | None:
-    return m.calibration.fit
+    return m.counterfactual.calibration.fit
 
 
 def test_a_baseline_survives_a_restart_and_becomes_the_counterfactual() -> None:
@@ -237,24 +238,24 @@ def test_calibration_fits_once_there_are_enough_windows_then_hourly_and_keeps_a_
     refits = []
     for i in range(8, 8 + 2 * REFIT_EVERY + 1):
         before = curve_of(m)
-        m.calibrate([plain_window(i, xs[i % len(xs)], 0.032, 0.0005)])
+        m.counterfactual.calibrate([plain_window(i, xs[i % len(xs)], 0.032, 0.0005)])
         if curve_of(m) is not before:
             refits.append(i)
     assert len(refits) >= 2
     assert all(b - a == REFIT_EVERY for a, b in itertools.pairwise(refits))
     assert m.step_model().ridge_batch > 32.0  # the new windows pull B* toward 64
     for i in range(8, 8 + CALIBRATION_POINTS + 50):
-        m.calibrate([plain_window(i, xs[i % len(xs)], 0.032, 0.0005)])
-    assert len(m.calibration) == CALIBRATION_POINTS
+        m.counterfactual.calibrate([plain_window(i, xs[i % len(xs)], 0.032, 0.0005)])
+    assert len(m.counterfactual.calibration) == CALIBRATION_POINTS
     assert m.step_model().ridge_batch == pytest.approx(64.0)  # the old day has left the fit
 
 
 def test_an_uncalibrated_monitor_fits_as_soon_as_the_data_allows() -> None:
     m = monitor()
     for i in range(7):
-        m.calibrate([plain_window(i, 8.0, 0.016, 0.0005)])
+        m.counterfactual.calibrate([plain_window(i, 8.0, 0.016, 0.0005)])
     assert m.step_model().source == "configured"
-    m.calibrate([plain_window(7, 64.0, 0.016, 0.0005)])
+    m.counterfactual.calibrate([plain_window(7, 64.0, 0.016, 0.0005)])
     assert m.step_model().source == "baseline"
 
 
@@ -267,9 +268,9 @@ def test_a_refused_fit_is_retried_hourly_once_the_history_is_large() -> None:
     cheap = CHEAP_FIT_POINTS
     tried = []
     for i in range(cheap + 3 * REFIT_EVERY):
-        before = m.calibration.fits
-        m.calibrate([plain_window(i, xs[i % len(xs)], 0.1, -0.0005)])
-        tried.append(m.calibration.fits - before)
+        before = m.counterfactual.calibration.fits
+        m.counterfactual.calibrate([plain_window(i, xs[i % len(xs)], 0.1, -0.0005)])
+        tried.append(m.counterfactual.calibration.fits - before)
     assert m.step_model().source == "configured"
     assert tried[: cheap - 1] == [1] * (cheap - 1)
     assert sum(tried[cheap - 1 :]) <= 4  # then once an hour: 37 windows
@@ -289,7 +290,7 @@ def test_refits_are_staggered_across_endpoints() -> None:
         fits = 0
         for i in range(3 * REFIT_EVERY):
             before = curve_of(m)
-            m.calibrate([plain_window(i, xs[i % len(xs)], 0.016, 0.0005)])
+            m.counterfactual.calibrate([plain_window(i, xs[i % len(xs)], 0.016, 0.0005)])
             if curve_of(m) is not before:
                 fits += 1
                 if fits == 2:
@@ -313,7 +314,7 @@ def test_refits_stay_staggered_after_a_restart() -> None:
         assert curve_of(m) is not None
         for i in range(288, 288 + REFIT_EVERY):
             before = curve_of(m)
-            m.calibrate([plain_window(i, xs[i % len(xs)], 0.016, 0.0005)])
+            m.counterfactual.calibrate([plain_window(i, xs[i % len(xs)], 0.016, 0.0005)])
             if curve_of(m) is not before:
                 first_refit.add(i)
                 break

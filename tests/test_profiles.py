@@ -15,9 +15,9 @@ import pytest
 from builders import queued
 from recorded_pages import page
 from spectax.config import validate
+from spectax.counterfactual.profile_book import ProfileBook, baseline_profile_name, learned_profiles
 from spectax.economics import PlainCurve
 from spectax.endpoint import EndpointMonitor
-from spectax.profiles import ProfileBook, baseline_profile_name, learned_profiles
 from spectax.store import Store, StoreError
 
 PROFILE = "tiny-llama-cpu-ngram"
@@ -78,13 +78,13 @@ async def test_one_ab_teaches_a_profile_that_an_endpoint_without_a_control_uses(
     student = EndpointMonitor(student_config, None, 60.0, profile=book.lookup(PROFILE))
     assert student.step_model().source == "configured"  # nothing learned yet
     taught = feed(teacher)
-    (learned,) = learned_profiles(teacher)  # it has no baseline of its own
+    (learned,) = learned_profiles(teacher.counterfactual)  # it has no baseline of its own
     assert learned.name == PROFILE and learned.source == "control"
     assert learned.plain == CONTROL_CURVE
     assert (taught["verdict_basis"], taught["ridge_batch_source"]) == ("calibrated", "control")
     assert learned.step_overhead_ratio == pytest.approx(taught["step_overhead_ratio"])
 
-    await book.refresh(store, [teacher, student], datetime.now(UTC))
+    await book.refresh(store, [teacher.counterfactual, student.counterfactual], datetime.now(UTC))
     stored = (await store.profiles())[PROFILE]
     assert stored.step_overhead_ratio == pytest.approx(learned.step_overhead_ratio)
     assert stored.plain is not None
@@ -106,7 +106,7 @@ async def test_a_profile_nobody_teaches_is_said_once_and_the_basis_stays_default
     book = ProfileBook()
     student = EndpointMonitor(student_config, None, 60.0, profile=book.lookup(PROFILE))
     for _ in range(2):
-        await book.refresh(store, [student], datetime.now(UTC))
+        await book.refresh(store, [student.counterfactual], datetime.now(UTC))
     said = [r for r in caplog.records if "is not stored yet" in r.getMessage()]
     assert len(said) == 1 and "spectax model fit" in said[0].getMessage()
     assert feed(student)["verdict_basis"] == "default"
@@ -117,14 +117,14 @@ async def test_a_store_outage_keeps_the_profiles_known(store, caplog) -> None:
     book = ProfileBook()
     teacher = EndpointMonitor(teacher_config, None, 60.0, control_curve=lambda: CONTROL_CURVE)
     feed(teacher)
-    await book.refresh(store, [teacher], datetime.now(UTC))
+    await book.refresh(store, [teacher.counterfactual], datetime.now(UTC))
     assert PROFILE in book.known
 
     class Down:  # the database goes away (its own outages are tests/test_faults.py's)
         async def save_profile(self, *_: object) -> None:
             raise StoreError("cannot write profile: connection refused")
 
-    await book.refresh(Down(), [teacher], datetime.now(UTC))  # type: ignore[arg-type]
+    await book.refresh(Down(), [teacher.counterfactual], datetime.now(UTC))  # type: ignore[arg-type]
     assert PROFILE in book.known  # the last profiles read stay in force
     assert any("cannot refresh step-time profiles" in r.getMessage() for r in caplog.records)
 
@@ -153,7 +153,7 @@ async def test_a_baseline_outlives_the_day_of_windows_a_restart_restores(store) 
     book = ProfileBook()
     first = EndpointMonitor(student_config, None, 60.0, Resume(recent_windows=tuple(before)))
     assert first.step_model().source == "baseline"
-    await book.refresh(store, [first], datetime.now(UTC))
+    await book.refresh(store, [first.counterfactual], datetime.now(UTC))
     assert baseline_profile_name("student") in await store.profiles()
 
     later = EndpointMonitor(

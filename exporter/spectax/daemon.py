@@ -30,14 +30,15 @@ from prometheus_client import CollectorRegistry
 from spectax.allocator import one_malloc_arena
 from spectax.billing.coordinator import BillingService
 from spectax.config import ConfigError, Settings
-from spectax.endpoint import CALIBRATION_POINTS, EndpointMonitor, EndpointSnapshot
+from spectax.counterfactual.in_force import CALIBRATION_POINTS, control_lookups
+from spectax.counterfactual.profile_book import REFRESH_SECONDS, ProfileBook, baseline_profile_name
+from spectax.endpoint import EndpointMonitor, EndpointSnapshot
 from spectax.endpoint_config import EndpointConfig
 from spectax.exposition.collector import ReloadStatus, SnapshotCollector, StoreStatus
 from spectax.exposition.text import Page
 from spectax.gc_pacing import FullCollections
 from spectax.health import ScrapeError
 from spectax.observed import Observed
-from spectax.profiles import REFRESH_SECONDS, ProfileBook, baseline_profile_name
 from spectax.reload import endpoint_changes, read_new_configuration, sources_changed
 from spectax.schedule import Jobs, ScrapeSchedule, finish_tasks
 from spectax.scrape import fetch, lift_open_files_limit, metrics_url, scrape_session
@@ -359,7 +360,9 @@ class Daemon:
     async def refresh_profiles(self) -> None:
         """Save what teaching endpoints learned; read every stored profile back."""
         assert self.store is not None
-        learned = self.monitors.values() if self.writer.leading else ()  # only the leader saves
+        learned = (  # only the leader saves
+            [m.counterfactual for m in self.monitors.values()] if self.writer.leading else ()
+        )
         await self.profiles.refresh(self.store, learned, datetime.now(UTC))
 
     async def maintain_store(self) -> None:
@@ -425,7 +428,7 @@ class Daemon:
             pricing.usd_per_hour,
             self.config.window,
             resume,
-            **EndpointMonitor.control_lookups(lambda: self.monitors, endpoint.control),
+            **control_lookups(lambda: self.monitors, endpoint.control),
             profile=self.profiles.lookup(endpoint.profile),
             baseline=self.profiles.lookup(baseline_profile_name(endpoint.name)),
             gpu=pricing.gpu,

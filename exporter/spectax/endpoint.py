@@ -12,39 +12,35 @@ knows who persists it, and is resumed from a `Resume` value.
 from __future__ import annotations
 
 import logging
-from array import array
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
 from spectax import economics, logs
-from spectax.economics import (
-    AssessedWindow,
-    Assessment,
-    Capacity,
-    PlainCalibration,
-    PlainCurve,
-    Profile,
-    StepModel,
+from spectax.counterfactual.in_force import (
+    ControlLookup,
+    Counterfactual,
+    CurveLookup,
+    ProfileLookup,
 )
+from spectax.economics import AssessedWindow, Assessment, Capacity, StepModel
 from spectax.endpoint_config import EndpointConfig
 from spectax.engines import get_parser
 from spectax.engines.base import EngineSample, ParseError
-from spectax.gpus import GpuSpec, RooflinePrior
+from spectax.gpus import GpuSpec
 from spectax.health import LogOnce, ScrapeError
 from spectax.observed import Observed, Resume
 from spectax.pipeline.intervals import Interval, interval_between
 from spectax.pipeline.ledger import Admission, ModelLedger
 from spectax.pipeline.packing import Cursor
 from spectax.pipeline.windows import AlignedWindows, SlidingWindow, Window
-from spectax.tariffs import gpu_named, tariff_of
+from spectax.tariffs import tariff_of
 
 # The logger keeps the name it had before the module was renamed: log filters and alerting
 # on JSON logs select by it.
 log = logging.getLogger("spectax.monitor")
 
-CALIBRATION_POINTS = 288  # a day of 5-minute windows
 FULL_WINDOW_SHARE = 0.8  # a sliding window this full counts as full (scrapes jitter)
 
 
@@ -72,13 +68,6 @@ class EndpointSnapshot:
     models_dropped: dict[str, int] = field(default_factory=dict)  # by reason (pipeline.ledger)
 
 
-ControlLookup = Callable[[], Window | None]
-#: (endpoint, profile) pairs already logged as a profile lent to another method.
-_TOLD_OTHER_METHOD: set[tuple[str, str]] = set()
-CurveLookup = Callable[[], PlainCurve | None]
-ProfileLookup = Callable[[], Profile | None]
-
-
 class EndpointMonitor:
     def __init__(
         self,
@@ -95,7 +84,6 @@ class EndpointMonitor:
         resume = resume or Resume()
         self.config = config
         self.usd_per_hour = usd_per_hour
-        self.roofline = RooflinePrior(config.name, gpu, gpu_named(config))
         self._parse = get_parser(config.engine)
         self._tariff = tariff_of(config, usd_per_hour)
         self._health = LogOnce(log, "endpoint", config.name)
@@ -112,16 +100,14 @@ class EndpointMonitor:
             self._models.admit(resume.cursor[0], resume.cursor[1].models)
         self._told_churn = False
         self._aligned = AlignedWindows(window_seconds, resume.open_window)
-        self._control_window = control_window
-        self._control_curve = control_curve
-        self._profile = profile
-        self._baseline = baseline
-        # The step overheads its windows implied against the control's curve: their median is
-        # the h of the profile this endpoint teaches (config `profile:` with a `control:`). An
-        # array: an empty deque is 760 bytes, ~1.5 MB at 2,000 endpoints that mostly never learn.
-        self.implied_overheads = array("d")
-        self.calibration = PlainCalibration(
-            config.name, CALIBRATION_POINTS, config.calibration_min_windows
+        # Which plain curve, B* and h its windows are assessed under, and their sources.
+        self.counterfactual = Counterfactual(
+            config,
+            control_window=control_window,
+            control_curve=control_curve,
+            profile=profile,
+            baseline=baseline,
+            gpu=gpu,
         )
         self.snapshot = EndpointSnapshot(
             config,
@@ -129,83 +115,17 @@ class EndpointMonitor:
             spend_usd_total=resume.spend_usd_total,
             cold_start_usd_total=resume.cold_start_usd_total,
         )
-        self.calibrate(resume.recent_windows)
+        self.counterfactual.calibrate(resume.recent_windows)
 
     def step_model(self, window: Window | None = None) -> StepModel:
-        """The counterfactual in force, from the first source that has one (ECONOMICS.md §3b):
-        the control's plain curve, this endpoint's own from before speculation, the profile
-        its config names (learned from a control, or fitted to a sweep), the roofline of
-        `window` (the sliding one by default), the configuration. h is never below the
-        method's floor, and a profile of another method lends only its B* and curve."""
-        config, spec = self.config, self.config.speculation
-        h = config.step_overhead_ratio
-        floor = economics.step_overhead_floor(spec.method if spec else None)
-        control = self.control_curve()
-        if control is not None:
-            return StepModel(
-                control.ridge_batch or config.ridge_batch,
-                h,
-                "control",
-                control,
-                step_overhead_floor=floor,
-            )
-        own = self.calibration.fit
-        if own is None and self._baseline is not None:  # the fit kept in the store
-            stored = self._baseline()
-            own = stored.plain if stored is not None else None
-        if own is not None and spec is not None:
-            return StepModel(
-                own.ridge_batch or config.ridge_batch, h, "baseline", own, step_overhead_floor=floor
-            )
-        profile = self._profile() if self._profile is not None else None
-        if profile is not None:
-            same_method = profile.method is None or spec is None or profile.method == spec.method
-            told = (config.name, profile.name)
-            if not same_method and told not in _TOLD_OTHER_METHOD:
-                _TOLD_OTHER_METHOD.add(told)  # said once, not every window
-                log.warning(
-                    "endpoint %s: profile %r was learned with %s, this endpoint runs %s: its "
-                    "B* and plain curve are used, its step overhead and draft cost are not",
-                    config.name,
-                    profile.name,
-                    profile.method,
-                    spec.method if spec else None,
-                )
-            return StepModel(
-                profile.ridge_batch,
-                profile.step_overhead_ratio if same_method else h,
-                "sweep" if profile.source == "sweep" else "profile",
-                profile.plain,
-                profile.name,
-                profile.mean_abs_error_ratio if profile.plain is None else None,
-                step_overhead_floor=floor,
-                overhead_known=same_method,
-            )
-        if (roofline := self.roofline.ridge_batch(window or self._sliding.total())) is not None:
-            return StepModel(roofline, h, "roofline", step_overhead_floor=floor)
-        return StepModel(config.ridge_batch, h, "configured", step_overhead_floor=floor)
+        """The counterfactual in force (spectax.counterfactual.in_force), its roofline read
+        from `window` (the sliding one by default)."""
+        return self.counterfactual.step_model(window or self._sliding.total())
 
     def window(self) -> Window | None:
         """The sliding window's sum, what the live gauges are of: unpacked at each call (it
         waits packed between scrapes), so not kept in the snapshot."""
         return self._sliding.total()
-
-    def control_curve(self) -> PlainCurve | None:
-        """The control's plain curve, when this endpoint has a control and it is fitted."""
-        return self._control_curve() if self._control_curve is not None else None
-
-    @staticmethod
-    def control_lookups(
-        monitors: Callable[[], Mapping[str, EndpointMonitor]], control: str | None
-    ) -> dict[str, Any]:
-        """The control endpoint's sliding window and plain curve, looked up when needed, in
-        the monitors of the moment (a takeover or a reload replaces the whole dict)."""
-        if control is None:
-            return {}
-        return {
-            "control_window": lambda: (m := monitors().get(control)) and m.window(),
-            "control_curve": lambda: (m := monitors().get(control)) and m.calibration.fit,
-        }
 
     def parameters(self, window: Window | None = None) -> economics.Parameters:
         """The parameters to assess `window` under (its own roofline, if it is the source)."""
@@ -269,7 +189,7 @@ class EndpointMonitor:
         if held is not sample:
             interval = replace(interval, models=_only(interval.models, held.models.keys()))
         _, closed, window = self._observe(interval.end, held, interval)
-        self.calibrate(due := self._aligned.due(interval.end))
+        self.counterfactual.calibrate(due := self._aligned.due(interval.end))
         self._publish(interval.end, sample, 0.0, window)
         return Observed(self.config.name, [self._assessed(w) for w in closed + due], self.cursor())
 
@@ -303,26 +223,8 @@ class EndpointMonitor:
         closed = self._aligned.due(now)
         if not closed or self._last is None:
             return None
-        self.calibrate(closed)
+        self.counterfactual.calibrate(closed)
         return Observed(self.config.name, [self._assessed(w) for w in closed], self.cursor())
-
-    def calibrate(self, windows: Iterable[Window]) -> None:
-        """Feed closed windows (at start-up: the store's recent ones) to the plain curve's
-        fit: windows without speculation, this endpoint's counterfactual once it speculates
-        (and its control's, for the endpoints it is the control of)."""
-        had = self.calibration.fit is not None, self.calibration.refusal
-        if not self.calibration.add(windows):
-            return
-        fit, refusal = self.calibration.fit, self.calibration.refusal
-        if fit is not None and not had[0]:
-            log.info(
-                "endpoint %s: plain curve fitted (B* = %.1f, %d windows)",
-                self.config.name,
-                fit.ridge_batch or float("inf"),
-                fit.points,
-            )
-        elif refusal is not None and (had[0] or had[1] is None):  # said once, not each window
-            log.info("endpoint %s: plain curve not sound: %s", self.config.name, refusal)
 
     # ------------------------------------------------------------ internals
 
@@ -420,7 +322,7 @@ class EndpointMonitor:
             tokens_total=totals,
         )
         closed = self._aligned.add(interval)
-        self.calibrate(closed)
+        self.counterfactual.calibrate(closed)
         return last, closed, window
 
     def _restarted(
@@ -464,14 +366,8 @@ class EndpointMonitor:
         spec = self.config.speculation
         params = self.parameters(window)
         assessments = economics.assess_window(window, params, spend)
-        for assessment in assessments.values() if closed else ():
-            h = assessment.step_overhead_ratio
-            learned = (
-                assessment.model_source == "control" and assessment.verdict_basis == "calibrated"
-            )
-            if h is not None and learned:
-                self.implied_overheads.append(h)
-                del self.implied_overheads[:-CALIBRATION_POINTS]
+        if closed:
+            self.counterfactual.learn(assessments.values())
         return AssessedWindow(
             window=window,
             assessments=assessments,
@@ -483,7 +379,7 @@ class EndpointMonitor:
     def _publish(
         self, now: float, sample: EngineSample, duration: float, window: Window | None
     ) -> None:
-        control = self._control_window() if self._control_window is not None else None
+        control = self.counterfactual.control_window()
         # Measure against the control only over full windows on both sides: just after a
         # (re)start, the few requests that finished say more about warm-up than speculation.
         full = FULL_WINDOW_SHARE * self._sliding.length

@@ -1,23 +1,17 @@
-"""The counterfactual: what the same output would have cost without speculation (§3b).
+"""The step model: what the same output would have cost without speculation (§3b).
 
-A speculative endpoint sees its own time per output token; what it cannot see
-is the time per output token it would have had without speculation. That plain
-curve comes, in this order, from:
+A speculative endpoint sees its own time per output token; what it cannot see is the
+time per output token it would have had without speculation. A `StepModel` carries what
+stands in for it: B*, h, and a plain curve (`PlainCurve`) when its source had one, and
+the source it came from (`Source`: control, baseline, profile, sweep, roofline,
+configured). Which source is in force for an endpoint is one rule, in
+spectax.counterfactual.in_force; a `Profile` is what a control or a sweep taught.
 
-1. ``control``: a control endpoint serving the same model without speculation;
-2. ``baseline``: the same endpoint's own windows before speculation was on;
-3. ``profile``: a stored profile learned on an endpoint of the same model and
-   hardware that had a control (config ``profile: NAME``);
-4. ``sweep``: a profile fitted to a benchmark sweep (``spectax model fit``);
-5. ``roofline``: B* from vLLM's FLOP and byte estimates and the GPU's datasheet peaks
-   (`roofline_ridge_batch`), a prior and not a measurement: basis default;
-6. ``configured``: the endpoint's configured B* and h, with wide ranges.
-
-With a plain curve (1-3, and 4 when the sweep had absolute times) the speedup
-of a window is direct: the curve's time per token at the window's tokens per
-step over the window's own time per token. Without one it is §3b's formula,
-and its band spans the ranges the parameters could plausibly take. Which basis
-a verdict had, and its band, go with it everywhere it is shown.
+With a plain curve the speedup of a window is direct: the curve's time per token at the
+window's tokens per step over the window's own time per token. Without one it is §3b's
+formula, and its band spans the ranges the parameters could plausibly take
+(`estimate_speedup`). Which basis a verdict had, and its band, go with it everywhere it
+is shown.
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@ hourly, and learned from every endpoint whose config names a profile and has a c
 
 A profile carries what a control taught about one (model, hardware, method): the plain
 curve and the step overhead h. Endpoints of the same kind without a control name it
-(`profile: NAME`) and get a verdict on basis `profile` instead of `default`.
+(`profile: NAME`) and get a verdict on basis `profile` instead of `default`; where it
+stands among the sources of the counterfactual is spectax.counterfactual.in_force's rule.
+The store only keeps the rows (spectax.store.profiles).
 """
 
 from __future__ import annotations
@@ -13,12 +15,13 @@ import statistics
 from collections.abc import Iterable
 from datetime import datetime
 
+from spectax.counterfactual.in_force import Counterfactual, ProfileLookup
 from spectax.economics import Profile
-from spectax.endpoint import EndpointMonitor, ProfileLookup
 from spectax.health import LogOnce
 from spectax.store import Store, StoreError
 
-log = logging.getLogger(__name__)
+# The logger keeps the module's former name (spectax.profiles): log filters select by it.
+log = logging.getLogger("spectax.profiles")
 REFRESH_SECONDS = 3600.0
 
 
@@ -27,7 +30,7 @@ def baseline_profile_name(endpoint: str) -> str:
     return f"baseline/{endpoint}"
 
 
-def learned_profiles(monitor: EndpointMonitor) -> list[Profile]:
+def learned_profiles(counterfactual: Counterfactual) -> list[Profile]:
     """What an endpoint teaches, for the store to keep:
 
     - the profile its config names, when it has a control whose plain curve is fitted
@@ -36,23 +39,24 @@ def learned_profiles(monitor: EndpointMonitor) -> list[Profile]:
       from before speculation gave a plain curve: restored windows reach back a day
       only, so without this the baseline would be lost at the first restart.
     """
-    config, spec = monitor.config, monitor.config.speculation
+    config, spec = counterfactual.config, counterfactual.config.speculation
     learned = []
-    curve = monitor.control_curve()
-    if config.profile is not None and curve is not None and monitor.implied_overheads:
+    curve = counterfactual.control_curve()
+    overheads = counterfactual.implied_overheads
+    if config.profile is not None and curve is not None and overheads:
         learned.append(
             Profile(
                 name=config.profile,
                 source="control",
                 learned_from=f"endpoint {config.name} against control {config.control}",
                 ridge_batch=curve.ridge_batch or config.ridge_batch,
-                step_overhead_ratio=statistics.median(monitor.implied_overheads),
+                step_overhead_ratio=statistics.median(overheads),
                 draft_cost_ratio=spec.cost_ratio if spec else None,
                 plain=curve,
                 points=curve.points,
             )
         )
-    own = monitor.calibration.fit
+    own = counterfactual.calibration.fit
     if own is not None and spec is not None:
         learned.append(
             Profile(
@@ -83,21 +87,21 @@ class ProfileBook:
         return lambda: self.known.get(name)
 
     async def refresh(
-        self, store: Store, monitors: Iterable[EndpointMonitor], now: datetime
+        self, store: Store, endpoints: Iterable[Counterfactual], now: datetime
     ) -> None:
         """Save what each teaching endpoint learned, then read every profile back."""
-        monitors = list(monitors)
+        endpoints = list(endpoints)
         try:
-            for monitor in monitors:
-                for learned in learned_profiles(monitor):
+            for endpoint in endpoints:
+                for learned in learned_profiles(endpoint):
                     await store.save_profile(learned, now)
             self.known = await store.profiles()
         except StoreError as exc:
             self._health.failed("cannot refresh step-time profiles: %s", exc)
             return
         self._health.recovered("step-time profiles read again")
-        for monitor in monitors:
-            config = monitor.config
+        for endpoint in endpoints:
+            config = endpoint.config
             name = config.profile
             if name and not config.control and name not in self.known and name not in self._missing:
                 self._missing.add(name)
