@@ -34,12 +34,17 @@ NGRAM_PAGES = (
 
 
 def ngram_settings(
-    name: str = "ngram", *, storage_url: str | None = None, **endpoint: Any
+    name: str = "ngram",
+    *,
+    window: str = "5m",
+    storage_url: str | None = None,
+    state_directory: Path | None = None,
+    **endpoint: Any,
 ) -> Settings:
-    """5-minute windows of one ngram-speculating endpoint at 3.6 USD an hour, on a port
-    nothing answers (its pages are fed by hand); `endpoint` adds or replaces fields."""
+    """Windows (5 minutes unless said) of one ngram-speculating endpoint at 3.6 USD an hour,
+    on a port nothing answers (its pages are fed by hand); `endpoint` adds or replaces fields."""
     raw: dict[str, Any] = {
-        "window": "5m",
+        "window": window,
         "endpoints": [
             {
                 "name": name,
@@ -52,6 +57,8 @@ def ngram_settings(
     }
     if storage_url is not None:
         raw["storage_url"] = storage_url
+    if state_directory is not None:
+        raw["state_directory"] = str(state_directory)
     return validate(raw)
 
 

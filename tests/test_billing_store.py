@@ -23,8 +23,7 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from builders import queued
-from recorded_pages import page
+from builders import NGRAM_PAGES, monitor_of, ngram_settings, store_pages
 from spectax.billing import ledger
 from spectax.billing.coordinator import BillingService
 from spectax.billing.registry import SourceSpec
@@ -32,50 +31,26 @@ from spectax.billing.sources.aws_cost_explorer import AwsCostExplorerConfig
 from spectax.billing.sources.runpod import RunpodConfig
 from spectax.billing.types import BillingLine, Period
 from spectax.cli.main import main
-from spectax.config import validate
-from spectax.endpoint import EndpointMonitor
 from spectax.exposition.collector import SnapshotCollector, StoreStatus
 from spectax.store import Store
 from spectax.store.schema import SchemaMismatch, upgrade
 
-PAGES = [
-    "spec_ngram_0_before_traffic.txt",
-    "spec_ngram_1_after_first_request.txt",
-    "spec_ngram_2_mid.txt",
-    "spec_ngram_3_after.txt",
-]
+PAGES = NGRAM_PAGES
 T0 = datetime(2026, 11, 2, 10, tzinfo=UTC)
 HOUR = timedelta(hours=1)
 USD_PER_HOUR = Decimal("3.6")
 
 
 def settings(url: str, tmp_path: Path | None = None):
-    raw = {
-        "window": "5m",
-        "storage_url": url,
-        "endpoints": [
-            {
-                "name": "chat",
-                "url": "http://127.0.0.1:1",
-                "speculation": {"method": "ngram"},
-                "price": {"usd_per_hour": float(USD_PER_HOUR)},
-            }
-        ],
-    }
-    if tmp_path is not None:
-        raw["state_directory"] = str(tmp_path)
-    return validate(raw)
+    return ngram_settings("chat", storage_url=url, state_directory=tmp_path)
 
 
 async def fill(store: Store, url: str, hours: int = 2) -> None:
     """Scrape the recorded pages every 30 s from T0 for `hours`; the windows go to the store."""
-    s = settings(url)
-    monitor = EndpointMonitor(s.config.endpoints[0], s.usd_per_hour["chat"], 300.0)
-    for i in range(hours * 120 + 2):  # the scrape after the last hour closes its window
-        observed = monitor.observe_page(T0.timestamp() + 30 * i, page(PAGES[i % len(PAGES)]), 0.01)
-        write = queued(observed)
-        if write is not None:
-            await store.save(write.endpoint, write.rows, write.cursor)
+    monitor = monitor_of(settings(url))
+    # the scrape after the last hour closes its window
+    scrapes = ((T0.timestamp() + 30 * i, PAGES[i % len(PAGES)]) for i in range(hours * 120 + 2))
+    await store_pages(monitor, store, scrapes)
     await store.rollup()
 
 

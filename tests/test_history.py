@@ -16,49 +16,26 @@ from sqlalchemy import inspect as sa_inspect
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from builders import queued
-from recorded_pages import page
+from builders import NGRAM_PAGES, monitor_of, ngram_settings, queued, store_pages
 from spectax.cli.main import main
-from spectax.config import validate
 from spectax.endpoint import EndpointMonitor
 from spectax.store import Store
 from spectax.store.models import TABLES, Money
 from spectax.store.schema import HEAD_REVISION, SchemaMismatch, _config, head_revision, upgrade
 
-PAGES = [
-    "spec_ngram_0_before_traffic.txt",
-    "spec_ngram_1_after_first_request.txt",
-    "spec_ngram_2_mid.txt",
-    "spec_ngram_3_after.txt",
-]
+PAGES = NGRAM_PAGES
 T0 = datetime(2026, 11, 2, 22, 50, tzinfo=UTC).timestamp()  # windows cross an hour and a day
 
 
 def settings(url: str):
-    return validate(
-        {
-            "window": "5m",
-            "storage_url": url,
-            "endpoints": [
-                {
-                    "name": "ngram",
-                    "url": "http://127.0.0.1:1",
-                    "speculation": {"method": "ngram"},
-                    "price": {"usd_per_hour": 3.6},
-                }
-            ],
-        }
-    )
+    return ngram_settings(storage_url=url)
 
 
 async def fill(store: Store, url: str, minutes: int = 150) -> EndpointMonitor:
     """Scrape the recorded pages every 30 s for `minutes`, cycling through a restart each time."""
-    s = settings(url)
-    monitor = EndpointMonitor(s.config.endpoints[0], s.usd_per_hour["ngram"], 300.0)
-    for i in range(minutes * 2):
-        write = queued(monitor.observe_page(T0 + 30 * i, page(PAGES[i % len(PAGES)]), 0.01))
-        if write is not None:
-            await store.save(write.endpoint, write.rows, write.cursor)
+    monitor = monitor_of(settings(url))
+    scrapes = ((T0 + 30 * i, PAGES[i % len(PAGES)]) for i in range(minutes * 2))
+    await store_pages(monitor, store, scrapes)
     return monitor
 
 

@@ -5,11 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from builders import queued
-from recorded_pages import page
+from builders import monitor_of, ngram_settings, store_pages
 from spectax.billing.types import BillingLine, Period
-from spectax.config import validate
-from spectax.endpoint import EndpointMonitor
 from spectax.report.spend import BilledSpend, Spend
 from spectax.store import Store
 
@@ -18,28 +15,13 @@ PAGES = ["spec_ngram_0_before_traffic.txt", "spec_ngram_3_after.txt"]
 
 
 async def test_a_final_bill_replaces_the_estimate_for_its_day(database_url: str) -> None:
-    settings = validate(
-        {
-            "window": "1h",
-            "storage_url": database_url,
-            "endpoints": [
-                {
-                    "name": "chat",
-                    "url": "http://127.0.0.1:1",
-                    "price": {"usd_per_hour": 3.6},
-                    "speculation": {"method": "ngram"},
-                }
-            ],
-        }
-    )
+    settings = ngram_settings("chat", window="1h", storage_url=database_url)
     store = await Store.open(database_url)
     try:
-        monitor = EndpointMonitor(settings.config.endpoints[0], settings.usd_per_hour["chat"], 3600)
-        for i in range(2 * 24 * 12 + 2):  # two days of 5-minute scrapes, and the closing one
-            observed = monitor.observe_page(DAY.timestamp() + 300 * i, page(PAGES[i % 2]), 0.01)
-            write = queued(observed)
-            if write is not None:
-                await store.save(write.endpoint, write.rows, write.cursor)
+        monitor = monitor_of(settings, 3600)
+        # two days of 5-minute scrapes, and the closing one
+        scrapes = ((DAY.timestamp() + 300 * i, PAGES[i % 2]) for i in range(2 * 24 * 12 + 2))
+        await store_pages(monitor, store, scrapes)
         await store.rollup()
         line = BillingLine(
             source="runpod",
