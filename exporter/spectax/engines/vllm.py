@@ -6,6 +6,11 @@ expression (anchored on a newline, the scan runs in C), and parse only those
 lines. Everything else (comments, the buckets of histograms other than the four
 latency ones, `*_created`, `python_*`, other `vllm:` families) is skipped unvalidated.
 
+A server's next page has the same series in the same order, only other values: the first
+page of a layout is read line by line (`_accumulate`, which names a bad line), and the
+layout it teaches (`_Layout`: which line goes into which sum) sums the next pages' values
+in a few C-level passes. Both give the same `EngineSample` (tests/test_engine_vllm.py).
+
 Covers vLLM V1 (0.11 - 0.33) and the V0 legacy names (before 0.11); see
 /work/shared/ENGINES.md. Series are summed per `model_name` over every other
 label (`engine` = data-parallel rank, `finished_reason`, ...).
