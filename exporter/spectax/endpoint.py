@@ -35,7 +35,7 @@ from spectax.pipeline.intervals import Interval, interval_between
 from spectax.pipeline.ledger import Admission, ModelLedger
 from spectax.pipeline.packing import Cursor
 from spectax.pipeline.windows import AlignedWindows, SlidingWindow, Window
-from spectax.tariffs import tariff_of
+from spectax.tariffs import gpu_named, tariff_of
 
 # The logger keeps the name it had before the module was renamed: log filters and alerting
 # on JSON logs select by it.
@@ -108,6 +108,7 @@ class EndpointMonitor:
             profile=profile,
             baseline=baseline,
             gpu=gpu,
+            gpu_name=gpu_named(config),
         )
         self.snapshot = EndpointSnapshot(
             config,

@@ -44,7 +44,6 @@ from spectax.economics import (
 from spectax.endpoint_config import EndpointConfig
 from spectax.gpus import GpuSpec
 from spectax.pipeline.windows import Window
-from spectax.tariffs import gpu_named
 
 # The endpoint monitor's logger: log filters and alerting on JSON logs select by it.
 log = logging.getLogger("spectax.monitor")
@@ -71,7 +70,10 @@ class Counterfactual:
         profile: ProfileLookup | None = None,
         baseline: ProfileLookup | None = None,
         gpu: GpuSpec | None = None,
+        gpu_name: str | None = None,
     ):
+        """`gpu`: its GPU's specs, for the roofline; `gpu_name`: the GPU its configuration
+        names (spectax.tariffs.gpu_named), to say which one is not in the table."""
         self.config = config
         self._control_window = control_window
         self._control_curve = control_curve
@@ -80,7 +82,7 @@ class Counterfactual:
         self.calibration = PlainCalibration(
             config.name, CALIBRATION_POINTS, config.calibration_min_windows
         )
-        self.roofline = RooflinePrior(config.name, gpu, gpu_named(config))
+        self.roofline = RooflinePrior(config.name, gpu, gpu_name)
         # The step overheads its windows implied against the control's curve: their median is
         # the h of the profile this endpoint teaches (config `profile:` with a `control:`). An
         # array: an empty deque is 760 bytes, ~1.5 MB at 2,000 endpoints that mostly never learn.
