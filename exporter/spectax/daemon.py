@@ -422,7 +422,7 @@ class Daemon:
             endpoint.name, self.config.window, CALIBRATION_POINTS, pending
         )
         resume = not_below(resume, self.monitors.get(endpoint.name))  # spectax.takeover
-        pricing = running_pricing(endpoint, self.settings.prices)  # a fleet's: found now
+        pricing = running_pricing(endpoint, self.settings.prices)  # as validated; a fleet's: here
         monitor = EndpointMonitor(
             endpoint,
             pricing.usd_per_hour,
