@@ -17,7 +17,6 @@ from typing import Any
 from recorded_pages import page
 from spectax.config import Settings, validate
 from spectax.endpoint import EndpointMonitor
-from spectax.endpoint_config import EndpointConfig
 from spectax.observed import Observed
 from spectax.store import Store
 from spectax.store.pending import PendingWrite
@@ -101,8 +100,9 @@ def scrape_write(monitor: EndpointMonitor, t: float, text: str) -> list[PendingW
     return [pending_write(o) for o in observed if o is not None]
 
 
-def priced_endpoint() -> tuple[EndpointConfig, Decimal | None]:
-    """An H100 endpoint `x` at 3.99 USD an hour, and its price as the config resolves it."""
+def priced_monitor(*more: Any) -> EndpointMonitor:
+    """5-minute windows of an H100 endpoint `x` at 3.99 USD an hour, priced as the config
+    resolves it; `more` is EndpointMonitor's own (what it resumes from)."""
     settings = validate(
         {
             "window": "5m",
@@ -116,7 +116,7 @@ def priced_endpoint() -> tuple[EndpointConfig, Decimal | None]:
             ],
         }
     )
-    return settings.config.endpoints[0], settings.usd_per_hour["x"]
+    return monitor_of(settings, 300.0, *more)
 
 
 # ------------------------------------------------------------------ the store writer's input

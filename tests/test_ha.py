@@ -21,11 +21,10 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from builders import priced_endpoint, scrape_write
+from builders import priced_monitor, scrape_write
 from e2e import Spectax, free_port, value, wait_until, write_config
 from ops_helpers import TOKENS_PER_SCRAPE, CountingVllm, Targets
 from recorded_pages import page
-from spectax.endpoint import EndpointMonitor
 from spectax.store import Store
 from spectax.store.leader import LOCK_KEY, POLL_SECONDS, NotLeader
 from spectax.store.writer import StoreWriter
@@ -235,8 +234,7 @@ async def test_a_write_already_past_the_check_is_refused_once_the_lock_session_e
     """The fence inside each write's transaction: the lock session ended (here by the
     server) between the writer's check and its write, the write is refused, not stored."""
     url = pg_server.database()
-    endpoint, price = priced_endpoint()
-    monitor = EndpointMonitor(endpoint, price, 300.0)
+    monitor = priced_monitor()
     writes = scrape_write(monitor, 1_798_761_601.0, page("spec_ngram_0_before_traffic.txt"))
     writer = StoreWriter(
         lambda: Store.open(url), tmp_path / "spool.jsonl", 100, asyncio.Event(), log
@@ -295,8 +293,7 @@ async def test_the_follower_writes_nothing_and_takes_over_when_the_leader_lets_g
     are dropped and rollups skipped, until the first closes; then it resumes (take_over)
     and writes."""
     url = pg_server.database()
-    endpoint, price = priced_endpoint()
-    monitor = EndpointMonitor(endpoint, price, 300.0)
+    monitor = priced_monitor()
     t0 = 1_798_761_600.0 + 1.0
     writes = scrape_write(monitor, t0, page("spec_ngram_0_before_traffic.txt"))
     writes += scrape_write(monitor, t0 + 15.0, page("spec_ngram_2_mid.txt"))

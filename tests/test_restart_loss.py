@@ -16,13 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from builders import priced_endpoint, scrape_write
+from builders import monitor_of, priced_monitor, scrape_write
 from e2e import Spectax, free_port, stored_windows, value, write_config
 from ops_helpers import TOKENS_PER_SCRAPE, CountingVllm, Targets
 from recorded_pages import page
 from spectax.config import validate
 from spectax.daemon import Daemon
-from spectax.endpoint import EndpointMonitor
 from spectax.store import Store
 from spectax.store.writer import WriteQueue
 
@@ -88,22 +87,21 @@ async def test_kill_9_then_a_vllm_restart_loses_no_token_a_scrape_saw(tmp_path: 
 async def test_a_restart_from_the_open_window_counts_its_spend_once(database_url: str) -> None:
     """Restored from a partial open window, spend goes on from the stored total: the partial
     rows are neither lost nor added twice, as a run that never stopped would count."""
-    endpoint, price = priced_endpoint()
     names = ("spec_ngram_0_before_traffic.txt", "spec_ngram_2_mid.txt", "spec_ngram_3_after.txt")
     pages = [page(n) for n in names]
     t0 = 1_798_761_600.0 + 1.0  # just after a window boundary: every scrape below is inside it
-    steady = EndpointMonitor(endpoint, price, 300.0)
+    steady = priced_monitor()
     for i, text in enumerate(pages):
         steady.observe_page(t0 + 15.0 * i, text, 0.01)
 
     store = await Store.open(database_url)
     try:
-        first = EndpointMonitor(endpoint, price, 300.0)
+        first = priced_monitor()
         for i, text in enumerate(pages[:2]):
             for w in scrape_write(first, t0 + 15.0 * i, text):
                 await store.save(w.endpoint, w.rows, w.cursor)
         # killed here: the window is open, nothing closed it
-        second = EndpointMonitor(endpoint, price, 300.0, await store.restore("x", 300.0, 10))
+        second = priced_monitor(await store.restore("x", 300.0, 10))
         for w in scrape_write(second, t0 + 30.0, pages[2]):
             await store.save(w.endpoint, w.rows, w.cursor)
         stored_spend, _ = await store.money_totals("x")
@@ -118,9 +116,8 @@ async def test_a_restart_from_the_open_window_counts_its_spend_once(database_url
 def test_an_outage_queues_one_open_window_write_per_endpoint_not_one_per_scrape(
     tmp_path: Path,
 ) -> None:
-    endpoint, price = priced_endpoint()
     pages = [page("spec_ngram_0_before_traffic.txt"), page("spec_ngram_2_mid.txt")]
-    monitor = EndpointMonitor(endpoint, price, 300.0)
+    monitor = priced_monitor()
     queue = WriteQueue(tmp_path / "spool.jsonl")
     t0 = 1_798_761_600.0
     for step in range(100):  # 25 minutes of 15 s scrapes with the database away: 5 windows
@@ -160,7 +157,7 @@ async def test_a_spool_left_at_start_up_is_resumed_from_not_counted_again(
     )
     # The last run: 10 scrapes 15 s apart over three windows; the store took the first 3, the
     # rest waited for it in memory and went to the spool at the stop (WriteQueue.spill_all).
-    first = EndpointMonitor(settings.config.endpoints[0], settings.usd_per_hour["x"], 60.0)
+    first = monitor_of(settings, 60.0)
     t0 = time.time() - 150.0
     store = await Store.open(database_url)
     queue = WriteQueue(state / "spool.jsonl")
@@ -215,18 +212,17 @@ async def test_restore_overlays_the_queued_writes_on_the_store(
 ) -> None:
     """Store.restore with the writes still queued (some spooled, some in memory) resumes as a
     run that never stopped: the same spend, to the nano-dollar, and the same tokens."""
-    endpoint, price = priced_endpoint()
     vllm = CountingVllm()
     vllm.growing = True
     t0 = 1_798_761_600.0 + 1.0
     timeline = [(t0 + 15.0 * i, vllm.next_page()) for i in range(50)]  # 3 windows and a bit
-    steady = EndpointMonitor(endpoint, price, 300.0)
+    steady = priced_monitor()
     for t, text in timeline:
         steady.observe_page(t, text, 0.01)
 
     store = await Store.open(database_url)
     try:
-        first = EndpointMonitor(endpoint, price, 300.0)
+        first = priced_monitor()
         queue = WriteQueue(tmp_path / "spool.jsonl")
         for i, (t, text) in enumerate(timeline[:40]):
             for w in scrape_write(first, t, text):
@@ -237,7 +233,7 @@ async def test_restore_overlays_the_queued_writes_on_the_store(
             if i == 30:
                 queue.spill_all()  # the older ones on disk, the newer in memory
         restored = await store.restore("x", 300.0, 10, list(queue.pending("x")))
-        second = EndpointMonitor(endpoint, price, 300.0, restored)
+        second = priced_monitor(restored)
         while batch := queue.peek(100):  # then the queue drains, behind the new monitor
             await store.save_many([(w.endpoint, w.rows, w.cursor) for w in batch])
             queue.pop(batch)

@@ -31,7 +31,7 @@ from sqlalchemy import Connection, inspect
 from sqlalchemy import text as sql
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from builders import priced_endpoint, queued, scrape_write
+from builders import monitor_of, priced_monitor, queued, scrape_write
 from e2e import free_port
 from ops_helpers import Targets
 from recorded_pages import page
@@ -39,7 +39,6 @@ from report_history import report_of
 from spectax.cli.export import export
 from spectax.config import Settings, validate
 from spectax.daemon import Daemon
-from spectax.endpoint import EndpointMonitor
 from spectax.report.period import Month
 from spectax.report.render import render
 from spectax.store import Store
@@ -58,8 +57,7 @@ def restart_line(messages: Iterator[str]) -> str:
 async def store_old_process(url: str, settings: Settings) -> None:
     """The last run: two scrapes of the old process, written as the daemon writes them
     (the open window and its cursor after each scrape); then spectax stopped."""
-    config, price = settings.config.endpoints[0], settings.usd_per_hour["x"]
-    old = EndpointMonitor(config, price, 60.0)
+    old = monitor_of(settings, 60.0)
     store = await Store.open(url)
     try:
         last = NEW_START - UNSEEN
@@ -152,8 +150,7 @@ async def test_a_restart_while_spectax_was_down_is_counted_as_unobserved(
 def test_a_restart_between_two_scrapes_names_the_span_and_the_age_not_a_cold_start(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    endpoint, price = priced_endpoint()
-    monitor = EndpointMonitor(endpoint, price, 300.0)
+    monitor = priced_monitor()
     caplog.set_level(logging.INFO, logger="spectax.monitor")
     monitor.observe_page(NEW_START - 10.0, page("spec_ngram_3_after.txt"), 0.01)
     monitor.observe_page(NEW_START + 5.0, page("spec_ngram_restart_2_mid.txt"), 0.01)
@@ -171,8 +168,7 @@ def test_a_restart_without_a_start_in_the_gap_counts_the_whole_gap(
 ) -> None:
     """Counters went down under the same process start (as a data-parallel page, without
     process metrics, shows every restart): nothing bounds the span better than the gap."""
-    endpoint, price = priced_endpoint()
-    monitor = EndpointMonitor(endpoint, price, 300.0)
+    monitor = priced_monitor()
     caplog.set_level(logging.INFO, logger="spectax.monitor")
     t = OLD_START + 600.0
     monitor.observe_page(t, page("spec_ngram_3_after.txt"), 0.01)
@@ -196,8 +192,7 @@ async def test_migration_0011_adds_the_column_and_rows_before_it_read_as_none_se
             assert "unobserved_seconds" in await conn.run_sync(columns_of, table)
     await engine.dispose()
 
-    endpoint, price = priced_endpoint()
-    monitor = EndpointMonitor(endpoint, price, 300.0)
+    monitor = priced_monitor()
     t0 = 1_798_761_600.0 + 1.0
     store = await Store.open(database_url)
     try:
