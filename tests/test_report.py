@@ -549,6 +549,36 @@ async def test_every_recommendation_with_its_evidence(golden_url: str) -> None:
     assert "| retired | $12.00 → — | 120,000 → — |" in md
 
 
+async def test_a_vllm_endpoint_taxed_at_high_load_gets_a_k_schedule_from_its_month_curve(
+    golden_url: str,
+) -> None:
+    report = await report_of(golden_url, MAY, golden_settings(golden_url))
+    schedules = {r.endpoint: r for r in report.recommendations if r.action == "schedule_k"}
+    assert set(schedules) == {"chat"}  # sglang's endpoint has no per-batch K: none there
+    chat = next(e for e in report.endpoints if e.info.name == "chat")
+    drafting = [h for h in chat.hours if h.drafting]
+    low = [h for h in drafting if h.concurrency < 8]
+    high = [h for h in drafting if h.concurrency >= 64]
+    assert len(low) + len(high) == len(drafting)  # the month's curve: bins 4 and 64
+    # Bin 64 is a tax; its K = 0 is worth its busy spend times (1 - its summed speedup).
+    busy_s = sum(h.assessed_busy_seconds or 0.0 for h in high)
+    speedup = sum((h.speedup or 0.0) * (h.assessed_busy_seconds or 0.0) for h in high) / busy_s
+    assert speedup < 1.0
+    off_above = sum(h.busy_usd or 0.0 for h in high) * (1.0 - speedup)
+    schedule = schedules["chat"]
+    assert schedule.usd_at_stake is not None and schedule.usd_at_stake >= off_above > 0
+    tax = sum(h.savings_usd or 0.0 for h in high)
+    share = sum(h.seconds for h in high) / sum(h.seconds for h in drafting)
+    assert (
+        f"Speculation was a tax {share:.0%} of the hours, when 64 or more requests ran: "
+        f"-${-tax:,.2f}."
+    ) in schedule.evidence
+    assert schedule.title.endswith(", 0 from 48")  # speculation off well before bin 64
+    config = next(line for line in schedule.evidence if "--speculative-config" in line)
+    assert '"num_speculative_tokens_per_batch_size": [[1, ' in config
+    assert ", 1024, 0]]" in config  # covering the engine's largest batch
+
+
 async def test_a_billed_day_of_an_unpriced_endpoint(golden_url: str) -> None:
     class BilledLegacy:
         async def daily(

@@ -22,6 +22,7 @@ import json
 from collections.abc import Sequence
 from decimal import Decimal
 
+from spectax.economics.step_model import Basis
 from spectax.report.figures import BASES, EndpointInfo, Figures, HourPoint, add_positions
 from spectax.report.records import RollupRecord
 from spectax.report.spend import Spend
@@ -198,7 +199,23 @@ def _point(row: RollupRecord, ratio: float) -> HourPoint:
         judged=_judged(row),
         savings_usd=savings * ratio if savings is not None else None,
         step_overhead=row.step_overhead_ratio,
+        assessed_busy_seconds=assessed,
+        speedup_band=(
+            (row.speedup_low_ratio, row.speedup_high_ratio)
+            if row.speedup_low_ratio is not None and row.speedup_high_ratio is not None
+            else None
+        ),
+        basis=_weakest_basis(row),
     )
+
+
+def _weakest_basis(row: RollupRecord) -> Basis | None:
+    """The weakest basis the hour's windows were judged on (a load bin is as strong as its
+    weakest window); None before the store counted bases (migration 0005)."""
+    for basis in reversed(BASES):  # BASES is strongest first
+        if getattr(row, f"windows_basis_{basis}"):
+            return basis
+    return None
 
 
 def _scaled(amount: Decimal, factor: Decimal) -> Decimal:

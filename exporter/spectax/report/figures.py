@@ -25,6 +25,8 @@ from decimal import Decimal
 from typing import Literal
 
 from spectax import economics
+from spectax.economics.load_curve import LoadSample
+from spectax.economics.step_model import Basis
 from spectax.report.spend import combined_basis
 
 SEMANTICS = {"provisioned": "capacity", "serverless": "invoice"}
@@ -33,7 +35,7 @@ SEMANTICS = {"provisioned": "capacity", "serverless": "invoice"}
 HourVerdict = Literal["pays", "tax", "uncertain", "no_traffic"]
 SpanVerdict = Literal["pays", "tax", "uncertain", "mixed"]
 Judged = Literal["pays", "tax", "uncertain"]
-BASES = ("measured", "calibrated", "profile", "default")
+BASES: tuple[Basis, ...] = ("measured", "calibrated", "profile", "default")
 NOT_RECORDED = "basis not recorded"
 
 
@@ -99,6 +101,11 @@ class HourPoint:
     judged: tuple[int, int, int] | None = None  # windows (pays, tax, uncertain); None: unknown
     savings_usd: float | None = None  # the windows' net savings, scaled; None: unpriced
     step_overhead: float | None = None  # h of the hour's latest window; None: not recorded
+    #: The busy seconds the hour's speedup divides, the band of its latest window and the
+    #: weakest basis its windows were judged on (None: not recorded): its load curve sample.
+    assessed_busy_seconds: float | None = None
+    speedup_band: tuple[float, float] | None = None
+    basis: Basis | None = None
 
     @property
     def drafting(self) -> bool:
@@ -155,6 +162,37 @@ class HourPoint:
     @property
     def relative_batch(self) -> float:
         return economics.relative_batch(self.ridge_batch, self.concurrency)
+
+    def load_sample(self) -> LoadSample:
+        """The hour as one point of the load curve (`economics.load_curve`), at its mean
+        running requests. An hourly row keeps its latest window's band, not each window's:
+        the band is that one, widened to hold the hour's own speedup. Its evidence is the
+        windows judged in it (1 when not counted: then a bin of few hours says it is thin)."""
+        busy = self.assessed_busy_seconds or 0.0
+        s = self.speedup
+        low = high = None
+        if s is not None and self.speedup_band is not None:
+            low, high = min(self.speedup_band[0], s) * busy, max(self.speedup_band[1], s) * busy
+        return LoadSample(
+            end=self.start.timestamp() + self.seconds,
+            seconds=self.seconds,
+            concurrency=self.concurrency,
+            windows=sum(self.judged) if self.judged else 1,
+            output_tokens=self.output_tokens,
+            drafts=self.drafts,
+            draft_tokens=self.draft_tokens,
+            accepted_tokens=self.accepted_tokens,
+            accepted_per_position=tuple(float(a) for a in self.positions),
+            plain_busy_seconds=s * busy if s is not None else None,
+            assessed_busy_seconds=busy if s is not None else 0.0,
+            low_busy_seconds=low,
+            high_busy_seconds=high,
+            basis=self.basis,
+            savings_usd=self.savings_usd,
+            busy_usd=self.busy_usd,
+            ridge_batch=self.ridge_batch,
+            draft_cost_ratio=self.draft_cost_ratio,
+        )
 
 
 @dataclass(slots=True)

@@ -43,7 +43,8 @@ p.note { color: #555; font-size: 12.5px; margin: 4px 0; }
         padding: 10px 12px; }
 .card.keep { border-left-color: #2e7d32; }
 .card.turn_off { border-left-color: #c62828; }
-.card.change_k, .card.disable_above, .card.route_high_temperature { border-left-color: #ef6c00; }
+.card.change_k, .card.schedule_k,
+.card.disable_above, .card.route_high_temperature { border-left-color: #ef6c00; }
 .card h3 { font-size: 15px; margin: 0 0 4px; }
 summary { cursor: pointer; margin: 6px 0 10px; color: #333; }
 .card .stake { font-weight: 600; margin: 0 0 6px; }

@@ -17,6 +17,9 @@ cause, at or below it the traffic is.
   length N predicts a higher speedup than the K that ran, from the positions observed
   (a position never drafted is a guess: a longer K is never advised). Stake: the
   modelled difference, hour by hour.
+- `schedule_k` (vLLM): a K per batch range from the month's load curve (hours binned by
+  mean running requests), where it changes K with the load. Stake: each bin's busy spend
+  times the predicted speedup minus the one in force.
 - `turn_off`: no hour paid, or the month was a net tax that the fixes above
   do not turn around. Stake: the month's net tax.
 - `keep`: nothing above is worth doing. Stake: the month's net savings, which
@@ -34,10 +37,18 @@ endpoints they are GPU capacity, not invoice money.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from spectax import economics
+from spectax.economics.draft_schedule import (
+    PER_BATCH_ENGINES,
+    VLLM_SCHEDULE_KEY,
+    BinDraftLength,
+    draft_schedule,
+)
+from spectax.economics.load_curve import load_curve
 from spectax.report.figures import (
     BASES,
     NOT_RECORDED,
@@ -68,7 +79,7 @@ SETTLE = (
 @dataclass(frozen=True, slots=True)
 class Recommendation:
     endpoint: str
-    action: str  # keep | change_k | disable_above | route_high_temperature | turn_off
+    action: str  # keep | change_k | schedule_k | disable_above | route_high_temperature | turn_off
     title: str
     usd_at_stake: float | None  # over the month reported; None when the endpoint has no price
     semantics: str  # capacity | invoice | unknown
@@ -171,7 +182,9 @@ def _recommend(
     if not drafting:
         return _nothing_drafted(info, month, with_traffic) if with_traffic else []
     e = _evidence(info, month, drafting)
-    fixes = [f for f in (_disable_above(e), _route_high_temperature(e)) if f is not None]
+    fixes = [
+        f for f in (_disable_above(e), _route_high_temperature(e), _schedule_k(e)) if f is not None
+    ]
     # The draft length, judged on the hours that stay speculative after the fixes above.
     moved = {id(h) for f in fixes for h in (e.above if f.action == "disable_above" else _low(e))}
     kept = [h for h in drafting if id(h) not in moved]
@@ -310,6 +323,73 @@ def _route_high_temperature(e: _Evidence) -> Recommendation | None:
             f"high temperature (say above 0.7) {where}.",
             _hours_line(low, "with low acceptance"),
         ),
+    )
+
+
+def _schedule_k(e: _Evidence) -> Recommendation | None:
+    """A draft length per batch range from the month's load curve (`economics.load_curve`,
+    `economics.draft_schedule`): advised on vLLM (the engine with a per-batch K) when the
+    schedule changes K with the load (one K everywhere is keep, change_k or turn_off) and
+    is worth the threshold. Stake: each bin's busy spend times its predicted speedup minus
+    the one in force, over the month's hours."""
+    if e.info.engine not in PER_BATCH_ENGINES:
+        return None  # no per-batch knob: disable_above says where to turn it off
+    curve = load_curve(h.load_sample() for h in e.drafting)
+    schedule = draft_schedule(curve, engine=e.info.engine, method=e.info.method)
+    config = schedule.vllm_config
+    changed = any(x.k is not None and x.k != x.k_running for x in schedule.lengths)
+    if not config or VLLM_SCHEDULE_KEY not in config or not changed:
+        return None  # the loads that ran keep their K: the rest is the model's, unspent
+    if not _worth(schedule.at_stake_usd, e.threshold, e.drafting):
+        return None
+    last = schedule.ranges[-1]
+    ranges = ", ".join(_range_text(r, last=r is last) for r in schedule.ranges)
+    tax = []
+    if curve.crossover_requests is not None and curve.tax_time_share is not None:
+        tax = [
+            f"Speculation was a tax {curve.tax_time_share:.0%} of the hours, when "
+            f"{curve.crossover_requests} or more requests ran: {_usd(curve.tax_usd)}."
+        ]
+    return Recommendation(
+        e.info.name,
+        "schedule_k",
+        f"Run K by batch size: K = {ranges}",
+        schedule.at_stake_usd,
+        e.info.semantics,
+        (
+            "The month's load curve (hours binned by mean running requests; speedup as the "
+            "windows concluded it, summed):",
+            *(_bin_line(x) for x in schedule.lengths),
+            *tax,
+            "Each bin's K is the window advice's at the bin's load, with the h its own speedup "
+            'implies (docs/economics.md, "The load curve and the K schedule"); a batch size '
+            "no hour ran at is priced by the model with the acceptance and h of the bin below.",
+            "Apply with `--speculative-config '" + json.dumps(config) + "'` (vLLM 0.32; keep "
+            "your other keys; vLLM ignores the per-batch list with data parallelism).",
+        ),
+    )
+
+
+def _range_text(batch_range: list[float], *, last: bool) -> str:
+    """ "3 at 2-7", "4 at 1", or for the last range, up to the engine's largest batch,
+    "0 from 48"."""
+    first, final, k = (int(v) for v in batch_range)
+    if last:
+        return f"{k} from {first}"
+    return f"{k} at {first}" if first == final else f"{k} at {first}-{final}"
+
+
+def _bin_line(x: BinDraftLength) -> str:
+    """One bin of the curve and its K: load, time share, speedup with its basis, acceptance,
+    net savings, and its evidence when thin."""
+    b = x.bin
+    speedup = "no speedup" if b.speedup is None else f"speedup {b.speedup:.3f} (basis {b.basis})"
+    acceptance = "" if b.acceptance is None else f", acceptance {b.acceptance:.3f}"
+    net = "" if b.savings_usd is None else f", net {_usd(b.savings_usd)}"
+    thin = f" (thin: {b.windows} window(s))" if b.thin else ""
+    k = "" if x.k is None else f"; K = {x.k} (ran {x.k_running})"
+    return (
+        f"{b.label} requests: {b.time_share:.0%} of the time, {speedup}{acceptance}{net}{thin}{k}."
     )
 
 

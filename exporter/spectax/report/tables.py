@@ -32,6 +32,7 @@ NOT_RECORDED_SUMS = "not recorded"
 ACTION_LABELS = {
     "keep": "keep",
     "change_k": "change K",
+    "schedule_k": "K by batch size",
     "disable_above": "disable above B_x",
     "route_high_temperature": "route high temperature",
     "turn_off": "turn off",
