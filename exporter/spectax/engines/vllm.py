@@ -28,6 +28,7 @@ first draft).
 
 from __future__ import annotations
 
+import itertools
 import math
 import sys
 from collections.abc import Mapping
@@ -229,8 +230,9 @@ def parse(text: str | bytes) -> EngineSample:
     values = numbers(raws)
     infos = _labels_of(names, labelsets)
     summed = _accumulate(body, names, labelsets, raws, values, infos)
-    _learn(names, labelsets, infos, values, summed)
-    return _sample(summed)
+    sample = _sample(summed)
+    _learn(names, labelsets, infos, values, summed, sample)
+    return sample
 
 
 def _labels_of(names: tuple[str, ...], labelsets: tuple[str, ...]) -> list[_Info | str | None]:
@@ -432,7 +434,16 @@ class _Layout:
     or a sum is out of its bounds: the checked path then names the line.
     """
 
-    __slots__ = ("bounded", "buckets", "cache_config", "models", "positions", "starts", "within")
+    __slots__ = (
+        "bounded",
+        "buckets",
+        "cache_config",
+        "models",
+        "positions",
+        "starts",
+        "usable",
+        "within",
+    )
 
     def __init__(
         self,
@@ -450,23 +461,35 @@ class _Layout:
             ([], 0.0, 1.0),
             ([], -_LARGEST_FLOAT, _LARGEST_FLOAT),
         )
-        checks = {_ESTIMATE: self.within[0][0], _FRACTION: self.within[1][0]}
+        checked = {_ESTIMATE: self.within[0][0].append, _FRACTION: self.within[1][0].append}
+        bounded, starts = self.bounded.append, self.within[2][0].append
         self.starts = self.within[2][0]
         for index, (name, info) in enumerate(zip(names, infos, strict=True)):
             slot, kind = _FAMILIES[name]
-            (self.bounded if kind < _LEGACY_GAUGE else checks.get(kind, [])).append(index)
+            if kind < _LEGACY_GAUGE:
+                bounded(index)
+            elif kind in checked:
+                checked[kind](index)
             if slot == _PROCESS_START:
-                self.starts.append(index)
+                starts(index)
             elif slot != _CACHE_CONFIG:
                 model, position, le = cast(tuple[str, str, float], info)
                 if slot <= _BUCKET:
-                    bucket = bounds.setdefault((model, _BUCKET - slot), {})
-                    bucket.setdefault(le, []).append(index)
+                    per_le = bounds.get((model, _BUCKET - slot))
+                    if per_le is None:
+                        per_le = bounds[(model, _BUCKET - slot)] = {}
+                    lines = per_le.get(le)
+                    if lines is None:
+                        per_le[le] = [index]
+                    else:
+                        lines.append(index)
                 elif slot == _PER_POS:
                     per_pos = positions.setdefault(model, {})
                     per_pos.setdefault(int(position), []).append(index)
                 else:
                     models[model].setdefault(slot, []).append(index)
+        # vLLM writes every bound once per rank; a page that does not stays line by line.
+        self.usable = all(len(set(map(len, per_le.values()))) == 1 for per_le in bounds.values())
         self.cache_config = summed[4]
         # Per model: the line of each slot read from one line (`len(names)`: a None, for the
         # slots without a line), the lines of each slot summed over several, the KV-cache
@@ -494,7 +517,7 @@ class _Layout:
                 key,
                 _BUCKETED[key[1]],
                 shared_bounds(tuple(sorted(per_le))),
-                tuple(zip(*map(per_le.__getitem__, sorted(per_le)), strict=True)),
+                tuple(zip(*map(per_le.__getitem__, sorted(per_le)), strict=False)),
             )
             for key, per_le in bounds.items()
         )
@@ -549,6 +572,10 @@ def _between(values: list[float], low: float, high: float) -> bool:
 #: full, a new layout replaces the oldest.
 _LAYOUTS: dict[tuple[tuple[str, ...], tuple[str, ...]], _Layout] = {}
 _MAX_LAYOUTS: Final = 256
+#: Hashes of the series of pages read once, not yet learnt (ints: bounded and small).
+_SEEN_ONCE: dict[int, None] = {}
+_LEARN_WHEN_FULL: Final = 16
+_MISSES_WHEN_FULL: Final = itertools.count(1)
 
 
 def _learn(
@@ -557,33 +584,37 @@ def _learn(
     infos: list[_Info | str | None],
     values: list[float | None],
     summed: _Accumulated,
+    sample: EngineSample,
 ) -> None:
-    """Keep the layout of a page the checked path read, when its sums are that path's.
+    """Keep the layout of a page the checked path read (`summed`, giving `sample`), from the
+    second page with these series on: a layout costs about one reading of its page to learn
+    and check, which a series seen once (a page with an error, a test's page) never repays.
 
-    A page whose bucket bounds do not repeat once per rank (the layouts assume they do) or
-    whose sums differ (a NaN gauge of vLLM V0) stays on the checked path."""
-    if any(len(set(map(len, per_le))) > 1 for per_le in _ranks(names, infos)):
+    Kept only when it gives the same sample: a page whose bounds do not repeat once per
+    rank, or a V0 gauge at NaN (NaN != NaN), stays on the checked path."""
+    key = (names, labelsets)
+    fingerprint = hash(key)
+    if fingerprint not in _SEEN_ONCE:
+        if len(_SEEN_ONCE) >= _MAX_LAYOUTS * 4:
+            _SEEN_ONCE.clear()
+        _SEEN_ONCE[fingerprint] = None
+        return
+    if not _worth_learning():
         return
     layout = _Layout(names, infos, summed)
-    again = layout.sums(values)  # type: ignore[arg-type]
-    if again is None or _sample(again) != _sample(summed):
+    again = layout.sums(values) if layout.usable else None  # type: ignore[arg-type]
+    if again is None or _sample(again) != sample:
         return
     if len(_LAYOUTS) >= _MAX_LAYOUTS:
         del _LAYOUTS[next(iter(_LAYOUTS))]
-    _LAYOUTS[(names, labelsets)] = layout
+    _LAYOUTS[key] = layout
 
 
-def _ranks(names: tuple[str, ...], infos: list[_Info | str | None]) -> list[list[list[int]]]:
-    """Per histogram, the lines of each bucket bound (one per rank on vLLM's pages)."""
-    per_bound: dict[tuple[str | None, int, float | None], list[int]] = {}
-    for index, (name, info) in enumerate(zip(names, infos, strict=True)):
-        slot = _FAMILIES[name][0]
-        if slot <= _BUCKET and isinstance(info, tuple):
-            per_bound.setdefault((info[0], slot, info[2]), []).append(index)
-    per_histogram: dict[tuple[str | None, int], list[list[int]]] = {}
-    for (model, slot, _), lines in per_bound.items():
-        per_histogram.setdefault((model, slot), []).append(lines)
-    return list(per_histogram.values())
+def _worth_learning() -> bool:
+    """Whether to learn a layout now: always while there is room; when full, one miss in
+    `_LEARN_WHEN_FULL`, so a process reading more layouts than it keeps (each evicting
+    the next one read) pays a learning, ~250 µs, once every so many pages, not each time."""
+    return len(_LAYOUTS) < _MAX_LAYOUTS or next(_MISSES_WHEN_FULL) % _LEARN_WHEN_FULL == 0
 
 
 def _sample(accumulated: _Accumulated) -> EngineSample:
