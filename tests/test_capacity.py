@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from builders import queued
+from builders import monitor_of, queued
 from recorded_pages import page
 from report_history import MAY, fill_golden, golden_settings, report_of
 from spectax.config import validate
@@ -129,7 +129,7 @@ def monitor(control=None) -> EndpointMonitor:
             ],
         }
     )
-    return EndpointMonitor(settings.config.endpoints[0], None, 60.0, control_window=control)
+    return monitor_of(settings, 60.0, control_window=control)  # unpriced
 
 
 def test_the_snapshot_measures_the_draft_against_a_full_control_window() -> None:
