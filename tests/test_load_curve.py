@@ -276,6 +276,17 @@ def test_an_engine_without_a_per_batch_knob_is_told_to_turn_it_off_above_the_cro
     assert "route the load above 31" in schedule.advice
 
 
+def test_an_engine_without_drafted_counts_is_advised_from_its_bins_verdicts() -> None:
+    # SGLang: a control measured the speedup, no drafted count gives a K.
+    paid_then_taxed = [measured_at(4.0, 1.3), measured_at(64.0, 0.8)]
+    schedule = draft_schedule(load_curve(paid_then_taxed), engine="sglang")
+    assert "turn it off above 63" in schedule.advice
+    taxed = draft_schedule(load_curve([measured_at(64.0, 0.8)]), engine="sglang")
+    assert taxed.advice.startswith("turn speculation off")
+    paid = draft_schedule(load_curve([measured_at(4.0, 1.3)]), engine="sglang")
+    assert paid.advice.startswith("keep speculation on")
+
+
 def test_a_tax_at_every_load_down_to_one_request_turns_speculation_off() -> None:
     # A control measured 0.8 at 1 and 2 requests: even one request's batch pays no K.
     taxed = [replace(s, basis="measured", plain_busy_seconds=0.8 * 300.0) for s in samples(1, 2)]

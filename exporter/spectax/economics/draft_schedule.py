@@ -205,8 +205,8 @@ def _advice(
     config: dict[str, Any] | None,
     ranges: list[list[float]],
 ) -> str:
-    """One line: what to change, in the engine's own terms."""
-    off_everywhere = all(k == 0 for _, _, k in ranges)
+    """One line: what to change, in the engine's own terms. Without a per-batch knob it
+    rests on the bins' verdicts alone (SGLang and TGI count no drafted tokens: no K)."""
     crossover = curve.crossover_requests
     if per_batch:
         if config == {}:
@@ -214,12 +214,13 @@ def _advice(
         if config is None:
             return "keep the speculative config as it is: it is the best K at every load seen"
         return f"set {VLLM_SCHEDULE_KEY} to {config.get(VLLM_SCHEDULE_KEY, ranges)}"
-    if off_everywhere:
+    if crossover is not None:
+        return (
+            f"speculation is a tax from {crossover} running requests: {engine} has no "
+            f"per-batch draft length, so turn it off above {crossover - 1} where the engine "
+            f"allows, or route the load above {crossover - 1} to an endpoint without speculation"
+        )
+    verdicts = {b.verdict for b in curve.bins}
+    if "tax" in verdicts and "pays" not in verdicts:
         return f"turn speculation off on this {engine} endpoint: it pays at no load seen"
-    if crossover is None:
-        return "keep speculation on: it is not a tax at any load the endpoint ran"
-    return (
-        f"speculation is a tax from {crossover} running requests: {engine} has no per-batch "
-        f"draft length, so turn it off above {crossover - 1} where the engine allows, or "
-        f"route the load above {crossover - 1} to an endpoint without speculation"
-    )
+    return "keep speculation on: it is not a tax above any load at which it paid"
