@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from spectax.engines.base import Buckets, Histogram
@@ -62,7 +62,9 @@ def _prepared(buckets: Iterable[tuple[float, float]]) -> tuple[list[float], list
     bound, float noise and non-monotonic counts flattened; None when they hold no quantile
     (no +Inf bucket, fewer than two buckets, no observations). Done once per histogram for
     its three quantiles: it was three quarters of their cost (bench/README, issue 31)."""
-    ordered = buckets if isinstance(buckets, (list, tuple)) else list(buckets)
+    ordered: Sequence[tuple[float, float]] = (
+        buckets if isinstance(buckets, (list, tuple)) else list(buckets)
+    )
     if any(ordered[i][0] > ordered[i + 1][0] for i in range(len(ordered) - 1)):
         ordered = sorted(ordered, key=lambda b: b[0])  # engines print them in order
     if not ordered or ordered[-1][0] != math.inf:
@@ -176,7 +178,7 @@ def merged(parts: Iterable[Buckets]) -> Buckets:
     return tuple(total)
 
 
-def _coalesced(ordered: list[tuple[float, float]]) -> tuple[list[float], list[float]]:
+def _coalesced(ordered: Sequence[tuple[float, float]]) -> tuple[list[float], list[float]]:
     bounds: list[float] = []
     counts: list[float] = []
     for bound, count in ordered:
