@@ -37,7 +37,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from spectax.credentials import basic_auth_header
 from spectax.simulate import DEMO_PROFILES
-from spectax.simulate.fleet import demo_endpoints
+from spectax.simulate.demo_fleet import demo_endpoints
 
 
 def _free_port() -> int:

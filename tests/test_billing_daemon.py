@@ -30,8 +30,8 @@ from spectax.cli.main import main
 from spectax.config import validate
 from spectax.daemon import Daemon
 from spectax.simulate import DEMO_PROFILES, start_simulated_servers
-from spectax.simulate.billing import write_focus_export
-from spectax.simulate.fleet import demo_endpoints
+from spectax.simulate.demo_fleet import demo_endpoints
+from spectax.simulate.focus_export import write_focus_export
 
 PAYS = "code-assistant"
 

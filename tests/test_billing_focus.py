@@ -19,7 +19,7 @@ import pytest
 from spectax.billing import ledger
 from spectax.billing.sources.focus import FocusConfig, FocusSource
 from spectax.billing.types import BillingError, MapRule
-from spectax.simulate.billing import focus_row, write_focus_csv
+from spectax.simulate.focus_export import focus_row, write_focus_csv
 from spectax.store import Store
 
 FOCUS = Path(__file__).parent / "fixtures" / "billing" / "focus"

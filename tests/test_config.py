@@ -206,7 +206,7 @@ def test_scrape_timeout_defaults_within_a_short_interval(tmp_path: Path) -> None
     assert load_config(write(tmp_path, "scrape_interval: 5s\n")).config.scrape_timeout == 5
     assert load_config(write(tmp_path, "scrape_interval: 1m\n")).config.scrape_timeout == 10
     from spectax.config import validate
-    from spectax.simulate.fleet import DEMO_DEFAULTS
+    from spectax.simulate.demo_fleet import DEMO_DEFAULTS
 
     assert validate(DEMO_DEFAULTS).config.scrape_interval == 5  # the demo's defaults are valid
 

@@ -24,7 +24,7 @@ import aiohttp
 import pytest
 
 from e2e import Samples, Spectax, free_port, wait_until
-from spectax.simulate.fleet import DEMO_SWEPT
+from spectax.simulate.demo_fleet import DEMO_SWEPT
 
 pytestmark = pytest.mark.e2e
 

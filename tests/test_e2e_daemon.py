@@ -18,8 +18,8 @@ from aiohttp import web
 from e2e import Spectax, free_port, stored_windows, value, wait_until, write_config
 from spectax.exposition import FAMILIES
 from spectax.simulate import DEMO_PROFILES, start_simulated_servers
-from spectax.simulate.billing import write_focus_export
-from spectax.simulate.fleet import demo_endpoints
+from spectax.simulate.demo_fleet import demo_endpoints
+from spectax.simulate.focus_export import write_focus_export
 
 pytestmark = pytest.mark.e2e
 METRICS_DOC = Path(__file__).parent.parent / "docs" / "metrics.md"

@@ -21,7 +21,7 @@ import pytest
 from e2e import Spectax, free_port, value, wait_until, write_config
 from spectax.engines import get_parser
 from spectax.simulate import DEMO_PROFILES, start_simulated_servers
-from spectax.simulate.fleet import demo_endpoints
+from spectax.simulate.demo_fleet import demo_endpoints
 from spectax.store import Store
 
 pytestmark = pytest.mark.e2e

@@ -41,7 +41,7 @@ from spectax.endpoint import EndpointMonitor
 from spectax.endpoint_config import EndpointConfig
 from spectax.observed import Observed
 from spectax.simulate import SimulatedFleet, start_simulated_servers
-from spectax.simulate.profiles import SimProfile
+from spectax.simulate.sim_profiles import SimProfile
 from spectax.sources.fleet import FleetSource
 from spectax.sources.promql import RUNNING, queries
 from spectax.store.pending import PendingWrite

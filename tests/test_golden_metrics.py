@@ -40,7 +40,7 @@ from spectax.endpoint import EndpointMonitor
 from spectax.exposition import ReloadStatus, SnapshotCollector, StoreStatus
 from spectax.scrape import ScrapeError
 from spectax.simulate import DEMO_PROFILES, SimulatedVllm
-from spectax.simulate.fleet import DEMO_DEFAULTS, demo_settings
+from spectax.simulate.demo_fleet import DEMO_DEFAULTS, demo_settings
 
 GOLDEN = Path(__file__).parent / "fixtures" / "e2e-output.txt"
 UPDATE = os.environ.get("SPECTAX_UPDATE_GOLDEN") == "1"

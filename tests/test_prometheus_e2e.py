@@ -47,8 +47,8 @@ from promstack import (
 )
 from spectax.exposition import FAMILIES
 from spectax.simulate import DEMO_PROFILES, SimulatedFleet, start_simulated_servers
-from spectax.simulate.billing import write_focus_export
-from spectax.simulate.fleet import demo_endpoints
+from spectax.simulate.demo_fleet import demo_endpoints
+from spectax.simulate.focus_export import write_focus_export
 
 pytestmark = pytest.mark.e2e
 in_module_loop = pytest.mark.asyncio(loop_scope="module")  # the stack lives for the module

@@ -52,9 +52,9 @@ from spectax.report.recommend import speedup_with_k
 from spectax.report.render import render
 from spectax.report.spend import DayKey, Spend
 from spectax.report.write import pick_month
-from spectax.simulate.fleet import DEMO_DEFAULTS, DRAFT_WEIGHT_BYTES, H100_MEMORY_BYTES
-from spectax.simulate.history import parse_span, write_demo_history
-from spectax.simulate.profiles import DEMO_PROFILES
+from spectax.simulate.demo_fleet import DEMO_DEFAULTS, DRAFT_WEIGHT_BYTES, H100_MEMORY_BYTES
+from spectax.simulate.demo_history import parse_span, write_demo_history
+from spectax.simulate.sim_profiles import DEMO_PROFILES
 from spectax.store import Store
 from spectax.store.models import WindowRow
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-import spectax.simulate.history
+import spectax.simulate.demo_history
 from report_history import MAY, golden_windows
 from spectax.cli.report import described_endpoints
 from spectax.config import validate
@@ -30,8 +30,8 @@ from spectax.report.figures import majority
 from spectax.report.read import ProjectionReader
 from spectax.report.render import render
 from spectax.report.write import endpoint_infos
-from spectax.simulate.fleet import DEMO_DEFAULTS
-from spectax.simulate.history import write_demo_history
+from spectax.simulate.demo_fleet import DEMO_DEFAULTS
+from spectax.simulate.demo_history import write_demo_history
 from spectax.store import Store
 from spectax.store.pending import PendingWrite
 from spectax.store.rollup import ASSESSED
@@ -114,7 +114,7 @@ def assessed(
 
     settings = validate({**DEMO_DEFAULTS, "storage_url": database_url}, "<test>")
     with pytest.MonkeyPatch.context() as monkeypatch:
-        monkeypatch.setattr(spectax.simulate.history, "pending_write", catching)
+        monkeypatch.setattr(spectax.simulate.demo_history, "pending_write", catching)
         asyncio.run(
             write_demo_history(
                 settings, 1.5 * 86400, now=NOW.timestamp(), window_seconds=WINDOW_SECONDS

@@ -562,8 +562,8 @@ async def test_simulated_history_does_not_log_each_simulated_restart(tmp_path, c
     import logging
 
     from spectax.config import validate
-    from spectax.simulate.fleet import DEMO_DEFAULTS
-    from spectax.simulate.history import write_demo_history
+    from spectax.simulate.demo_fleet import DEMO_DEFAULTS
+    from spectax.simulate.demo_history import write_demo_history
 
     url = f"sqlite+aiosqlite:///{tmp_path}/demo.sqlite"
     settings = validate({**DEMO_DEFAULTS, "storage_url": url}, "<test>")

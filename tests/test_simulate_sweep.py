@@ -1,4 +1,4 @@
-"""The simulated benchmark sweep (`spectax.simulate.sweep`): what `spectax demo` stores as the
+"""The simulated benchmark sweep (`spectax.simulate.bench_sweep`): what `spectax demo` stores as the
 code assistant's profile, so that its verdict rests on a profile from the first window."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from spectax.simulate import DEMO_PROFILES
-from spectax.simulate.fleet import DEMO_METHODS, DEMO_SWEPT, demo_endpoints
-from spectax.simulate.sweep import SWEEP_CONCURRENCY, simulated_profile, simulated_sweep
+from spectax.simulate.bench_sweep import SWEEP_CONCURRENCY, simulated_profile, simulated_sweep
+from spectax.simulate.demo_fleet import DEMO_METHODS, DEMO_SWEPT, demo_endpoints
 
 CODE = DEMO_PROFILES["code-assistant"]
 

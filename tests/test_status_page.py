@@ -35,7 +35,7 @@ from spectax.pipeline.quantiles import bucket_quantile
 from spectax.scrape import ScrapeError
 from spectax.settle import Target, settle_steps, turns_on
 from spectax.simulate import DEMO_PROFILES, start_simulated_servers
-from spectax.simulate.fleet import demo_endpoints
+from spectax.simulate.demo_fleet import demo_endpoints
 from spectax.status import StatusHistory, render_status_page
 from spectax.status.page import DOCS_URL, RUNBOOK_URL
 from status_cards import cards

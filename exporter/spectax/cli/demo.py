@@ -9,7 +9,7 @@ simulating engine steps, so the tax appears from the step-time physics.
 
 Within its first minute it tells the three bases a verdict can rest on: the code assistant
 pays on a stored profile (a simulated benchmark sweep of its model, stored before the
-daemon starts: `spectax.simulate.sweep`), the chat endpoint is a tax measured against its
+daemon starts: `spectax.simulate.bench_sweep`), the chat endpoint is a tax measured against its
 control, and the endpoints without either are uncertain on defaults, their cards saying
 what would settle them.
 """
@@ -27,8 +27,8 @@ from spectax.daemon import Daemon
 from spectax.engines import ENGINES
 from spectax.scrape import redact
 from spectax.simulate import DEMO_PROFILES, start_simulated_servers
-from spectax.simulate.fleet import DEMO_METHODS, DEMO_SWEPT, demo_settings
-from spectax.simulate.sweep import simulated_profile
+from spectax.simulate.bench_sweep import simulated_profile
+from spectax.simulate.demo_fleet import DEMO_METHODS, DEMO_SWEPT, demo_settings
 from spectax.store import Store, StoreError
 from spectax.store.schema import SchemaMismatch
 

@@ -70,7 +70,7 @@ DEMO_HISTORY_FILE = "demo-history.sqlite"
 def demo_history_settings() -> Settings:
     """The demo's defaults with the store in DEMO_HISTORY_FILE, in the state directory:
     where `demo --history` writes and `report` without --config reads."""
-    from spectax.simulate.fleet import DEMO_DEFAULTS
+    from spectax.simulate.demo_fleet import DEMO_DEFAULTS
 
     state = Path(validate(DEMO_DEFAULTS, "<demo>").config.state_directory)
     url = f"sqlite+aiosqlite:///{state / DEMO_HISTORY_FILE}"
@@ -85,7 +85,7 @@ def described_endpoints(settings: Settings) -> Sequence[EndpointConfig]:
     """
     if settings.config.endpoints or settings.config.sources:  # fleet mode: found in the store
         return settings.config.endpoints
-    from spectax.simulate.fleet import demo_endpoint_configs
+    from spectax.simulate.demo_fleet import demo_endpoint_configs
 
     return demo_endpoint_configs()
 
@@ -121,7 +121,7 @@ def report_main(args: argparse.Namespace) -> int:
 
 def demo_history_main(args: argparse.Namespace) -> int:
     """`spectax demo --history SPAN`: write simulated history, then say which report to run."""
-    from spectax.simulate.history import parse_span, write_demo_history
+    from spectax.simulate.demo_history import parse_span, write_demo_history
 
     try:
         span = parse_span(args.history)
@@ -136,7 +136,7 @@ def demo_history_main(args: argparse.Namespace) -> int:
         progress.done = done
         progress.advance(0, label="simulating and storing history")
 
-    from spectax.simulate.fleet import DEMO_SWEPT
+    from spectax.simulate.demo_fleet import DEMO_SWEPT
 
     swept = DEMO_SWEPT if not args.config else None  # the embedded demo's story, as live
     try:

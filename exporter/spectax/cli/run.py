@@ -91,7 +91,7 @@ def demo_command(args: argparse.Namespace) -> int:
 
         return demo_history_main(args)
     from spectax.cli.demo import run_demo
-    from spectax.simulate.fleet import DEMO_DEFAULTS
+    from spectax.simulate.demo_fleet import DEMO_DEFAULTS
 
     raw = load_config(args.config).config.model_dump(exclude_none=True) if args.config else {}
     # The live demo's window is half the history demo's minute: a measured speedup needs

@@ -6,8 +6,8 @@ import asyncio
 import contextlib
 
 from spectax.engines import ENGINES
-from spectax.simulate.profiles import DEMO_PROFILES
 from spectax.simulate.server import start_simulated_servers
+from spectax.simulate.sim_profiles import DEMO_PROFILES
 
 BASE_PORT = 18001
 

@@ -12,11 +12,11 @@ from collections.abc import Callable
 from typing import Protocol
 
 from spectax.simulate.llamacpp_page import LlamacppPage
-from spectax.simulate.page import MetricsPage
 from spectax.simulate.sglang_page import SglangPage
 from spectax.simulate.state import EngineState
 from spectax.simulate.tgi_page import TgiPage
 from spectax.simulate.trtllm_page import TrtllmPage
+from spectax.simulate.vllm_page import MetricsPage
 
 __all__ = ["PAGES", "EnginePage", "page_for"]
 

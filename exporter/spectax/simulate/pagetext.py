@@ -64,7 +64,7 @@ def step_times(state: EngineState) -> tuple[float, float]:
     """(step, drafting) seconds of a decode step at the current batch, from the physics.
 
     ``a + b * B * (K + 1)`` to verify, plus ``c * K * (a + b * B)`` to draft
-    (:mod:`~spectax.simulate.vllm`); prefill tokens are left out (a gauge of a typical step).
+    (:mod:`~spectax.simulate.vllm_engine`); prefill tokens are left out (a gauge of a typical step).
     """
     p = state.profile
     k = state.speculative_tokens

@@ -16,8 +16,8 @@ from types import TracebackType
 from aiohttp import web
 
 from spectax.engines import ENGINES
-from spectax.simulate.profiles import SimProfile
-from spectax.simulate.vllm import SimulatedVllm
+from spectax.simulate.sim_profiles import SimProfile
+from spectax.simulate.vllm_engine import SimulatedVllm
 
 __all__ = ["METRICS_CONTENT_TYPE", "SimulatedFleet", "start_simulated_servers"]
 

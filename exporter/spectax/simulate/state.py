@@ -2,7 +2,7 @@
 
 The exact path (:mod:`~spectax.simulate.exact`) and the fast path
 (:mod:`~spectax.simulate.steady`) move the same clock, queue, counters and histograms
-forward; the page (:mod:`~spectax.simulate.page`) only reads them. Counters follow
+forward; the page (:mod:`~spectax.simulate.vllm_page`) only reads them. Counters follow
 vLLM: drafts += requests that drafted, draft tokens += K each, accepted and
 accepted-per-position as drawn, generation tokens += tokens actually emitted, prompt
 tokens on admission, request_success_total{finished_reason} on finish.
@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from spectax.simulate.profiles import SimProfile
+from spectax.simulate.sim_profiles import SimProfile
 
 __all__ = ["REQUEST_HISTOGRAMS", "EngineState", "Histogram", "Request", "build_1_2_5_buckets"]
 

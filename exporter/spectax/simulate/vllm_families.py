@@ -1,12 +1,12 @@
 """vLLM 0.32's own text for the simulated page: histogram families and the cache-config labels.
 
 Data copied from the real server's page (tests/fixtures/vllm-0.32.0), kept apart from
-the code that lays the page out (:mod:`spectax.simulate.page`).
+the code that lays the page out (:mod:`spectax.simulate.vllm_page`).
 """
 
 from __future__ import annotations
 
-from spectax.simulate.profiles import SimProfile
+from spectax.simulate.sim_profiles import SimProfile
 
 __all__ = ["HISTOGRAM_FAMILIES", "cache_config_labels"]
 

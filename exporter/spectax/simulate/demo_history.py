@@ -35,10 +35,10 @@ from spectax.endpoint import EndpointMonitor
 from spectax.endpoint_config import EndpointConfig
 from spectax.observed import Observed
 from spectax.report.period import Month
-from spectax.simulate.fleet import DEMO_METHODS, DEMO_URLS, demo_settings
-from spectax.simulate.profiles import DEMO_PROFILES, SimProfile
-from spectax.simulate.sweep import simulated_profile
-from spectax.simulate.vllm import SimulatedVllm
+from spectax.simulate.bench_sweep import simulated_profile
+from spectax.simulate.demo_fleet import DEMO_METHODS, DEMO_URLS, demo_settings
+from spectax.simulate.sim_profiles import DEMO_PROFILES, SimProfile
+from spectax.simulate.vllm_engine import SimulatedVllm
 from spectax.store import Store
 from spectax.store.rows import pending_write
 from spectax.units import from_timestamp

@@ -2,7 +2,7 @@
 
 A profile is data: the step-time physics (``step_a + step_b * tokens`` seconds a step,
 ECONOMICS.md §3), the acceptance law, the closed-loop traffic and the engine's limits.
-The simulator (:mod:`spectax.simulate.vllm`) turns it into /metrics pages.
+The simulator (:mod:`spectax.simulate.vllm_engine`) turns it into /metrics pages.
 """
 
 from __future__ import annotations

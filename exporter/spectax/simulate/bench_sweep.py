@@ -20,8 +20,8 @@ from spectax.economics import PlainCurve, Profile
 from spectax.economics.calibration import MIN_SPREAD
 from spectax.economics.formulas import implied_step_overhead
 from spectax.economics.step_model import fit_or_refusal, plain_tokens_per_step
-from spectax.simulate.profiles import SimProfile
-from spectax.simulate.vllm import SimTotals, SimulatedVllm
+from spectax.simulate.sim_profiles import SimProfile
+from spectax.simulate.vllm_engine import SimTotals, SimulatedVllm
 
 __all__ = ["SWEEP_CONCURRENCY", "SweepRun", "simulated_profile", "simulated_sweep"]
 

@@ -4,7 +4,7 @@ One place for what `spectax demo`, `spectax demo --history` and the report (with
 configured endpoints) all say about the simulated servers: their GPU and billing,
 their drafter and its weights, which endpoint is the control of which, and which names
 the profile a benchmark sweep of its model taught (`DEMO_SWEPT`: the live demo stores
-it before it starts, so its verdict rests on a profile; see `spectax.simulate.sweep`).
+it before it starts, so its verdict rests on a profile; see `spectax.simulate.bench_sweep`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 from spectax.config import Settings, validate
 from spectax.endpoint_config import EndpointConfig
-from spectax.simulate.profiles import DEMO_PROFILES, SimProfile
+from spectax.simulate.sim_profiles import DEMO_PROFILES, SimProfile
 
 __all__ = [
     "DEMO_DEFAULTS",

@@ -18,10 +18,10 @@ Traffic is a closed loop: ``concurrency`` clients each keep one request in fligh
 think for ``think_time_s`` (exponential) after it finishes and send the next.  At
 most ``max_num_seqs`` requests run at once; the rest wait, as in vLLM.
 
-The rooms: the profile (:mod:`~spectax.simulate.profiles`), the engine's state
+The rooms: the profile (:mod:`~spectax.simulate.sim_profiles`), the engine's state
 (:mod:`~spectax.simulate.state`), two ways to move it forward -- step by step
 (:mod:`~spectax.simulate.exact`) or by steady-state flows for a whole span
-(:mod:`~spectax.simulate.steady`) -- and the page (:mod:`~spectax.simulate.page`).
+(:mod:`~spectax.simulate.steady`) -- and the page (:mod:`~spectax.simulate.vllm_page`).
 This class puts them together.  Everything is pure and deterministic given the
 profile's seed; no wall clock.
 """
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from spectax.simulate.exact import ExactStepper
 from spectax.simulate.pages import page_for
-from spectax.simulate.profiles import SimProfile
+from spectax.simulate.sim_profiles import SimProfile
 from spectax.simulate.state import EngineState
 from spectax.simulate.steady import FastForward
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import accumulate
 
-from spectax.simulate.families import HISTOGRAM_FAMILIES, cache_config_labels
 from spectax.simulate.state import EngineState
 from spectax.simulate.textformat import escape_label, format_int, format_value
+from spectax.simulate.vllm_families import HISTOGRAM_FAMILIES, cache_config_labels
 
 __all__ = ["MetricsPage"]
 
