@@ -341,14 +341,17 @@ class Daemon:
             if self.monitors.get(monitor.config.name) is not monitor:
                 return  # removed or replaced by a reload while in flight
             monitor.observe_failure(exc, time.monotonic() - started)
-            self.writer.enqueue(monitor.close_due(time.time()))
+            closed = monitor.close_due(time.time())  # the open window, once its end has passed
+            self.writer.enqueue(closed)
             return
         if self.monitors.get(monitor.config.name) is not monitor:
             return  # removed or replaced by a reload while in flight
-        self.writer.enqueue(monitor.observe_page(time.time(), text, time.monotonic() - started))
+        closed = monitor.observe_page(time.time(), text, time.monotonic() - started)
         # The open window so far, merged per endpoint while it waits: a kill -9 then loses
         # only the last OPEN_WINDOW_SECONDS of scrapes, not the open window (issue 16).
-        self.writer.enqueue(monitor.flush(), wake=False)
+        progress = monitor.flush()
+        self.writer.enqueue(closed)
+        self.writer.enqueue(progress, wake=False)
 
     def _schedule(self) -> None:
         self._scrapes.start(self.monitors)
