@@ -48,7 +48,7 @@ from spectax.report.html import render_html
 from spectax.report.period import Month
 from spectax.report.progress import Progress
 from spectax.report.read import ProjectionReader, store_reader
-from spectax.report.recommend import speedup_with_k
+from spectax.report.recommend import recommend, speedup_with_k
 from spectax.report.render import render
 from spectax.report.spend import DayKey, Spend
 from spectax.report.write import pick_month
@@ -518,19 +518,12 @@ async def test_every_recommendation_with_its_evidence(golden_url: str) -> None:
     report = await report_of(golden_url, MAY, golden_settings(golden_url))
     actions = {(r.endpoint, r.action) for r in report.recommendations}
     assert ("coder", "keep") in actions
-    assert ("chat", "disable_above") in actions
     assert ("creative", "route_high_temperature") in actions
     assert ("batch", "turn_off") in actions
     by = {(r.endpoint, r.action): r for r in report.recommendations}
     route = by[("creative", "route_high_temperature")]
     assert route.semantics == "invoice" and route.usd_at_stake and route.usd_at_stake > 0
     assert any("creative-plain" in line for line in route.evidence)  # the control, by name
-    disable = by[("chat", "disable_above")]
-    assert disable.title == "Disable speculation above 17 concurrent requests"
-    # The stake of disabling above B_x is the net tax of exactly those hours.
-    chat = next(e for e in report.endpoints if e.info.name == "chat")
-    above = [h for h in chat.hours if h.concurrency > 17]
-    assert disable.usd_at_stake == pytest.approx(-sum(h.savings_usd or 0 for h in above))
     off = by[("batch", "turn_off")]
     assert off.semantics == "capacity"
     batch = next(e for e in report.endpoints if e.info.name == "batch")
@@ -577,6 +570,37 @@ async def test_a_vllm_endpoint_taxed_at_high_load_gets_a_k_schedule_from_its_mon
     config = next(line for line in schedule.evidence if "--speculative-config" in line)
     assert '"num_speculative_tokens_per_batch_size": [[1, ' in config
     assert ", 1024, 0]]" in config  # covering the engine's largest batch
+
+
+async def test_the_k_schedule_supersedes_the_load_cap_on_vllm_and_each_tax_hour_counts_once(
+    golden_url: str,
+) -> None:
+    """chat (vLLM) is a tax above 17 requests: its K schedule sets K = 0 there, which is the
+    load cap applied by vLLM itself, so it is not advised besides (the same hours' tax in
+    two stakes). On an engine without a per-batch K the cap is the advice, with its stake
+    the net tax of exactly those hours and a knob that engine has."""
+    report = await report_of(golden_url, MAY, golden_settings(golden_url))
+    chat = next(e for e in report.endpoints if e.info.name == "chat")
+    assert {r.action for r in chat.recommendations} == {"schedule_k"}
+    above = [h for h in chat.hours if h.concurrency > 17]
+    on_sglang = {
+        r.action: r for r in recommend(replace(chat.info, engine="sglang"), chat.month, chat.hours)
+    }
+    assert set(on_sglang) == {"disable_above"}
+    disable = on_sglang["disable_above"]
+    assert disable.title == "Disable speculation above 17 concurrent requests"
+    assert disable.usd_at_stake == pytest.approx(-sum(h.savings_usd or 0 for h in above))
+    assert disable.evidence[-1] == (
+        "sglang cannot switch speculation by load on its own: route overflow traffic to "
+        "replicas without speculation, or cap --max-running-requests near B_x."
+    )
+    # On vLLM without per-position counts no K per bin can be chosen: the cap is advised,
+    # and it says vLLM can apply it itself (Dynamic Speculative Decoding).
+    uncounted = [replace(h, positions=()) for h in chat.hours]
+    (disable,) = recommend(chat.info, chat.month, uncounted)
+    assert disable.action == "disable_above"
+    assert "num_speculative_tokens_per_batch_size" in disable.evidence[-1]
+    assert "K = 0 from batch 18" in disable.evidence[-1]
 
 
 async def test_a_billed_day_of_an_unpriced_endpoint(golden_url: str) -> None:

@@ -11,6 +11,8 @@ Its crossover concurrency B_x splits the tax hours in two: above B_x the load is
 cause, at or below it the traffic is.
 
 - `disable_above`: hours above B_x (the GPU compute-bound). Stake: their net tax.
+  Not advised where `schedule_k` is: the schedule's K = 0 above its crossover is the same
+  cap, applied by vLLM itself, and counting both would count those hours twice.
 - `route_high_temperature`: tax hours at or below B_x, whose acceptance fell
   under break-even (typically sampling at high temperature). Stake: their net tax.
 - `change_k`: on the hours that stay speculative after those two, a shorter draft
@@ -19,9 +21,11 @@ cause, at or below it the traffic is.
   modelled difference, hour by hour.
 - `schedule_k` (vLLM): a K per batch range from the month's load curve (hours binned by
   mean running requests), where it changes K with the load. Stake: each bin's busy spend
-  times the predicted speedup minus the one in force.
+  times the predicted speedup minus the one in force. It also supersedes `change_k` (its K
+  per bin is the K change at every load).
 - `turn_off`: no hour paid, or the month was a net tax that the fixes above
-  do not turn around. Stake: the month's net tax.
+  (the load cap or the K schedule, and routing) do not turn around. Stake: the month's
+  net tax.
 - `keep`: nothing above is worth doing. Stake: the month's net savings, which
   turning speculation off would give up.
 
@@ -182,16 +186,21 @@ def _recommend(
     if not drafting:
         return _nothing_drafted(info, month, with_traffic) if with_traffic else []
     e = _evidence(info, month, drafting)
-    fixes = [
-        f for f in (_disable_above(e), _route_high_temperature(e), _schedule_k(e)) if f is not None
-    ]
-    # The draft length, judged on the hours that stay speculative after the fixes above.
-    moved = {id(h) for f in fixes for h in (e.above if f.action == "disable_above" else _low(e))}
-    kept = [h for h in drafting if id(h) not in moved]
-    k_now = len(month.position_acceptance) or round(month.mean_draft_length or 0)
-    change = _change_k(info.name, info.semantics, kept, k_now, e.threshold)
-    if change is not None:
-        fixes.append(change)
+    # On vLLM a K schedule supersedes the load cap and the one K: its K = 0 from the curve's
+    # crossover up is the cap, applied by the engine itself, and its K per bin is the K
+    # change at every load, so the same tax hours are never counted in two stakes.
+    schedule = _schedule_k(e)
+    fixes = [f for f in (schedule or _disable_above(e), _route_high_temperature(e)) if f]
+    if schedule is None:
+        # The draft length, judged on the hours that stay speculative after the fixes above.
+        moved = {
+            id(h) for f in fixes for h in (e.above if f.action == "disable_above" else _low(e))
+        }
+        kept = [h for h in drafting if id(h) not in moved]
+        k_now = len(month.position_acceptance) or round(month.mean_draft_length or 0)
+        change = _change_k(info.name, info.semantics, kept, k_now, e.threshold)
+        if change is not None:
+            fixes.append(change)
     off = _turn_off(e, fixes)
     if off is not None:
         return [off]
@@ -284,9 +293,37 @@ def _disable_above(e: _Evidence) -> Recommendation | None:
             "speculation is a tax even when drafts are accepted as usual.",
             _hours_line(e.above, f"above {e.crossover:.0f} requests"),
             _hours_line(e.below, f"at or below {e.crossover:.0f} requests"),
-            "vLLM cannot switch speculation by load on its own: route overflow traffic "
-            "to replicas without speculation, or cap max_num_seqs near B_x.",
+            _load_switch(e.info.engine, e.crossover),
         ),
+    )
+
+
+#: The flag that caps an engine's running batch, for the engines that cannot switch
+#: speculation by load themselves.
+_BATCH_CAP = {
+    "sglang": "--max-running-requests",
+    "trtllm": "--max_batch_size",
+    "tgi": "--max-batch-size",
+    "llamacpp": "--parallel",
+}
+
+
+def _load_switch(engine: str, crossover: float) -> str:
+    """How the engine turns speculation off above B_x: vLLM itself, with a K of 0 for the
+    batches above it (Dynamic Speculative Decoding, vLLM PR 32374); the others cannot, so
+    the load above it is routed away or capped."""
+    first_off = int(crossover) + 1
+    if engine in PER_BATCH_ENGINES:
+        return (
+            f"vLLM switches speculation by load itself: a `{VLLM_SCHEDULE_KEY}` in its "
+            f"--speculative-config with K = 0 from batch {first_off} (Dynamic Speculative "
+            "Decoding; the K schedule gives the K for every batch); or route overflow traffic "
+            "to replicas without speculation."
+        )
+    cap = _BATCH_CAP.get(engine, "the engine's largest batch")
+    return (
+        f"{engine} cannot switch speculation by load on its own: route overflow traffic to "
+        f"replicas without speculation, or cap {cap} near B_x."
     )
 
 
@@ -399,7 +436,7 @@ def _turn_off(e: _Evidence, fixes: Sequence[Recommendation]) -> Recommendation |
     recovered = sum(
         f.usd_at_stake or 0.0
         for f in fixes
-        if f.action in ("disable_above", "route_high_temperature")
+        if f.action in ("disable_above", "schedule_k", "route_high_temperature")
     )
     off = not e.paying or (savings is not None and savings < 0 and savings + recovered <= 0)
     if savings is None and month.speedup is not None and month.speedup < 1.0 and not fixes:
