@@ -11,16 +11,10 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from fresh_schema import replayed_schema
-from recorded_pages import FIXTURES
 
 # No test is a timing test (speed lives in bench/): a busy CI machine must not fail one.
 settings.register_profile("spectax", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("spectax")
-
-
-@pytest.fixture
-def fixtures_dir() -> Path:
-    return FIXTURES
 
 
 @pytest.fixture
