@@ -18,7 +18,7 @@ from spectax.pipeline.counts import Counts
 from spectax.pipeline.intervals import interval_between
 from spectax.pipeline.packing import pack_counts, unpack_counts
 from spectax.pipeline.windows import SlidingWindow, interval_window
-from spectax.report.capacity import CapacityRow
+from spectax.report.capacity_figures import CapacityRow
 from spectax.report.capacity_table import HEADERS, capacity_table
 from spectax.report.charts import charts
 from spectax.report.render import render

@@ -25,7 +25,7 @@ from e2e import Spectax, free_port, value, write_config
 from ops_helpers import Targets
 from spectax.config import validate
 from spectax.endpoint import EndpointMonitor
-from spectax.pipeline.ledger import MAX_MODELS_HELD, ModelLedger
+from spectax.pipeline.model_ledger import MAX_MODELS_HELD, ModelLedger
 from spectax.store import Store
 
 WINDOW = 60.0

@@ -16,7 +16,7 @@ from e2e import wait_until
 from spectax.cli.export import export
 from spectax.config import validate
 from spectax.store import Store
-from spectax.store.db import mark_due_statement, upsert_statement
+from spectax.store.database import mark_due_statement, upsert_statement
 from spectax.store.models import WindowRow
 from spectax.store.rollup import period_start
 from spectax.store.rows import complete_row

@@ -41,7 +41,7 @@ from spectax.economics import (
 )
 from spectax.endpoint_config import EndpointConfig, PriceConfig
 from spectax.source_config import PrometheusSource
-from spectax.store.db import database_url
+from spectax.store.database import database_url
 from spectax.tariffs import pricing_of
 from spectax.units import Duration, InvalidFile, StrictModel, parse_duration
 

@@ -32,7 +32,7 @@ from spectax.gpus import GpuSpec
 from spectax.health import LogOnce, ScrapeError
 from spectax.observed import Observed, Resume
 from spectax.pipeline.intervals import Interval, interval_between
-from spectax.pipeline.ledger import Admission, ModelLedger
+from spectax.pipeline.model_ledger import Admission, ModelLedger
 from spectax.pipeline.packing import Cursor
 from spectax.pipeline.windows import AlignedWindows, SlidingWindow, Window
 from spectax.tariffs import gpu_named, tariff_of
@@ -65,7 +65,7 @@ class EndpointSnapshot:
     step_model: StepModel = field(default_factory=StepModel)  # the counterfactual in force
     assessments: dict[str, Assessment] = field(default_factory=dict)
     capacities: dict[str, Capacity] = field(default_factory=dict)  # the KV cache, per model
-    models_dropped: dict[str, int] = field(default_factory=dict)  # by reason (pipeline.ledger)
+    models_dropped: dict[str, int] = field(default_factory=dict)  # by reason (model_ledger)
 
 
 class EndpointMonitor:
@@ -94,7 +94,7 @@ class EndpointMonitor:
         # spectax was not running (the restart log says so).
         self._resumed = resume.cursor is not None
         self._sliding = SlidingWindow(window_seconds)
-        # The models held over time, forgotten after a window on no page (pipeline.ledger).
+        # The models held over time, forgotten after a window on no page (pipeline.model_ledger).
         self._models = ModelLedger(window_seconds)
         if resume.cursor is not None:
             self._models.admit(resume.cursor[0], resume.cursor[1].models)
@@ -246,7 +246,7 @@ class EndpointMonitor:
         return False
 
     def _held(self, now: float, sample: EngineSample) -> EngineSample:
-        """`sample` with only the models this endpoint holds (pipeline.ledger): a target
+        """`sample` with only the models this endpoint holds (pipeline.model_ledger): a target
         rotating its model names would otherwise grow its counters, windows and rows without
         end. What is dropped is counted (spectax_models_dropped_total) and told once."""
         admission = self._models.admit(now, sample.models)

@@ -59,7 +59,7 @@ class EstimatedRow(Span, Protocol):
 
 
 class Watched(Protocol):
-    """A stored window or hour as the estimate sees it (spectax.store.billing.SpendRow)."""
+    """A stored window or hour as the estimate sees it (spectax.store.billing_history.SpendRow)."""
 
     @property
     def start(self) -> datetime: ...

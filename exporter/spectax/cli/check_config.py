@@ -26,7 +26,7 @@ from spectax.engines import get_parser
 from spectax.engines.base import ParseError
 from spectax.health import ScrapeError
 from spectax.scrape import fetch, metrics_url, redact, scrape_session
-from spectax.store import db
+from spectax.store import database
 from spectax.tariffs import pricing_of
 from spectax.webconfig import WebConfigError, load_web_config
 
@@ -86,7 +86,7 @@ def check_config_command(args: argparse.Namespace) -> int:
     if settings is None or failed:
         return 2
     _summarise(path, settings)
-    if problem := db.sqlite_directory_problem(settings.config.database_url):
+    if problem := database.sqlite_directory_problem(settings.config.database_url):
         print(f"spectax: invalid configuration {path}: storage_url: {problem}", file=sys.stderr)
         return 2
     if args.probe:
@@ -120,8 +120,8 @@ def _summarise(path: Path, settings: Settings) -> None:
         fleets.append((f"every endpoint of {redact(source.url)}", price is not None))
     if not config.endpoints and not config.sources:
         print(f"warning: {path}: {NO_ENDPOINTS}")
-    if db.in_memory(config.database_url):
-        print(f"warning: {path}: storage_url: `spectax run` refuses it: {db.IN_MEMORY}")
+    if database.in_memory(config.database_url):
+        print(f"warning: {path}: storage_url: `spectax run` refuses it: {database.IN_MEMORY}")
     for endpoint in config.endpoints:
         _print_endpoint(endpoint, settings)
     names = [e.name for e in config.endpoints]
@@ -185,8 +185,8 @@ async def _probe_store(url: str) -> tuple[str, bool]:
     """Connect to the store once, as `run` would, changing nothing: a database or role that
     does not exist made `run` retry forever."""
     try:
-        return f"storage_url: {await db.probe(url)}", True
-    except db.StoreError as exc:
+        return f"storage_url: {await database.probe(url)}", True
+    except database.StoreError as exc:
         return f"storage_url: FAILED: {exc}", False
 
 

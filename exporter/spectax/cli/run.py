@@ -17,7 +17,7 @@ from typing import Any
 
 from spectax.cli.check_config import NO_ENDPOINTS
 from spectax.config import ConfigError, load_config, validate
-from spectax.store.db import IN_MEMORY, in_memory
+from spectax.store.database import IN_MEMORY, in_memory
 
 
 def add_parser(commands: Any) -> None:

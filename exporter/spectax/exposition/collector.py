@@ -26,7 +26,7 @@ from spectax.engines import not_exposed
 from spectax.exposition.families import FAMILIES, AddSample, Family
 from spectax.exposition.text import Page, TextEncoder
 from spectax.health import REASONS
-from spectax.pipeline.ledger import DROP_REASONS
+from spectax.pipeline.model_ledger import DROP_REASONS
 
 
 @dataclass(frozen=True)

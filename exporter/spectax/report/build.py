@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 
-from spectax.report.capacity import CapacityRow, capacity_rows
+from spectax.report.capacity_figures import CapacityRow, capacity_rows
 from spectax.report.endpoint_day import day_figures, estimated
 from spectax.report.figures import EndpointInfo, Figures, HourPoint, total
-from spectax.report.latency import LatencyFigures, month_latency
+from spectax.report.latency_figures import LatencyFigures, month_latency
 from spectax.report.period import Month
 from spectax.report.progress import Progress
 from spectax.report.read import Reader, store_reader

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from spectax.report.capacity import CapacityRow
+from spectax.report.capacity_figures import CapacityRow
 from spectax.report.tables import Table
 
 HEADERS = (

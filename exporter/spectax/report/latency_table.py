@@ -1,12 +1,12 @@
 """The report's latency table: p50/p95/p99 per endpoint and metric over the month, the
-ratio with against without speculation, and the basis of each figure (report.latency)."""
+ratio with against without speculation, and the basis of each figure (report.latency_figures)."""
 
 from __future__ import annotations
 
 from spectax.economics.latency import bucket_words
 from spectax.pipeline.quantiles import Quantiles
 from spectax.report.build import Report
-from spectax.report.latency import DASH, latency_verdict_text
+from spectax.report.latency_figures import DASH, latency_verdict_text
 from spectax.report.tables import Table
 
 _METRICS = (

@@ -8,12 +8,12 @@ and cursor writes, restore at start-up), `rollup` (rollups, retention, reading r
 the one callers use.
 """
 
-from spectax.store.billing import BillingHistory
-from spectax.store.db import StoreError
+from spectax.store.billing_history import BillingHistory
+from spectax.store.database import StoreError
 from spectax.store.models import Cursor, WindowRow
 from spectax.store.profiles import ProfileHistory
 from spectax.store.rollup import Rollups
-from spectax.store.windows import WindowHistory, WindowWrite
+from spectax.store.window_history import WindowHistory, WindowWrite
 
 
 class Store(WindowHistory, Rollups, BillingHistory, ProfileHistory):

@@ -47,12 +47,12 @@ from typing import IO, TYPE_CHECKING
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from spectax.store.db import DATABASE_ERRORS, Database, StoreError, reason
+from spectax.store.database import DATABASE_ERRORS, Database, StoreError, reason
 from spectax.store.pending import PendingWrite
 from spectax.store.spool import WriteQueue
 
 if TYPE_CHECKING:
-    from spectax.store.windows import WindowHistory
+    from spectax.store.window_history import WindowHistory
 
 #: The advisory lock's key ("SPECTAX" in ASCII, then 1). Advisory locks are per database:
 #: pairs on different databases of one server do not see each other.

@@ -9,7 +9,7 @@ from datetime import datetime
 from sqlalchemy import select
 
 from spectax.economics.step_model import PlainCurve, Profile
-from spectax.store.db import DATABASE_ERRORS, Database, StoreError, reason
+from spectax.store.database import DATABASE_ERRORS, Database, StoreError, reason
 from spectax.store.models import ProfileRow
 
 

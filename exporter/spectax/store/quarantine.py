@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from spectax.store.db import StoreDataError, StoreError
+from spectax.store.database import StoreDataError, StoreError
 from spectax.store.pending import PendingWrite, record_rows
 
 if TYPE_CHECKING:  # for annotations only: the replay is handed a Store

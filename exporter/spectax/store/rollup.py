@@ -37,7 +37,7 @@ from sqlalchemy import inspect as sa_inspect
 
 from spectax.engines.base import COUNTERS, Buckets
 from spectax.pipeline.counts import GAUGES
-from spectax.store.db import (
+from spectax.store.database import (
     WRITE_ERRORS,
     Database,
     is_data_error,

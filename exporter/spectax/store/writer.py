@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from spectax.health import LogOnce
 from spectax.observed import Observed
-from spectax.store.db import StoreDataError, StoreError, StoreUnusable, reason
+from spectax.store.database import StoreDataError, StoreError, StoreUnusable, reason
 from spectax.store.leader import POLL_SECONDS, Election, Leadership, leadership
 from spectax.store.pending import PendingWrite
 from spectax.store.rows import pending_write

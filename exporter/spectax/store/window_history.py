@@ -15,7 +15,7 @@ from spectax.engines.base import EngineSample
 from spectax.observed import Resume
 from spectax.pipeline.windows import Window
 from spectax.store.cursor import decode_sample, encode_sample
-from spectax.store.db import (
+from spectax.store.database import (
     WRITE_ERRORS,
     Database,
     StoreDataError,

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 from sqlalchemy import ColumnElement, Select, delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from spectax.store.db import DATABASE_ERRORS, Database, StoreError, excluded, reason
+from spectax.store.database import DATABASE_ERRORS, Database, StoreError, excluded, reason
 from spectax.store.models import (
     BillingLineRow,
     BillingPeriodRow,
