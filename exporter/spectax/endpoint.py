@@ -366,7 +366,8 @@ class EndpointMonitor:
         spend = economics.spend_by_model(window, self._tariff)
         spec = self.config.speculation
         params = self.parameters(window)
-        assessments = economics.assess_window(window, params, spend)
+        # No latency: the store keeps the buckets, not the quantiles (issue 31).
+        assessments = economics.assess_window(window, params, spend, latency=False)
         if closed:
             self.counterfactual.learn(assessments.values())
         return AssessedWindow(
