@@ -21,6 +21,7 @@ import logging
 import signal
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -38,7 +39,7 @@ from spectax.exposition.collector import ReloadStatus, SnapshotCollector, StoreS
 from spectax.exposition.text import Page
 from spectax.gc_pacing import FullCollections
 from spectax.health import ScrapeError
-from spectax.observed import Observed
+from spectax.observed import Observed, Resume
 from spectax.reload import endpoint_changes, read_new_configuration, sources_changed
 from spectax.schedule import Jobs, ScrapeSchedule, finish_tasks
 from spectax.scrape import fetch, lift_open_files_limit, metrics_url, scrape_session
@@ -52,7 +53,6 @@ from spectax.status import (
 from spectax.store import Store
 from spectax.store.pending import PendingWrite
 from spectax.store.writer import StoreWriter
-from spectax.takeover import not_below
 from spectax.tariffs import running_pricing
 from spectax.web import WebGuard, make_app
 from spectax.webconfig import WebConfigError, load_web_config
@@ -424,7 +424,7 @@ class Daemon:
         resume = await self.store.restore(
             endpoint.name, self.config.window, CALIBRATION_POINTS, pending
         )
-        resume = not_below(resume, self.monitors.get(endpoint.name))  # spectax.takeover
+        resume = _not_below(resume, self.monitors.get(endpoint.name))
         pricing = running_pricing(endpoint, self.settings.prices)  # as validated; a fleet's: here
         monitor = EndpointMonitor(
             endpoint,
@@ -452,3 +452,27 @@ class Daemon:
         self.writer.enqueue(observed)
         self.collector.prerender(monitor.config.name, monitor.snapshot)
         self.status.record(monitor.config.name, monitor.snapshot)
+
+
+def _not_below(resume: Resume, earlier: EndpointMonitor | None) -> Resume:
+    """`resume`, its money totals raised to what `earlier` (the monitor it replaces, if any)
+    showed.
+
+    On taking over the store's writing in an HA pair (spectax.store.leader), the daemon
+    rebuilds its monitors from the store, as a restart does: the windows go on from the last
+    leader's cursor, so none is lost or written twice. The money counters restored with them
+    are the store's totals, which may be a little below what this process showed while it
+    followed (its own scrapes ran a second or two ahead); a counter that steps back reads as
+    a reset to rate() and increase(), a false jump of the whole total. So they carry on from
+    whichever is higher. The token counters are this process's own and start again from
+    zero, as at a restart, which rate() reads correctly. A reload that rebuilds a changed
+    endpoint's monitor gets the same guard.
+    """
+    if earlier is None:
+        return resume
+    shown = earlier.snapshot
+    return replace(
+        resume,
+        spend_usd_total=max(resume.spend_usd_total, shown.spend_usd_total),
+        cold_start_usd_total=max(resume.cold_start_usd_total, shown.cold_start_usd_total),
+    )
