@@ -528,7 +528,10 @@ def analyse(data: dict) -> int:
                 judged = row("control", label)
                 if curve is not None:
                     model = StepModel(
-                        curve.ridge_batch or DEFAULT_RIDGE_BATCH, 0.0, "control", curve
+                        ridge_batch=curve.ridge_batch or DEFAULT_RIDGE_BATCH,
+                        step_overhead_ratio=0.0,
+                        source="control",
+                        curve=curve,
                     )
                     judged = judge(judged, model, d, c)
                 rows.append(judged)
@@ -539,7 +542,11 @@ def analyse(data: dict) -> int:
                     judged = row("profile", name)
                     if plain is not None:
                         model = StepModel(
-                            plain.ridge_batch or DEFAULT_RIDGE_BATCH, 0.0, "profile", plain, name
+                            ridge_batch=plain.ridge_batch or DEFAULT_RIDGE_BATCH,
+                            step_overhead_ratio=0.0,
+                            source="profile",
+                            curve=plain,
+                            profile=name,
                         )
                         judged = judge(judged, model, d, c)
                     rows.append(judged)
@@ -548,9 +555,9 @@ def analyse(data: dict) -> int:
                     if fit is None:
                         continue
                     model = StepModel(
-                        fit.ridge_batch,
-                        fit.step_overhead_ratio,
-                        "sweep",
+                        ridge_batch=fit.ridge_batch,
+                        step_overhead_ratio=fit.step_overhead_ratio,
+                        source="sweep",
                         relative_error=fit.mean_abs_error_ratio,
                         overhead_known=True,  # fitted on the same method's sweep
                     )

@@ -127,7 +127,7 @@ class Profile:
     method: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StepModel:
     """The counterfactual in force for an endpoint: B*, h, and where they came from."""
 
@@ -175,7 +175,7 @@ class StepModel:
         return (self.step_overhead_floor, max(DEFAULT_STEP_OVERHEAD_HIGH, h))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SpeedupEstimate:
     """A speedup without a control, its band, and how it was reached."""
 
@@ -228,7 +228,9 @@ def estimate_speedup(
             speedup,
         )
         low, high = min(raw * (1 + res_low), ceiling), min(raw * (1 + res_high), ceiling)
-        return SpeedupEstimate(speedup, low, high, model.basis, h)
+        return SpeedupEstimate(
+            speedup=speedup, low=low, high=high, basis=model.basis, step_overhead_ratio=h
+        )
 
     def s(ridge: float, h: float) -> float:
         value = modelled_speedup(output_tokens, accepted, draft_tokens, concurrency, ridge, c, h)
@@ -240,9 +242,21 @@ def estimate_speedup(
     basis: Basis = "profile" if model.source in ("profile", "sweep") else "default"
     if basis == "profile" and model.relative_error is not None and model.overhead_known:
         e = model.relative_error
-        return SpeedupEstimate(speedup, speedup * (1 - e), speedup * (1 + e), basis, h)
+        return SpeedupEstimate(
+            speedup=speedup,
+            low=speedup * (1 - e),
+            high=speedup * (1 + e),
+            basis=basis,
+            step_overhead_ratio=h,
+        )
     corners = [s(b, x) for b in model.ridge_batch_range() for x in model.step_overhead_range()]
-    return SpeedupEstimate(speedup, min(*corners, speedup), max(*corners, speedup), basis, h)
+    return SpeedupEstimate(
+        speedup=speedup,
+        low=min(*corners, speedup),
+        high=max(*corners, speedup),
+        basis=basis,
+        step_overhead_ratio=h,
+    )
 
 
 def roofline_estimates(window: Window) -> tuple[float, float, float, float] | None:
