@@ -191,9 +191,11 @@ _FAMILIES.update(
 _SCAN: Final = scanner(_FAMILIES)
 _LINES: Final = line_scanner(_FAMILIES)
 
-# (model, index in _BUCKETED) -> le -> count summed over ranks; or (a layout's) the histogram.
+# (model, index in _BUCKETED) -> le -> count summed over ranks.
 _PerBound = dict[tuple[str, int], dict[float, float]]
-_Buckets = Mapping[tuple[str, int], dict[float, float] | Histogram]
+_Buckets = Mapping[tuple[str, int], dict[float, float]]
+# Model -> its histograms by their (sum, count) slots, None for one the page lacks.
+_Built = dict[str, dict[tuple[int, int], Histogram | None]]
 _Info = tuple[str | None, str | None, float | None]  # model_name, position, le
 _Accumulated = tuple[
     dict[str, list[float | None]], dict[str, dict[int, float]], _Buckets, float | None, CacheConfig
@@ -219,9 +221,9 @@ def parse(text: str | bytes) -> EngineSample:
         if layout is not None:  # the label sets were grammatical when it was learnt
             values = numbers(columns[2])
             if None not in values:
-                summed = layout.sums(values)  # type: ignore[arg-type]
-                if summed is not None:
-                    return _sample(summed)
+                sample = layout.sample(values)  # type: ignore[arg-type]
+                if sample is not None:
+                    return sample
         elif not grammatical(columns[1], _LABEL_CACHE, _CACHE_CONFIG_LABELS):
             columns = None
     if columns is None:  # a line of another form (timestamp, blanks, CRLF, a bad tail)
@@ -429,7 +431,7 @@ class _Layout:
     server's page keeps its layout from one scrape to the next (a new series, such as the
     first request finished for another reason, makes a new one).
 
-    `sums` checks the values as `_accumulate` does, but all at once, in C, and sums them
+    `sample` checks the values as `_accumulate` does, but all at once, in C, and sums them
     per slot, bound and position in page order (so to the same float); None when a value
     or a sum is out of its bounds: the checked path then names the line.
     """
@@ -522,8 +524,8 @@ class _Layout:
             for key, per_le in bounds.items()
         )
 
-    def sums(self, values: list[float]) -> _Accumulated | None:
-        """The page's sums from its values, or None when one is out of bounds."""
+    def sample(self, values: list[float]) -> EngineSample | None:
+        """The page's sample from its values, or None when one is out of bounds."""
         get = values.__getitem__
         # Usually every value is a count within 0..2**53: one pass over them all, and the
         # fractions apart; else (a V0 gauge's NaN, an estimate past 2**53) a pass a check.
@@ -549,17 +551,24 @@ class _Layout:
             if max(totals.values()) > MAX_VALUE:
                 return None
             positions[model] = totals
-        buckets: dict[tuple[str, int], Histogram] = {}
-        for key, (total, count), bounds, ranks in self.buckets:
+        # Each model's histograms, built here: which have a sum and a count is the layout's.
+        built: _Built = {
+            model: {
+                h: None if acc[h[0]] is None else Histogram.of(acc[h[0]], acc[h[1]], (), b"")  # type: ignore[arg-type]
+                for h in _HISTOGRAMS
+            }
+            for model, acc in models.items()
+        }
+        for (model, at), (total, count), bounds, ranks in self.buckets:
             counts = list(map(add, repeat(0.0), map(get, ranks[0])))
             for rank in ranks[1:]:
                 counts = list(map(add, counts, map(get, rank)))
             if max(counts) > MAX_VALUE:
                 return None
-            acc = models[key[0]]
-            buckets[key] = Histogram.of(acc[total], acc[count], bounds, counts)  # type: ignore[arg-type]
+            acc = models[model]
+            built[model][_BUCKETED[at]] = Histogram.of(acc[total], acc[count], bounds, counts)  # type: ignore[arg-type]
         start = values[self.starts[-1]] if self.starts else None
-        return models, positions, buckets, start, self.cache_config
+        return _sample((models, positions, {}, start, self.cache_config), built)
 
 
 def _between(values: list[float], low: float, high: float) -> bool:
@@ -602,8 +611,8 @@ def _learn(
     if not _worth_learning():
         return
     layout = _Layout(names, infos, summed)
-    again = layout.sums(values) if layout.usable else None  # type: ignore[arg-type]
-    if again is None or _sample(again) != sample:
+    again = layout.sample(values) if layout.usable else None  # type: ignore[arg-type]
+    if again is None or again != sample:
         return
     if len(_LAYOUTS) >= _MAX_LAYOUTS:
         del _LAYOUTS[next(iter(_LAYOUTS))]
@@ -617,21 +626,16 @@ def _worth_learning() -> bool:
     return len(_LAYOUTS) < _MAX_LAYOUTS or next(_MISSES_WHEN_FULL) % _LEARN_WHEN_FULL == 0
 
 
-def _sample(accumulated: _Accumulated) -> EngineSample:
-    """The page's `EngineSample` from its sums: histograms with their buckets, per model."""
+def _sample(accumulated: _Accumulated, built: _Built | None = None) -> EngineSample:
+    """The page's `EngineSample` from its sums: histograms with their buckets, per model
+    (`built`: a layout's, checked when it was learnt)."""
     models, positions, buckets, process_start, cache_config = accumulated
     for model, _ in buckets:
         if model not in models:
             raise ParseError(f"model {model!r} has histogram buckets but no _sum and _count")
     out: dict[str, ModelSample] = {}
     for model, acc in models.items():
-        hist = {h: histogram(acc[h[0]], acc[h[1]], name, model) for h, name in _HISTOGRAMS.items()}
-        for i, h in enumerate(_BUCKETED):
-            found = buckets.get((model, i))
-            if isinstance(found, Histogram):  # a layout's, checked when it was learnt
-                hist[h] = found
-            elif found is not None:
-                hist[h] = with_buckets(hist[h], found, _HISTOGRAMS[h], model)
+        hist = built[model] if built is not None else _histograms(model, acc, buckets)
         itl = hist[(_ITL_SUM, _ITL_COUNT)]
         if itl is None:  # V0 name of the same quantity
             itl = hist[(_V0_TPOT_SUM, _V0_TPOT_COUNT)]
@@ -665,6 +669,18 @@ def _sample(accumulated: _Accumulated) -> EngineSample:
             legacy_efficiency=acc[_LEGACY_EFF],
         )
     return EngineSample(engine=ENGINE, models=out, process_start_time_seconds=process_start)
+
+
+def _histograms(
+    model: str, acc: list[float | None], buckets: _Buckets
+) -> dict[tuple[int, int], Histogram | None]:
+    """A model's histograms from its sums, the latency ones with their buckets."""
+    hist = {h: histogram(acc[h[0]], acc[h[1]], name, model) for h, name in _HISTOGRAMS.items()}
+    for i, h in enumerate(_BUCKETED):
+        found = buckets.get((model, i))
+        if found is not None:
+            hist[h] = with_buckets(hist[h], found, _HISTOGRAMS[h], model)
+    return hist
 
 
 #: vLLM exposes every quantity spectax reads (V1; V0's counters over-counted: its gauges).
