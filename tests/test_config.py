@@ -593,3 +593,16 @@ endpoints:
     assert len(warned) == 1, out
     assert "endpoint clear: sends its basic auth over plain http" in warned[0]
     assert "https://" in warned[0] and "correct-horse" not in out
+
+
+def test_the_load_curve_lookback_and_refresh_default_to_a_day_and_a_window(tmp_path: Path) -> None:
+    config = load_config(None).config.load_curve
+    assert (config.lookback, config.refresh_interval) == (86400.0, 300.0)
+    given = write(tmp_path, "load_curve: {lookback: 7d, refresh_interval: 1m}\n")
+    config = load_config(given).config.load_curve
+    assert (config.lookback, config.refresh_interval) == (7 * 86400.0, 60.0)
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(tmp_path, "load_curve: {look_back: 7d, lookback: 0s}\n"))
+    problems = "\n".join(caught.value.problems)
+    assert "load_curve.look_back: unknown key" in problems
+    assert "load_curve.lookback:" in problems

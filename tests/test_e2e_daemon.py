@@ -149,7 +149,14 @@ async def test_restart_keeps_the_spend_counter(tmp_path, realtime_fleet) -> None
     for endpoint in endpoints:  # an objective, for spectax_latency_slo_seconds
         if endpoint["name"] == "chat-creative":
             endpoint["latency_slo"] = {"metric": "tpot", "quantile": 0.99, "seconds": 0.1}
-    config = write_config(tmp_path, port, endpoints, window="6s", billing=[bill])
+    config = write_config(
+        tmp_path,
+        port,
+        endpoints,
+        window="6s",
+        billing=[bill],
+        load_curve={"refresh_interval": "1s"},  # the stored windows binned every second
+    )
     first = Spectax(config, port)
     await first.start()
 
@@ -190,6 +197,9 @@ async def test_restart_keeps_the_spend_counter(tmp_path, realtime_fleet) -> None
         assert value(m, "spectax_cold_starts_total", endpoint="code-assistant") == 0
 
         m = await second.wait_for(lambda m: value(m, "spectax_billing_drift_ratio") is not None)
+        m = await second.wait_for(  # the load curves of the windows both runs stored
+            lambda m: value(m, "spectax_load_crossover_running_requests", endpoint="code-assistant")
+        )
         # Now every family has had its occasion: docs/metrics.md's table is what is served.
         served = {re.sub(r"(_total|_created)$", "", name) for name, _ in m}
         documented = set(re.findall(r"^\| `(spectax_[a-z_]+)` \|", METRICS_DOC.read_text(), re.M))

@@ -6,7 +6,8 @@ shape), configured as `spectax demo` configures them (prices, control,
 speculation, draft weights), are scraped every 15 s for ten minutes of a frozen
 clock: the sliding window is full, history windows have closed, chat-creative is
 measured against its control, and its engine restarts once (two refused scrapes,
-a cold start). The page the collector then serves on `/metrics` (the text
+a cold start). The load curves are those of the closed windows, as the daemon bins the
+stored ones. The page the collector then serves on `/metrics` (the text
 format, `SnapshotCollector.render_text`) must equal tests/fixtures/e2e-output.txt
 line for line, and `promtool check metrics` must find nothing to say about it.
 Nothing on the page comes from the machine: the clock, the build labels, the
@@ -36,6 +37,8 @@ import pytest
 from promstack import run_tool
 from spectax.billing.coordinator import BillingSnapshot, SourceStatus
 from spectax.config import validate
+from spectax.curve_book import speculating_curves
+from spectax.economics.load_curve import LoadSample, sample_of
 from spectax.endpoint import EndpointMonitor
 from spectax.exposition import ReloadStatus, SnapshotCollector, StoreStatus
 from spectax.scrape import ScrapeError
@@ -61,6 +64,7 @@ def demo_page() -> str:
     urls = {name: f"http://127.0.0.1:{18001 + i}" for i, name in enumerate(DEMO_PROFILES)}
     settings = demo_settings(base, urls)
     monitors: dict[str, EndpointMonitor] = {}
+    closed: dict[tuple[str, str], list[LoadSample]] = {}  # the load curves' windows
     for endpoint in settings.config.endpoints:
         control = endpoint.control
         monitors[endpoint.name] = EndpointMonitor(
@@ -78,7 +82,11 @@ def demo_page() -> str:
             if scrape == RESTART_AT and name == RESTARTED:
                 server.restart()
             if server.ready:
-                monitors[name].observe_page(now, server.render(), FETCH_SECONDS)
+                observed = monitors[name].observe_page(now, server.render(), FETCH_SECONDS)
+                for window in observed.closed if observed is not None else ():
+                    for model in window.window.models:
+                        if (sample := sample_of(window, model)) is not None:
+                            closed.setdefault((name, model), []).append(sample)
             else:  # the demo's server answers 503 while the engine loads
                 error = ScrapeError("http_status", "HTTP 503 from the simulated server")
                 monitors[name].observe_failure(error, REFUSED_SECONDS)
@@ -90,11 +98,13 @@ def demo_page() -> str:
         billed_usd_total={RESTARTED: Decimal("0.25")},
         drift={"focus": 0.125},
     )
+    curves = speculating_curves(closed)
     collector = SnapshotCollector(
         lambda: {name: monitor.snapshot for name, monitor in monitors.items()},
         lambda: StoreStatus(pending_windows=2, write_errors=1, up=True),
         lambda: ReloadStatus(successful=True, success_timestamp=START - 60),
         lambda: billing,
+        load_curves=lambda: curves,
         version="0.0.0+golden",
         python_version="3.0.0",
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -312,3 +313,64 @@ def test_the_economics_page_shows_the_curve_and_schedule_the_code_gives() -> Non
     speedups = ", ".join(f"{b.speedup:.3f}" for b in curve.bins[1:])
     assert f"pays ({curve.bins[0].speedup:.3f}), then taxes ({speedups})" in page
     assert f"the crossover is {curve.crossover_requests}," in page
+
+
+def rated(end: float, running: float, tokens_per_request_second: float, **more: Any) -> LoadSample:
+    """A 5-minute window at `running` requests, each given that many output tokens a second."""
+    output = tokens_per_request_second * running * 300.0
+    return LoadSample(
+        end=end,
+        seconds=300.0,
+        concurrency=running,
+        output_tokens=output,
+        **more,
+    )
+
+
+def collapsed_at_8(**at_8: Any) -> list[LoadSample]:
+    """vLLM issue 49548's shape: 29 tokens a second per request at 4 requests, 20 at 16, and
+    at 8 (K = 0 from batch 5 under an MTP schedule) 12: three windows at each load."""
+    loads: list[tuple[float, float, dict[str, Any]]] = [
+        (4.0, 29.0, {}),
+        (8.0, 12.0, at_8),
+        (16.0, 20.0, {}),
+    ]
+    return [
+        rated(300.0 * (3 * i + k), b, rate, **more)
+        for i, (b, rate, more) in enumerate(loads)
+        for k in range(3)
+    ]
+
+
+def test_throughput_collapsing_at_a_load_under_both_neighbours_is_a_stall() -> None:
+    curve = load_curve(collapsed_at_8())
+    assert [b.output_rate for b in curve.bins] == pytest.approx([29.0, 12.0, 20.0])
+    assert curve.stalls == (8,)
+    # The usual slope (the rate per request falls as load rises) is no stall.
+    assert (
+        load_curve(
+            rated(300.0 * i, b, r)
+            for i, (b, r) in enumerate([(4.0, 29.0)] * 3 + [(8.0, 25.0)] * 3 + [(16.0, 20.0)] * 3)
+        ).stalls
+        == ()
+    )
+    # Nor is a dip of a bin seen in fewer than 3 windows (a burst), nor one at the curve's end.
+    assert load_curve(collapsed_at_8()[:4] + collapsed_at_8()[6:]).stalls == ()
+    assert load_curve(collapsed_at_8()[:6]).stalls == ()
+
+
+def test_a_dip_still_faster_than_its_control_is_not_a_stall() -> None:
+    """Where a control measured the bin, the rate must also be under the plain rate (the
+    bin's measured speedup below 1): slower traffic still sped up is not a collapse."""
+    faster: dict[str, Any] = {
+        "plain_busy_seconds": 330.0,
+        "assessed_busy_seconds": 300.0,
+        "basis": "measured",
+    }
+    assert load_curve(collapsed_at_8(**faster)).stalls == ()
+    slower: dict[str, Any] = {
+        "plain_busy_seconds": 150.0,
+        "assessed_busy_seconds": 300.0,
+        "basis": "measured",
+    }
+    assert load_curve(collapsed_at_8(**slower)).stalls == (8,)

@@ -61,6 +61,15 @@ class RetentionConfig(StrictModel):
     daily: Duration | None = None
 
 
+class LoadCurveConfig(StrictModel):
+    """The load curve on /metrics (docs/economics.md, "The load curve and the K schedule"):
+    the stored windows of the last `lookback`, binned again every `refresh_interval`."""
+
+    lookback: Duration = 86400.0
+    # 5 minutes, a default window: a refresh more often finds no new window to bin.
+    refresh_interval: Duration = 300.0
+
+
 class Config(StrictModel):
     listen: str = DEFAULT_LISTEN
     scrape_interval: Duration = 15.0
@@ -77,6 +86,7 @@ class Config(StrictModel):
     store_queue_max_rows: int = Field(default=10_000, ge=1)
     rollup_interval: Duration = 300.0
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
+    load_curve: LoadCurveConfig = Field(default_factory=LoadCurveConfig)
     endpoints: list[EndpointConfig] = Field(default_factory=list)
     billing: list[BillingConfig] = Field(default_factory=list)  # see spectax.billing
     sources: list[PrometheusSource] = Field(default_factory=list)  # fleet mode: spectax.sources

@@ -33,6 +33,7 @@ from spectax.billing.coordinator import BillingService
 from spectax.config import ConfigError, Settings
 from spectax.counterfactual.in_force import CALIBRATION_POINTS, control_lookups
 from spectax.counterfactual.profile_book import REFRESH_SECONDS, ProfileBook, baseline_profile_name
+from spectax.curve_book import CurveBook
 from spectax.endpoint import EndpointMonitor, EndpointSnapshot
 from spectax.endpoint_config import EndpointConfig
 from spectax.exposition.collector import ReloadStatus, SnapshotCollector, StoreStatus
@@ -112,12 +113,14 @@ class Daemon:
         self.stopped = asyncio.Event()
         self.billing = BillingService(settings.billing)  # its jobs run beside the scrapes
         self.profiles = ProfileBook()
+        self.curves = CurveBook()  # the load curves, made by their own job (refresh_curves)
         self.registry = CollectorRegistry(auto_describe=False)
         self.collector = SnapshotCollector(
             self.snapshots,
             self.store_status,
             lambda: self.reload_status,
             lambda: self.billing.snapshot,
+            load_curves=lambda: self.curves.current,
         )
         self.registry.register(self.collector)
         self.status = StatusHistory(min(60.0, self.config.window))  # a point a minute at most
@@ -358,6 +361,8 @@ class Daemon:
         rollup_interval = self.config.rollup_interval
         self._jobs.every(rollup_interval, self.maintain_store, id="store:rollup", coalesce=True)
         self._jobs.every(REFRESH_SECONDS, self.refresh_profiles, id="profiles")
+        curves = self.config.load_curve.refresh_interval
+        self._jobs.every(curves, self.refresh_curves, id="load_curves", coalesce=True)
         self._jobs.start()
 
     async def refresh_profiles(self) -> None:
@@ -367,6 +372,12 @@ class Daemon:
             [m.counterfactual for m in self.monitors.values()] if self.writer.leading else ()
         )
         await self.profiles.refresh(self.store, learned, datetime.now(UTC))
+
+    async def refresh_curves(self) -> None:
+        """Bin the lookback's stored windows again: the load curves on /metrics."""
+        assert self.store is not None
+        lookback = self.config.load_curve.lookback
+        await self.curves.refresh(self.store, datetime.now(UTC), lookback, self.snapshots())
 
     async def maintain_store(self) -> None:
         """Roll windows into hours and days, then apply retention."""

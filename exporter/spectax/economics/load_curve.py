@@ -33,6 +33,13 @@ BIN_EDGES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 #: at. Its figures are shown with the count, never hidden nor passed off as a level.
 MIN_BIN_WINDOWS = 3
 
+#: A bin stalls when its output rate per running request is under this share of both
+#: neighbours': a sound engine's rate per request never rises with load (the step only
+#: lengthens as the batch grows), so a bin 30% under the load twice as high is not the
+#: curve's slope but a collapse, as at vLLM issue 49548's schedule boundary (232 tok/s at 8
+#: requests fell to 24-157, 32-68% under).
+STALL_SHARE = 0.7
+
 #: The strength of each basis, weakest first: a bin that mixes bases is as strong as its
 #: weakest window (a measured bin uses only its measured windows: it is never mixed).
 _BASIS_ORDER: tuple[Basis, ...] = ("default", "profile", "calibrated", "measured")
@@ -116,6 +123,9 @@ class LoadBin:
     position_acceptance: tuple[float, ...]
     savings_usd: float | None  # None when no window of the bin was priced
     busy_usd: float | None
+    #: Output tokens per second per running request: every window's output over its
+    #: running-request seconds (None: no request ran). What a stall is read from.
+    output_rate: float | None = None
     # The bin's summed counts, from which its draft length is chosen (draft_schedule).
     output_tokens: float = 0.0
     accepted_tokens: float = 0.0
@@ -147,6 +157,8 @@ class LoadCurve:
     #: savings (negative: a tax) of every bin from the crossover up; None without one.
     tax_time_share: float | None = None
     tax_usd: float | None = None
+    #: The lower edges of the bins whose output rate per request collapsed (`stalls`).
+    stalls: tuple[int, ...] = ()
 
     @property
     def crossover_requests(self) -> int | None:
@@ -185,7 +197,27 @@ def load_curve(samples: Iterable[LoadSample]) -> LoadCurve:
         crossover=crossover,
         tax_time_share=tax_share,
         tax_usd=tax_usd,
+        stalls=stalls(bins),
     )
+
+
+def stalls(bins: Sequence[LoadBin]) -> tuple[int, ...]:
+    """The bins (lower edges) where throughput collapsed, as at a K schedule's boundary: the
+    output rate per running request under `STALL_SHARE` of both neighbouring bins' (the
+    next bins seen below and above, none of the three thin), and, where a control measured
+    the bin, under the plain rate too (its measured speedup below 1: the rate without
+    speculation is the bin's rate over its speedup)."""
+    found = []
+    for below, here, above in zip(bins, bins[1:], bins[2:], strict=False):
+        rate, low, high = here.output_rate, below.output_rate, above.output_rate
+        if any(b.thin for b in (below, here, above)) or rate is None or not low or not high:
+            continue
+        if rate >= STALL_SHARE * min(low, high):
+            continue
+        if here.basis == "measured" and here.speedup is not None and here.speedup >= 1.0:
+            continue  # still faster than the control: slow traffic, not a stall
+        found.append(here.low)
+    return tuple(found)
 
 
 def _bin_of(edge: int, samples: Sequence[LoadSample], total_seconds: float) -> LoadBin:
@@ -199,13 +231,14 @@ def _bin_of(edge: int, samples: Sequence[LoadSample], total_seconds: float) -> L
     for s in drafted:
         per_position = _add_positions(per_position, s.accepted_per_position)
     following = BIN_EDGES.index(edge) + 1
+    running_seconds = sum(s.concurrency * s.seconds for s in samples)
     return LoadBin(
         low=edge,
         high=BIN_EDGES[following] if following < len(BIN_EDGES) else None,
         windows=sum(s.windows for s in samples),
         seconds=seconds,
         time_share=seconds / total_seconds if total_seconds > 0 else 0.0,
-        concurrency=(sum(s.concurrency * s.seconds for s in samples) / seconds if seconds else 0),
+        concurrency=running_seconds / seconds if seconds else 0,
         speedup=speedup,
         speedup_band=band,
         basis=basis,
@@ -214,6 +247,9 @@ def _bin_of(edge: int, samples: Sequence[LoadSample], total_seconds: float) -> L
         position_acceptance=position_acceptance(per_position, dr) if dr > 0 else (),
         savings_usd=_sum_known(s.savings_usd for s in samples),
         busy_usd=_sum_known(s.busy_usd for s in samples),
+        output_rate=(
+            sum(s.output_tokens for s in samples) / running_seconds if running_seconds > 0 else None
+        ),
         output_tokens=sum(s.output_tokens for s in drafted),
         accepted_tokens=a,
         draft_tokens=dt,

@@ -5,13 +5,14 @@
 - :mod:`spectax.exposition.text`: the text format written directly, cached per snapshot.
 """
 
-from spectax.exposition.collector import ReloadStatus, SnapshotCollector, StoreStatus
+from spectax.exposition.collector import LoadCurves, ReloadStatus, SnapshotCollector, StoreStatus
 from spectax.exposition.families import FAMILIES, Family
 from spectax.exposition.text import Page, TextEncoder
 
 __all__ = [
     "FAMILIES",
     "Family",
+    "LoadCurves",
     "Page",
     "ReloadStatus",
     "SnapshotCollector",

@@ -21,10 +21,11 @@ from prometheus_client.registry import Collector
 from spectax import __version__
 from spectax.billing.coordinator import BillingSnapshot
 from spectax.economics import Assessment, Capacity
+from spectax.economics.load_curve import LoadCurve
 from spectax.endpoint import EndpointSnapshot
 from spectax.engines import not_exposed
 from spectax.exposition.families import FAMILIES, AddSample, Family
-from spectax.exposition.text import Page, TextEncoder
+from spectax.exposition.text import Page, TextEncoder, line_writer
 from spectax.health import REASONS
 from spectax.pipeline.model_ledger import DROP_REASONS
 
@@ -57,6 +58,7 @@ class SnapshotCollector(Collector):
         reload_status: Callable[[], ReloadStatus] | None = None,
         billing: Callable[[], BillingSnapshot] | None = None,
         *,
+        load_curves: Callable[[], LoadCurves] | None = None,
         version: str = __version__,
         python_version: str = platform.python_version(),
     ):
@@ -66,6 +68,7 @@ class SnapshotCollector(Collector):
         self._store_status = store_status
         self._reload_status = reload_status
         self._billing = billing
+        self._load_curves = load_curves
         self._build = (version, python_version)
         self._text = TextEncoder(endpoint_samples)
 
@@ -80,6 +83,8 @@ class SnapshotCollector(Collector):
                 families[name].add_metric(list(labels), value)
 
         self._spectax_samples(add)
+        if self._load_curves is not None:
+            load_curve_samples(add, self._load_curves().curves)
         for name, snap in sorted(self._snapshots().items()):
             endpoint_samples(add, name, snap)
         yield from families.values()
@@ -92,7 +97,9 @@ class SnapshotCollector(Collector):
         """The text exposition, fast at fleet scale: each endpoint's lines are formatted once
         per snapshot, and the page is made a family at a time off the event loop (see
         `text.py`)."""
-        return self._text.render(self._spectax_samples, self._snapshots())
+        curves = self._load_curves() if self._load_curves is not None else None
+        formatted = curves.lines if curves is not None else None
+        return self._text.render(self._spectax_samples, self._snapshots(), formatted)
 
     def prerender(self, name: str, snap: EndpointSnapshot) -> None:
         """Format an endpoint's lines as soon as its snapshot changes, in the scrape that
@@ -123,6 +130,42 @@ class SnapshotCollector(Collector):
             )
         if self._billing is not None:
             _billing_samples(add, self._billing())
+
+
+@dataclass(frozen=True)
+class LoadCurves:
+    """Each endpoint and model's load curve over the lookback (`spectax.curve_book`), and
+    its lines of `/metrics`, formatted once when the curves are made: at 2,000 endpoints
+    they are up to ~100,000 lines, too many to format at every read."""
+
+    curves: Mapping[tuple[str, str], LoadCurve] = field(default_factory=dict)
+    lines: Mapping[str, bytes] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, curves: Mapping[tuple[str, str], LoadCurve]) -> LoadCurves:
+        lines: dict[str, list[str]] = {}
+        load_curve_samples(line_writer(lines), curves)
+        return cls(curves, {family: "".join(text).encode() for family, text in lines.items()})
+
+
+def load_curve_samples(add: AddSample, curves: Mapping[tuple[str, str], LoadCurve]) -> None:
+    """The load curves' samples: per bin, labelled by its lower edge, and the crossover."""
+    for (endpoint, model), curve in sorted(curves.items()):
+        stalled = set(curve.stalls)
+        for b in curve.bins:
+            labels = (endpoint, model, str(b.low))
+            add("spectax_load_time_share_ratio", labels, b.time_share)
+            add("spectax_load_speedup_ratio", labels, b.speedup)
+            add("spectax_load_acceptance_ratio", labels, b.acceptance)
+            add("spectax_load_speculation_savings_usd", labels, b.savings_usd)
+            add("spectax_load_output_tokens_per_request_second", labels, b.output_rate)
+            add("spectax_load_stalled", labels, float(b.low in stalled))
+        crossover = curve.crossover_requests
+        add(
+            "spectax_load_crossover_running_requests",
+            (endpoint, model),
+            math.inf if crossover is None else float(crossover),
+        )
 
 
 def endpoint_samples(add: AddSample, name: str, snap: EndpointSnapshot) -> None:

@@ -11,7 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from spectax.economics.load_curve import STALL_SHARE
+
 ENDPOINT, MODEL = "endpoint", "model"  # the labels nearly every family carries
+RUNNING_REQUESTS = "running_requests"  # a load curve bin's lower edge
 
 # The money families' caveat, in their help text. `spectax assess` prints its own footer
 # (cli/assess.py), worded for a terminal reader: the two texts differ on purpose.
@@ -351,6 +354,64 @@ FAMILIES: dict[str, Family] = {
             " from its last scrape to the new process's start (the whole gap when the start"
             " is unknown). What it served then is lost.",
             ENDPOINT,
+        ),
+        # The load curve (economics.load_curve): the stored windows of the lookback
+        # (`load_curve.lookback`) binned by mean running requests, labelled by the bin's
+        # lower edge (1, 2, 4, ... 256); recomputed every `load_curve.refresh_interval`.
+        gauge(
+            "spectax_load_time_share_ratio",
+            "Share of the load curve's lookback the endpoint's model spent at this many mean"
+            " running requests (the bin from this edge to the next power of two).",
+            ENDPOINT,
+            MODEL,
+            RUNNING_REQUESTS,
+        ),
+        gauge(
+            "spectax_load_speedup_ratio",
+            "Speculation's speedup in the load bin over the lookback: busy time without"
+            " speculation over busy time, summed (measured where a control measured it).",
+            ENDPOINT,
+            MODEL,
+            RUNNING_REQUESTS,
+        ),
+        gauge(
+            "spectax_load_acceptance_ratio",
+            "Draft acceptance in the load bin over the lookback (summed counts).",
+            ENDPOINT,
+            MODEL,
+            RUNNING_REQUESTS,
+        ),
+        gauge(
+            "spectax_load_speculation_savings_usd",
+            "Net savings of speculation in the load bin over the lookback; negative: a tax."
+            + PROVISIONED_CAPACITY_NOTE,
+            ENDPOINT,
+            MODEL,
+            RUNNING_REQUESTS,
+        ),
+        gauge(
+            "spectax_load_output_tokens_per_request_second",
+            "Output tokens per second per running request in the load bin over the lookback.",
+            ENDPOINT,
+            MODEL,
+            RUNNING_REQUESTS,
+        ),
+        gauge(
+            "spectax_load_stalled",
+            f"1 when the load bin's output rate per running request is under {STALL_SHARE:g}"
+            " of both"
+            " neighbouring bins' (and, measured against a control, under the plain rate):"
+            " throughput collapsing at a load, as at a K schedule's boundary.",
+            ENDPOINT,
+            MODEL,
+            RUNNING_REQUESTS,
+        ),
+        gauge(
+            "spectax_load_crossover_running_requests",
+            "Mean running requests from which speculation was a tax over the lookback, above"
+            " a load at which it paid (the load curve's crossover); +Inf when there is none.",
+            ENDPOINT,
+            MODEL,
         ),
         gauge(
             "spectax_billing_up",

@@ -40,6 +40,7 @@ LINE_TEMPLATES = {name: line_template(family) for name, family in FAMILIES.items
 # a dict per endpoint cost ~1 KB more, ~2 MB at 2,000 endpoints.
 FAMILY_NAMES = tuple(FAMILIES)
 Fragments = tuple[bytes | None, ...]
+_NOTHING_FORMATTED: Mapping[str, bytes] = {}
 FAMILIES_PER_PART = 6  # how much of the page a worker joins and compresses at a time
 
 
@@ -62,7 +63,7 @@ class TextEncoder:
     def __init__(self, endpoint_samples: EndpointSamples):
         self._endpoint_samples = endpoint_samples
         self._fragments_by_endpoint: dict[str, tuple[EndpointSnapshot, Fragments]] = {}
-        self._last_key: tuple[str, list[EndpointSnapshot]] | None = None
+        self._last_key: tuple[str, Mapping[str, bytes], list[EndpointSnapshot]] | None = None
         # Pages of one generation are the same: what a cache of the page's gzip compares,
         # so that it need not hold the page itself.
         self.generation = 0
@@ -71,14 +72,18 @@ class TextEncoder:
         self,
         spectax_samples: Callable[[AddSample], None],
         snapshots: Mapping[str, EndpointSnapshot],
+        formatted: Mapping[str, bytes] | None = None,
     ) -> Page:
         """The whole page: spectax's own samples (`spectax_samples`, cheap, formatted every
-        time) and the endpoints' (formatted when their snapshot changed). The event loop
-        only gathers the pieces; joining them is the parts' (a worker thread's)."""
+        time), lines formatted once elsewhere (`formatted`, by family: the load curves, a
+        new mapping each time they change) and the endpoints' (formatted when their
+        snapshot changed). The event loop only gathers the pieces; joining them is the
+        parts' (a worker thread's)."""
         spectax_lines: dict[str, list[str]] = {}
         spectax_samples(line_writer(spectax_lines))
         by_name = sorted(snapshots.items())
-        key = (repr(spectax_lines), [snap for _, snap in by_name])
+        formatted = formatted if formatted is not None else _NOTHING_FORMATTED
+        key = (repr(spectax_lines), formatted, [snap for _, snap in by_name])
         fragments = [self.fragments(name, snap) for name, snap in by_name]
         self._fragments_by_endpoint = {
             name: self._fragments_by_endpoint[name]
@@ -86,11 +91,18 @@ class TextEncoder:
             if name in self._fragments_by_endpoint
         }
         last = self._last_key
-        if last is None or last[0] != key[0] or not _same(last[1], key[1]):
+        if (
+            last is None
+            or last[0] != key[0]
+            or last[1] is not formatted
+            or not _same(last[2], key[2])
+        ):
             self.generation += 1
         self._last_key = key
         heads = [
-            HEADERS[family] + "".join(spectax_lines.get(family, ())).encode()
+            HEADERS[family]
+            + "".join(spectax_lines.get(family, ())).encode()
+            + formatted.get(family, b"")
             for family in FAMILY_NAMES
         ]
         return Page(self.generation, _parts(heads, fragments))

@@ -1,0 +1,57 @@
+"""The daemon's load curves (issue 34): each endpoint and model's stored windows over the
+lookback (`load_curve.lookback`), binned by mean running requests (`economics.load_curve`),
+made again every `load_curve.refresh_interval` by a job of their own, off the scrape path:
+`/metrics` reads the last ones made, with their lines formatted once (`LoadCurves`).
+
+Only models that speculated get a curve (a bin with a speedup): a plain endpoint, a control
+say, would show time shares and nothing to decide. Endpoints no longer watched (removed by a
+reload, gone from the fleet) are left out although their windows are still in the lookback.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Mapping, Sequence
+from datetime import datetime, timedelta
+
+from spectax.economics.load_curve import LoadSample, load_curve
+from spectax.exposition.collector import LoadCurves
+from spectax.store import Store, StoreError
+
+log = logging.getLogger(__name__)
+
+
+class CurveBook:
+    """The last load curves made; none until the first refresh (a day of windows is not read
+    at start-up, in front of the first scrapes)."""
+
+    def __init__(self) -> None:
+        self.current = LoadCurves()
+        self._failing = False
+
+    async def refresh(
+        self, store: Store, now: datetime, lookback: float, endpoints: Collection[str]
+    ) -> None:
+        """Read the lookback's windows and make the curves again; a store that cannot be read
+        keeps the last ones, said once in the log, and its recovery once."""
+        try:
+            samples = await store.load_samples(now - timedelta(seconds=lookback))
+        except StoreError as exc:
+            if not self._failing:
+                log.warning("load curves: keeping the last ones: %s", exc)
+            self._failing = True
+            return
+        if self._failing:
+            log.info("load curves: the store is read again")
+        self._failing = False
+        watched = set(endpoints)
+        self.current = speculating_curves({k: v for k, v in samples.items() if k[0] in watched})
+
+
+def speculating_curves(samples: Mapping[tuple[str, str], Sequence[LoadSample]]) -> LoadCurves:
+    """The curves of the (endpoint, model) pairs whose samples speculated (a bin with a
+    speedup), ready for /metrics."""
+    made = {key: load_curve(found) for key, found in samples.items()}
+    return LoadCurves.of(
+        {key: c for key, c in made.items() if any(b.speedup is not None for b in c.bins)}
+    )

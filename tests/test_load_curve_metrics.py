@@ -1,0 +1,100 @@
+"""The load curve on /metrics (issue 34): the daemon's job bins the store's windows of the
+lookback (`spectax.curve_book`) and the collector exports them, bin by bin, on SQLite and
+PostgreSQL, both renderings (`collect()` and the text page) alike."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from builders import rows_of
+from spectax.curve_book import CurveBook
+from spectax.exposition import SnapshotCollector, StoreStatus
+from spectax.store import Store
+
+NOW = datetime(2027, 1, 15, 12, 0, tzinfo=UTC)
+DAY = 86400.0
+
+
+def window(endpoint: str, start: float, running: float, speedup: float, **more: Any):
+    """A 5-minute window of `running` mean requests, each given 20 output tokens a second,
+    whose assessment concluded `speedup` with a band of +-0.05 on the profile basis."""
+    return rows_of(
+        endpoint,
+        int(start),
+        seconds=300.0,
+        busy_seconds=300.0,
+        concurrency_requests=running,
+        output_tokens=round(20 * running * 300),
+        plain_busy_seconds=300.0 * speedup,
+        assessed_busy_seconds=300.0,
+        speedup_low_ratio=speedup - 0.05,
+        speedup_high_ratio=speedup + 0.05,
+        verdict_basis="profile",
+        **more,
+    )
+
+
+@pytest.fixture
+async def store(database_url: str):
+    store = await Store.open(database_url)
+    yield store
+    await store.close()
+
+
+async def test_stored_windows_at_two_loads_give_the_two_bins_gauges(store: Store) -> None:
+    start = NOW.timestamp() - 6 * 3600
+    writes = [
+        window("x", start + 300 * i, 4.0, 1.25, speculation_savings_usd=0.5) for i in range(4)
+    ]
+    writes += [
+        window("x", start + 300 * (4 + i), 64.0, 0.75, speculation_savings_usd=-0.25)
+        for i in range(2)
+    ]
+    writes.append(window("x", start - DAY, 64.0, 0.1))  # before the lookback: not counted
+    writes.append(window("gone", start, 4.0, 1.25))  # an endpoint no longer watched
+    for write in writes:
+        await store.save(write.endpoint, write.rows, None)
+    (model,) = {row["model"] for row in writes[0].rows}
+
+    book = CurveBook()
+    await book.refresh(store, NOW, DAY, {"x"})
+    collector = SnapshotCollector(
+        lambda: {}, lambda: StoreStatus(0, 0), load_curves=lambda: book.current
+    )
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+
+    def gauge(name: str, running: int) -> float | None:
+        labels = {"endpoint": "x", "model": model, "running_requests": str(running)}
+        return registry.get_sample_value(name, labels)
+
+    assert gauge("spectax_load_time_share_ratio", 4) == pytest.approx(4 / 6)
+    assert gauge("spectax_load_time_share_ratio", 64) == pytest.approx(2 / 6)
+    assert gauge("spectax_load_speedup_ratio", 4) == pytest.approx(1.25)
+    assert gauge("spectax_load_speedup_ratio", 64) == pytest.approx(0.75)
+    assert gauge("spectax_load_speculation_savings_usd", 4) == pytest.approx(2.0)
+    assert gauge("spectax_load_speculation_savings_usd", 64) == pytest.approx(-0.5)
+    assert gauge("spectax_load_output_tokens_per_request_second", 64) == pytest.approx(20.0)
+    assert gauge("spectax_load_stalled", 4) == 0 and gauge("spectax_load_stalled", 64) == 0
+    assert gauge("spectax_load_time_share_ratio", 8) is None  # no window ran at 8-15
+    crossover = {"endpoint": "x", "model": model}
+    assert registry.get_sample_value("spectax_load_crossover_running_requests", crossover) == 64
+    assert (
+        registry.get_sample_value(
+            "spectax_load_time_share_ratio",
+            {"endpoint": "gone", "model": model, "running_requests": "4"},
+        )
+        is None
+    )
+    # The text page Prometheus reads says the same, formatted once per refresh.
+    page = collector.render_text().decode()
+    line = f'spectax_load_speedup_ratio{{endpoint="x",model="{model}",running_requests="64"}} 0.75'
+    assert line in page.splitlines()
+    first = collector.render_page().generation
+    assert collector.render_page().generation == first  # unchanged curves: the same page
+    await book.refresh(store, NOW, DAY, {"x"})
+    assert collector.render_page().generation == first + 1  # new curves: a new page
