@@ -33,7 +33,7 @@ class Observed:
     open_window: AssessedWindow | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Resume:
     """Where a monitor carries on: the money it had accrued, the last page's time and sample
     (its cursor), the window that was open, and the latest closed windows (for the plain

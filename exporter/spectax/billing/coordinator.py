@@ -58,7 +58,7 @@ class SourceStatus:
     last_error: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class BillingSnapshot:
     """What `/metrics` shows of billing. Replaced whole, never mutated."""
 
@@ -67,7 +67,7 @@ class BillingSnapshot:
     drift: Mapping[str, float] = field(default_factory=dict)  # source -> last final period's
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Reconciled:
     """The figures of one reconciliation of the estimate against the bills."""
 
@@ -78,7 +78,9 @@ class Reconciled:
 class BillingService:
     def __init__(self, specs: Sequence[SourceSpec] | None = None):
         self.specs = list(specs) if specs else default_specs()
-        self.snapshot = BillingSnapshot(tuple(SourceStatus(s.name, s.kind) for s in self.specs))
+        self.snapshot = BillingSnapshot(
+            sources=tuple(SourceStatus(s.name, s.kind) for s in self.specs)
+        )
         self.store: Store | None = None
         self._scheduler: Any = None
         self._sources: dict[str, Source] = {}
@@ -277,7 +279,9 @@ class BillingService:
                 reconciled = await self._reconcile(now or now_utc())
             except Exception as exc:
                 log.debug("billing: reconciliation postponed: %s", exc)
-                reconciled = Reconciled(self.snapshot.billed_usd_total, self.snapshot.drift)
+                reconciled = Reconciled(
+                    billed_usd_total=self.snapshot.billed_usd_total, drift=self.snapshot.drift
+                )
             return self._publish(reconciled)
 
     async def _reconcile(self, moment: datetime) -> Reconciled:
@@ -290,12 +294,15 @@ class BillingService:
             last = await ledger.last_source_drift(self.store, source, moment)
             if last is not None:
                 drift[source] = last[2]
-        return Reconciled({endpoint: amount for endpoint, (_, amount) in totals.items()}, drift)
+        return Reconciled(
+            billed_usd_total={endpoint: amount for endpoint, (_, amount) in totals.items()},
+            drift=drift,
+        )
 
     def _publish(self, reconciled: Reconciled) -> BillingSnapshot:
         self.snapshot = BillingSnapshot(
-            tuple(self._status[s.name] for s in self.specs if s.name in self._status),
-            reconciled.billed_usd_total,
-            reconciled.drift,
+            sources=tuple(self._status[s.name] for s in self.specs if s.name in self._status),
+            billed_usd_total=reconciled.billed_usd_total,
+            drift=reconciled.drift,
         )
         return self.snapshot

@@ -113,10 +113,11 @@ def assess_pages(
         for m, c in interval.models.items()
     }
     interval = replace(interval, models=models)
+    price = options.usd_per_hour
     tariff = economics.Tariff(
-        Decimal(repr(options.usd_per_hour)) if options.usd_per_hour is not None else None,
-        options.gpus,
-        "provisioned",  # the whole span is busy when anything ran: all of it is priced
+        usd_per_hour=Decimal(repr(price)) if price is not None else None,
+        gpus=options.gpus,
+        billing_mode="provisioned",  # the whole span is busy when anything ran: all of it is priced
     )
     if options.seconds is not None:
         interval = economics.price_interval(interval, tariff)

@@ -23,7 +23,7 @@ FETCH_SLACK_SECONDS = 10.0  # the longest a fetch may take (the default scrape t
 ZERO = Decimal(0)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Tariff:
     """How one endpoint is billed. No price (`usd_per_hour` None): nothing is priced."""
 

@@ -80,7 +80,7 @@ SETTLE = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Recommendation:
     endpoint: str
     action: str  # keep | change_k | schedule_k | disable_above | route_high_temperature | turn_off
@@ -216,12 +216,12 @@ def _nothing_drafted(
     stake = (month.vram_usd or 0.0) + tax if month.priced else None
     return [
         Recommendation(
-            info.name,
-            "turn_off",
-            "Turn speculation off: it proposed no drafts",
-            stake,
-            info.semantics,
-            (
+            endpoint=info.name,
+            action="turn_off",
+            title="Turn speculation off: it proposed no drafts",
+            usd_at_stake=stake,
+            semantics=info.semantics,
+            evidence=(
                 f"{len(with_traffic)} hour(s) with output and not one draft token proposed "
                 "(n-gram drafting that never finds a match, or a drafter that is not running).",
                 "Every step still paid the proposer's cost with nothing to show for it "
@@ -280,12 +280,12 @@ def _disable_above(e: _Evidence) -> Recommendation | None:
     assert e.crossover is not None and e.reference is not None
     h = e.month.step_overhead
     return Recommendation(
-        e.info.name,
-        "disable_above",
-        f"Disable speculation above {e.crossover:.0f} concurrent requests",
-        stake,
-        e.info.semantics,
-        (
+        endpoint=e.info.name,
+        action="disable_above",
+        title=f"Disable speculation above {e.crossover:.0f} concurrent requests",
+        usd_at_stake=stake,
+        semantics=e.info.semantics,
+        evidence=(
             "Crossover concurrency B_x = B*(alpha - c - h*q)/(1 - alpha + c) = "
             f"{e.crossover:.1f} requests at acceptance {e.reference:.3f} (that of the hours "
             f"that paid; c = {e.c:g}, B* = {e.ridge:.1f}, h = {h:.3g} as the windows were "
@@ -344,12 +344,12 @@ def _route_high_temperature(e: _Evidence) -> Recommendation | None:
         else "to replicas without speculation"
     )
     return Recommendation(
-        e.info.name,
-        "route_high_temperature",
-        "Route high-temperature traffic to plain decoding",
-        stake,
-        e.info.semantics,
-        (
+        endpoint=e.info.name,
+        action="route_high_temperature",
+        title="Route high-temperature traffic to plain decoding",
+        usd_at_stake=stake,
+        semantics=e.info.semantics,
+        evidence=(
             f"In {len(low)} of {len(e.drafting)} drafting hours acceptance fell to "
             f"{_pooled_acceptance(low):.3f}, under those hours' break-even "
             f"({_mean(x.breakeven for x in low if x.breakeven is not None):.3f} on "
@@ -388,12 +388,12 @@ def _schedule_k(e: _Evidence) -> Recommendation | None:
             f"{curve.crossover_requests} or more requests ran: {_usd(curve.tax_usd)}."
         ]
     return Recommendation(
-        e.info.name,
-        "schedule_k",
-        f"Run K by batch size: K = {ranges}",
-        schedule.at_stake_usd,
-        e.info.semantics,
-        (
+        endpoint=e.info.name,
+        action="schedule_k",
+        title=f"Run K by batch size: K = {ranges}",
+        usd_at_stake=schedule.at_stake_usd,
+        semantics=e.info.semantics,
+        evidence=(
             "The month's load curve (hours binned by mean running requests; speedup as the "
             "windows concluded it, summed):",
             *(_bin_line(x) for x in schedule.lengths),
@@ -453,12 +453,12 @@ def _turn_off(e: _Evidence, fixes: Sequence[Recommendation]) -> Recommendation |
     memory = f"The draft's weights also hold {_usd(month.vram_usd)} of GPU memory."
     plain = f"{control} serves the same model without speculation already."
     return Recommendation(
-        e.info.name,
-        "turn_off",
-        "Turn speculation off",
-        -savings if savings is not None else None,
-        e.info.semantics,
-        (
+        endpoint=e.info.name,
+        action="turn_off",
+        title="Turn speculation off",
+        usd_at_stake=-savings if savings is not None else None,
+        semantics=e.info.semantics,
+        evidence=(
             *e.base,
             f"{why}.{net}",
             verdicts_line(month),
@@ -470,12 +470,12 @@ def _turn_off(e: _Evidence, fixes: Sequence[Recommendation]) -> Recommendation |
 
 def _keep(e: _Evidence) -> Recommendation:
     return Recommendation(
-        e.info.name,
-        "keep",
-        "Keep speculation as it is",
-        e.month.savings,
-        e.info.semantics,
-        (
+        endpoint=e.info.name,
+        action="keep",
+        title="Keep speculation as it is",
+        usd_at_stake=e.month.savings,
+        semantics=e.info.semantics,
+        evidence=(
             *e.base,
             verdicts_line(e.month),
             "The dollars at stake are what turning speculation off would give up.",
@@ -522,12 +522,12 @@ def _change_k(
         f"{min(steps):.3g}" if min(steps) == max(steps) else f"{min(steps):.3g}-{max(steps):.3g}"
     )
     return Recommendation(
-        name,
-        "change_k",
-        f"Change num_speculative_tokens (K) from {k_now} to {k_best}",
-        stake,
-        semantics,
-        (
+        endpoint=name,
+        action="change_k",
+        title=f"Change num_speculative_tokens (K) from {k_now} to {k_best}",
+        usd_at_stake=stake,
+        semantics=semantics,
+        evidence=(
             f"Per-position acceptance p_k = {shown}, all observed (over the {len(hours)} hours "
             f"that stay speculative): with h = {overhead} as the windows were assessed, "
             f"K = {k_best} predicts a speedup of {predicted[k_best]:.3f} against "

@@ -8,9 +8,10 @@ and how a bill is shared over history rows are rules of spectax.billing.reconcil
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import ColumnElement, Select, delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -54,7 +55,8 @@ class LineData(PeriodData, Protocol):
     def fetched_at(self) -> datetime: ...
 
 
-class SpendRow(NamedTuple):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpendRow:
     """The estimated spend of one stored window or hour, and the seconds it watched."""
 
     start: datetime
@@ -288,8 +290,14 @@ class BillingHistory(Database):
             window_rows = (await session.execute(windows)).all()
             hour_rows = (await session.execute(hours)).all()
         return (
-            [SpendRow(utc(t), seconds, spend) for t, seconds, spend in window_rows],
-            [SpendRow(utc(t), seconds, spend) for t, seconds, spend in hour_rows],
+            [
+                SpendRow(start=utc(t), seconds=seconds, spend_usd=spend)
+                for t, seconds, spend in window_rows
+            ],
+            [
+                SpendRow(start=utc(t), seconds=seconds, spend_usd=spend)
+                for t, seconds, spend in hour_rows
+            ],
         )
 
     async def estimated_spend_by_hour(

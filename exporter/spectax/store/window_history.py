@@ -240,7 +240,13 @@ class WindowHistory(Database):
             (w for w in windows.values() if open_window is None or w.start != open_window.start),
             key=lambda w: w.start,
         )
-        return Resume(spend, cold, cursor, open_window, tuple(recent[-history:] if history else ()))
+        return Resume(
+            spend_usd_total=spend,
+            cold_start_usd_total=cold,
+            cursor=cursor,
+            open_window=open_window,
+            recent_windows=tuple(recent[-history:] if history else ()),
+        )
 
 
 RowKey = tuple[str, datetime]
