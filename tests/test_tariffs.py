@@ -27,18 +27,28 @@ def test_the_gpu_an_endpoint_names_is_its_price_rows_else_its_own() -> None:
     """The row it pays names the GPU it runs on: its specs are looked up by that name too."""
     priced = endpoint(gpu="A100 SXM 80GB", price=SECURE_H100)
     assert gpu_named(priced) == "H100 SXM"
-    assert pricing_of(priced, PRICES) == Pricing(Decimal("3.99"), gpu_spec("H100 SXM"))
+    assert pricing_of(priced, PRICES) == Pricing(
+        usd_per_hour=Decimal("3.99"), gpu=gpu_spec("H100 SXM")
+    )
     by_its_own = endpoint(gpu="h100 sxm", price={"provider": "runpod", "product": "pods secure"})
     assert gpu_named(by_its_own) == "h100 sxm"
-    assert pricing_of(by_its_own, PRICES) == Pricing(Decimal("3.99"), gpu_spec("H100 SXM"))
+    assert pricing_of(by_its_own, PRICES) == Pricing(
+        usd_per_hour=Decimal("3.99"), gpu=gpu_spec("H100 SXM")
+    )
     rate = endpoint(gpu="A100 SXM 80GB", price={"usd_per_hour": "2.5"})
-    assert pricing_of(rate, PRICES) == Pricing(Decimal("2.5"), gpu_spec("A100 SXM 80GB"))
+    assert pricing_of(rate, PRICES) == Pricing(
+        usd_per_hour=Decimal("2.5"), gpu=gpu_spec("A100 SXM 80GB")
+    )
 
 
 def test_an_endpoint_without_a_price_is_unpriced_not_free_and_keeps_its_gpu() -> None:
-    assert pricing_of(endpoint(gpu="H100 SXM"), PRICES) == Pricing(None, gpu_spec("H100 SXM"))
-    assert pricing_of(endpoint(gpu="A10G"), PRICES) == Pricing(None, None)  # not in the table
-    assert pricing_of(endpoint(), PRICES) == Pricing(None, None)
+    assert pricing_of(endpoint(gpu="H100 SXM"), PRICES) == Pricing(
+        usd_per_hour=None, gpu=gpu_spec("H100 SXM")
+    )
+    assert pricing_of(endpoint(gpu="A10G"), PRICES) == Pricing(
+        usd_per_hour=None, gpu=None
+    )  # not in the table
+    assert pricing_of(endpoint(), PRICES) == Pricing(usd_per_hour=None, gpu=None)
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,7 @@ from spectax.gpus import GpuSpec, gpu_spec
 log = logging.getLogger("spectax.fleet")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Pricing:
     """What an endpoint is priced at and runs on, as its configuration names them."""
 
@@ -42,17 +42,26 @@ def pricing_of(endpoint: EndpointConfig, prices: PriceTable) -> Pricing:
     named = gpu_named(endpoint)
     gpu, price = gpu_spec(named), endpoint.price
     if price is None:
-        return Pricing(None, gpu)  # unpriced: no spend and no cost figures
+        return Pricing(usd_per_hour=None, gpu=gpu)  # unpriced: no spend and no cost figures
     if price.usd_per_hour is not None:
         if price.provider or price.product:
-            return Pricing(None, gpu, "give either usd_per_hour or provider/product/gpu, not both")
-        return Pricing(price.usd_per_hour, gpu)
+            return Pricing(
+                usd_per_hour=None,
+                gpu=gpu,
+                problem="give either usd_per_hour or provider/product/gpu, not both",
+            )
+        return Pricing(usd_per_hour=price.usd_per_hour, gpu=gpu)
     if not (price.provider and price.product and named):
-        return Pricing(None, gpu, "needs usd_per_hour, or provider, product and gpu to look up")
+        return Pricing(
+            usd_per_hour=None,
+            gpu=gpu,
+            problem="needs usd_per_hour, or provider, product and gpu to look up",
+        )
     try:
-        return Pricing(prices.lookup(price.provider, price.product, named).usd_per_hour, gpu)
+        found = prices.lookup(price.provider, price.product, named)
     except PriceTableError as exc:
-        return Pricing(None, gpu, str(exc))
+        return Pricing(usd_per_hour=None, gpu=gpu, problem=str(exc))
+    return Pricing(usd_per_hour=found.usd_per_hour, gpu=gpu)
 
 
 def running_pricing(endpoint: EndpointConfig, prices: PriceTable) -> Pricing:
