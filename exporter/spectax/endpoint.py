@@ -44,7 +44,7 @@ log = logging.getLogger("spectax.monitor")
 FULL_WINDOW_SHARE = 0.8  # a sliding window this full counts as full (scrapes jitter)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EndpointSnapshot:
     """What `/metrics` shows for one endpoint. Replaced whole, never mutated."""
 
@@ -111,8 +111,8 @@ class EndpointMonitor:
             gpu_name=gpu_named(config),
         )
         self.snapshot = EndpointSnapshot(
-            config,
-            usd_per_hour,
+            config=config,
+            usd_per_hour=usd_per_hour,
             spend_usd_total=resume.spend_usd_total,
             cold_start_usd_total=resume.cold_start_usd_total,
         )
