@@ -60,7 +60,10 @@ def profile_of(row: ProfileRow) -> Profile:
     if row.plain_fixed_seconds is not None and row.plain_per_token_seconds is not None:
         residuals = (row.plain_residual_low or 0.0, row.plain_residual_high or 0.0)
         plain = PlainCurve(
-            row.plain_fixed_seconds, row.plain_per_token_seconds, row.points, residuals
+            fixed_seconds=row.plain_fixed_seconds,
+            per_token_seconds=row.plain_per_token_seconds,
+            points=row.points,
+            residuals=residuals,
         )
     return Profile(
         name=row.name,
