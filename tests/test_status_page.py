@@ -27,6 +27,7 @@ from e2e import Samples, Spectax, free_port, value, wait_until, write_config
 from recorded_pages import page
 from spectax.config import validate
 from spectax.economics import window_capacities
+from spectax.economics.load_curve import LoadSample, load_curve
 from spectax.endpoint import EndpointMonitor
 from spectax.engines import not_exposed
 from spectax.engines.vllm import parse
@@ -475,3 +476,43 @@ def test_a_measured_verdicts_plain_decoding_is_its_controls_not_the_defaults() -
     card = cards(render_status_page({"e": type(snapshot)(**fields)}, history, 180.0))["e"]
     assert "plain decoding estimated from</dt><dd>measured on its control ctl" in card
     assert "spectax's defaults" not in card
+
+
+def test_each_card_shows_its_models_load_curve_with_the_crossover_and_a_stalled_load() -> None:
+    """Under the card, a row per load bin of the stored windows (spectax.curve_book): time,
+    speedup with its basis, net and the rate per request; the stalled bin marked, the
+    crossover in the caption. Only the card of the curve's endpoint has it."""
+    _, monitors, history = fixture_page()
+
+    def windows(running: float, speedup: float, rate: float, net: float) -> list[LoadSample]:
+        return [
+            LoadSample(
+                end=300.0 * i,
+                seconds=300.0,
+                concurrency=running,
+                output_tokens=rate * running * 300.0,
+                plain_busy_seconds=300.0 * speedup,
+                assessed_busy_seconds=300.0,
+                low_busy_seconds=300.0 * (speedup - 0.05),
+                high_busy_seconds=300.0 * (speedup + 0.05),
+                basis="profile",
+                savings_usd=net,
+            )
+            for i in range(3)
+        ]
+
+    curve = load_curve(
+        windows(4.0, 1.4, 29.0, 0.5)
+        + windows(8.0, 0.6, 12.0, -0.25)
+        + windows(16.0, 0.8, 20.0, -0.1)
+    )
+    snapshots = {n: m.snapshot for n, m in monitors.items()}
+    html = render_status_page(snapshots, history, 180.0, curves={("ngram", "tiny-llama"): curve})
+    card = cards(html)["ngram"]
+    table = card[card.index('<table class="curve" data-model="tiny-llama">') :]
+    assert "a tax from 8 running requests, 67% of the time" in table
+    rows = re.findall(r'<tr class="(\w+)" data-running="(\d+)"><td>([^<]*)</td>', table)
+    assert rows == [("bin", "4", "4-7"), ("stalled", "8", "8-15"), ("bin", "16", "16-31")]
+    assert "<td>33%</td><td>0.60× (profile)</td>" in table
+    assert "<td>−$0.750</td><td>12.0 stalled</td>" in table  # three windows of -$0.25
+    assert all('class="curve"' not in c for n, c in cards(html).items() if n != "ngram")

@@ -168,7 +168,11 @@ class Daemon:
             middlewares=[self.guard.middleware],
             render_page=self._render_page,
             status_page=lambda: render_status_page(
-                self.snapshots(), self.status, time.time(), self._config_path
+                self.snapshots(),
+                self.status,
+                time.time(),
+                self._config_path,
+                self.curves.current.curves,
             ),
             documents=served_documents(),
         )

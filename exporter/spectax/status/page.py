@@ -17,6 +17,7 @@ from pathlib import Path
 
 from spectax import __version__, economics, logs, settle
 from spectax.economics import Assessment, Capacity
+from spectax.economics.load_curve import LoadCurve
 from spectax.endpoint import EndpointSnapshot
 from spectax.endpoint_config import EndpointConfig
 from spectax.engines import not_exposed
@@ -97,6 +98,12 @@ path.acceptance{stroke:var(--fg)}path.breakeven{stroke:var(--tax);stroke-dasharr
 .settle{border-top:1px solid var(--line);margin-top:.5rem;padding-top:.3rem}
 .settle p{margin:.2rem 0}.settle ol{margin:.2rem 0;padding-left:1.4rem}
 .settle li{margin:.15rem 0;overflow-wrap:anywhere}
+table.curve{border-collapse:collapse;font-size:.85rem;margin:.4rem 0;width:100%}
+table.curve caption{text-align:left;color:var(--muted);font-size:.8rem;caption-side:top}
+table.curve th,table.curve td{padding:.1rem .5rem;text-align:right;
+border-bottom:1px solid var(--line)}
+table.curve th{color:var(--muted);font-weight:400}
+tr.stalled td{color:var(--tax);font-weight:600}
 """
 
 
@@ -113,9 +120,12 @@ def render_status_page(
     history: StatusHistory,
     now: float,
     config_path: Path | None = None,
+    curves: Mapping[tuple[str, str], LoadCurve] | None = None,
 ) -> str:
     """The whole page, as text; the history forgets endpoints no longer configured;
-    `config_path` is the daemon's configuration file, for the monthly review's command."""
+    `config_path` is the daemon's configuration file, for the monthly review's command;
+    `curves` the load curves by endpoint and model (`spectax.curve_book`), each a table
+    under its endpoint's card."""
     history.keep_only(snapshots)
     cards = sorted(snapshots.items(), key=lambda item: (RANK[_state(item[1])], item[0]))
     counts: dict[str, int] = {}
@@ -132,7 +142,7 @@ def render_status_page(
         else ""
     )
     body = "".join(
-        _card(name, s, history, charted=i < MAX_CHARTS)
+        _card(name, s, history, charted=i < MAX_CHARTS, curves=curves or {})
         for i, (name, s) in enumerate(cards[:MAX_ENDPOINTS])
     )
     return f"""<!doctype html>
@@ -163,7 +173,13 @@ def _state(snapshot: EndpointSnapshot) -> str:
     return "no_speculation" if snapshot.config.speculation is None else "no_traffic"
 
 
-def _card(name: str, snapshot: EndpointSnapshot, history: StatusHistory, charted: bool) -> str:
+def _card(
+    name: str,
+    snapshot: EndpointSnapshot,
+    history: StatusHistory,
+    charted: bool,
+    curves: Mapping[tuple[str, str], LoadCurve],
+) -> str:
     state = _state(snapshot)
     config = snapshot.config
     method = config.speculation.method if config.speculation else "none"
@@ -197,8 +213,40 @@ def _card(name: str, snapshot: EndpointSnapshot, history: StatusHistory, charted
     if main is not None and main.draft_tokens is not None and charted:
         title = f"{escape(name)}: acceptance against break-even, last hours"
         lines.append(chart(history.points(name), history.step_seconds, history.span_seconds, title))
+    lines += [_curve(model, c) for (n, model), c in sorted(curves.items()) if n == name]
     lines.append("</section>")
     return "\n".join(lines)
+
+
+def _curve(model: str, curve: LoadCurve) -> str:
+    """The model's load curve as a small table, a row per load bin: the time spent there,
+    the speedup and its basis, acceptance, net savings and output tokens per second per
+    request; a stalled bin in red, and the crossover in the caption."""
+    crossover = curve.crossover_requests
+    said = (
+        f"a tax from {crossover} running requests, {curve.tax_time_share or 0.0:.0%} of the time"
+        if crossover is not None
+        else "no load at which it turns from paying to a tax"
+    )
+    stalled = set(curve.stalls)
+    rows = []
+    for b in curve.bins:
+        speedup = f"{_times(b.speedup)} ({b.basis})" if b.basis else _times(b.speedup)
+        net = "—" if b.savings_usd is None else _usd(b.savings_usd, False, signed=True)
+        rate = "—" if b.output_rate is None else f"{b.output_rate:.1f}"
+        thin = f" ({b.windows} window(s))" if b.thin else ""
+        mark = " stalled" if b.low in stalled else ""
+        rows.append(
+            f'<tr class="{mark.strip() or "bin"}" data-running="{b.low}"><td>{b.label}{thin}</td>'
+            f"<td>{b.time_share:.0%}</td><td>{speedup}</td><td>{_ratio(b.acceptance)}</td>"
+            f"<td>{net}</td><td>{rate}{mark}</td></tr>"
+        )
+    return (
+        f'<table class="curve" data-model="{escape(model)}"><caption>{escape(model)}: '
+        f"load curve of the stored windows ({said})</caption>"
+        "<tr><th>running requests</th><th>time</th><th>speedup</th><th>acceptance</th>"
+        "<th>net</th><th>tokens/s per request</th></tr>" + "".join(rows) + "</table>"
+    )
 
 
 def _model(snapshot: EndpointSnapshot, a: Assessment) -> str:
