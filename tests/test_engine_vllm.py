@@ -30,6 +30,7 @@ from spectax.engines import (
     get_parser,
     vllm,
 )
+from spectax.engines.scan import grammatical, split_tails
 from spectax.engines.vllm import MAX_MODEL_NAME, MAX_MODELS, MAX_VALUE, parse
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm-0.32.0"
@@ -680,6 +681,23 @@ def test_damaged_lines_never_crash(line: str, cut: int, junk: str) -> None:
         assert exc.line_number is None or 2 <= exc.line_number <= 5
     else:
         assert isinstance(result, EngineSample)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    line=st.sampled_from(_RELEVANT_LINES),
+    cut=st.integers(min_value=0, max_value=200),
+    junk=st.text(max_size=4),
+)
+@example(line=_RELEVANT_LINES[0], cut=0, junk=" ")
+def test_lines_split_by_str_methods_are_the_grammar_s_lines(line: str, cut: int, junk: str) -> None:
+    """A page of 16 KB or more is read with `_LINES` and `split_tails`; where they give
+    columns with grammatical label sets, they are those of the grammar (`_SCAN`)."""
+    cut %= len(line) + 1
+    body = "\n" + _OK + line[:cut] + junk + line[cut + len(junk) :] + "\n" + _OK
+    columns = split_tails(vllm._LINES.findall(body))
+    if columns is not None and grammatical(columns[1], {}):
+        assert columns == tuple(zip(*vllm._SCAN.findall(body), strict=True))
 
 
 @settings(max_examples=200)
