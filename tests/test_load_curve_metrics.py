@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from builders import rows_of
 from spectax.curve_book import CurveBook
+from spectax.economics.load_curve import bin_edge, load_curve
 from spectax.exposition import SnapshotCollector, StoreStatus
 from spectax.store import Store
 
@@ -98,3 +99,20 @@ async def test_stored_windows_at_two_loads_give_the_two_bins_gauges(store: Store
     assert collector.render_page().generation == first  # unchanged curves: the same page
     await book.refresh(store, NOW, DAY, {"x"})
     assert collector.render_page().generation == first + 1  # new curves: a new page
+
+
+async def test_the_database_bins_a_window_where_bin_edge_puts_it(store: Store) -> None:
+    """The store sums windows per bin in SQL (store/load_history.py); its edges are
+    `bin_edge`'s, at the edges themselves and between them."""
+    loads = (0.0, 0.4, 1.99, 2.0, 3.99, 4.0, 47.0, 64.0, 255.9, 256.0, 5000.0)
+    start = NOW.timestamp() - 3600
+    for i, running in enumerate(loads):
+        write = window(f"e{i}", start, running, 1.1)
+        await store.save(write.endpoint, write.rows, None)
+    found = await store.load_samples(datetime.fromtimestamp(start - 1, UTC))
+    binned = {key[0]: [s.concurrency for s in samples] for key, samples in found.items()}
+    assert binned == {f"e{i}": [running] for i, running in enumerate(loads)}
+    curves = {key[0]: load_curve(samples) for key, samples in found.items()}
+    assert [curves[f"e{i}"].bins[0].low for i in range(len(loads))] == [
+        bin_edge(running) for running in loads
+    ]
