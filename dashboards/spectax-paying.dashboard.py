@@ -304,6 +304,93 @@ speedup = timeseries(
     ],
 )
 
+LOAD_COLUMNS = {
+    "Value #A": "Time share",
+    "Value #B": "Speedup",
+    "Value #C": "Acceptance",
+    "Value #D": "Net (lookback)",
+    "Value #E": "Tokens/s per request",
+    "Value #F": "Stalled",
+}
+
+
+def by_load(metric: str) -> str:
+    return f"max by (endpoint, model, running_requests) ({metric}{{{SEL_MODEL}}})"
+
+
+load_curve = table(
+    "Load curve: speedup against running requests, with the traffic's time share",
+    "spectax's load curve over its lookback (load_curve.lookback, a day of stored windows"
+    " by default): a row per bin of mean running requests (from the edge shown to the next"
+    " power of two). Time share: how much of the lookback the endpoint spent there. Speedup"
+    " below 1 is a tax at that load; the crossover panel says from which load it stopped"
+    " paying. Stalled: the output rate per request collapsed under both neighbouring loads'"
+    " (alert SpeculationScheduleStalls), the mark of a K schedule's boundary.",
+    [
+        (by_load("spectax_load_time_share_ratio"), ""),
+        (by_load("spectax_load_speedup_ratio"), ""),
+        (by_load("spectax_load_acceptance_ratio"), ""),
+        (by_load("spectax_load_speculation_savings_usd"), ""),
+        (by_load("spectax_load_output_tokens_per_request_second"), ""),
+        (by_load("spectax_load_stalled"), ""),
+    ],
+    transformations=[
+        {"id": "merge", "options": {}},
+        {
+            "id": "convertFieldType",
+            "options": {
+                "conversions": [{"targetField": "running_requests", "destinationType": "number"}]
+            },
+        },
+        {
+            "id": "organize",
+            "options": {
+                "excludeByName": {"Time": True},
+                "renameByName": {
+                    "endpoint": "Endpoint",
+                    "model": "Model",
+                    "running_requests": "Running requests from",
+                    **LOAD_COLUMNS,
+                },
+                "indexByName": {
+                    name: i
+                    for i, name in enumerate(
+                        ["endpoint", "model", "running_requests", *LOAD_COLUMNS.keys()]
+                    )
+                },
+            },
+        },
+    ],
+    overrides=[
+        by_name("Time share", unit="percentunit"),
+        by_name("Speedup", decimals=2),
+        by_name("Acceptance", unit="percentunit"),
+        by_name("Net (lookback)", unit="currencyUSD"),
+        by_name("Tokens/s per request", decimals=1),
+        by_name("Stalled", mappings=mapping({"0": ("no", None), "1": ("STALLED", "red")})),
+    ],
+    sort_by="Running requests from",
+    width=18,
+    height=8,
+)
+
+load_crossover = stat(
+    "Load curve crossover (running requests)",
+    "From this many mean running requests up, speculation was a tax over the load curve's"
+    " lookback, above a load at which it paid; no data: it turned at no load seen (spectax"
+    " exports +Inf then).",
+    [
+        (
+            "max by (endpoint, model)"
+            f" (spectax_load_crossover_running_requests{{{SEL_MODEL}}} < +Inf)",
+            "{{endpoint}} {{model}}",
+        )
+    ],
+    decimals=0,
+    width=6,
+    height=8,
+)
+
 model_source = table(
     "Counterfactual source: where the speed without speculation comes from",
     "spectax_model_info: control (a control endpoint's step times, fitted), baseline (this"
@@ -560,6 +647,8 @@ dashboard = spectax_dashboard(
         row("Speedup and load"),
         speedup,
         concurrency,
+        load_curve,
+        load_crossover,
         *latency_panels.CELLS,
         row("How the verdict was reached"),
         model_source,
@@ -584,6 +673,8 @@ dashboard = spectax_dashboard(
         step_overhead.panel.title: "SpeculationMayBeATax",
         ridge_batch.panel.title: "SpeculationMayBeATax",
         concurrency.panel.title: "SpeculationConcurrencyAboveCrossover",
+        load_curve.panel.title: "SpeculationScheduleStalls",
+        load_crossover.panel.title: "SpeculationConcurrencyAboveCrossover",
         cost.panel.title: "SpeculationIsATax",
         savings.panel.title: "SpeculationIsATax",
         overhead.panel.title: "SpeculationIsATax",

@@ -48,6 +48,8 @@ PANELS = {
         "counterfactual source",
         "step overhead h",
         "concurrency against crossover",
+        "load curve: speedup against running requests",
+        "load curve crossover",
         "cost per million output tokens: actual against no speculation",
         "draft overhead by kind",
         "per-position acceptance",
