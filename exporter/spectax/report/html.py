@@ -11,6 +11,7 @@ from spectax.report.capacity_table import capacity_table
 from spectax.report.cells import stake_phrase
 from spectax.report.charts import Chart, charts
 from spectax.report.latency_table import latency_table
+from spectax.report.load_curve_table import load_curve_table
 from spectax.report.markdown import empty_lines, no_recommendation_line
 from spectax.report.tables import (
     ACTION_LABELS,
@@ -99,7 +100,7 @@ def render_html(report: Report, chart_list: list[Chart] | None = None) -> str:
         tables = all_tables(report)
         out += _table(tables[0])
         out += _charts(chart_list if chart_list is not None else charts(report))
-        for table in [*tables[1:], capacity_table(report.capacity)]:
+        for table in [*tables[1:], load_curve_table(report), capacity_table(report.capacity)]:
             out += _table(table)
         out += _table(latency_table(report))
         if report.without_history:

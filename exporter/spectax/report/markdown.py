@@ -6,6 +6,7 @@ from spectax.report.build import Report
 from spectax.report.capacity_table import capacity_table
 from spectax.report.cells import stake_phrase
 from spectax.report.latency_table import latency_table
+from spectax.report.load_curve_table import load_curve_table
 from spectax.report.tables import (
     Table,
     all_tables,
@@ -31,7 +32,12 @@ def render_markdown(report: Report) -> str:
             out.append("")
     else:
         out += [no_recommendation_line(report), ""]
-    for table in [*all_tables(report), latency_table(report), capacity_table(report.capacity)]:
+    for table in [
+        *all_tables(report),
+        load_curve_table(report),
+        latency_table(report),
+        capacity_table(report.capacity),
+    ]:
         out += [f"## {table.title}", "", *_table(table), ""]
         out += [f"{note}\n" for note in table.notes]
     if report.without_history:

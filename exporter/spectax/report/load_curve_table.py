@@ -1,0 +1,74 @@
+"""The report's load curve table (issue 34): each speculating endpoint and model's month of
+drafting hours binned by mean running requests (`economics.load_curve`, the rule
+`recommend._schedule_k` reads too), whatever the engine and whatever is advised, and the
+"speculation was a tax N% of the hours, when X or more requests ran: $Y" line under it."""
+
+from __future__ import annotations
+
+from spectax.economics.load_curve import LoadBin, load_curve
+from spectax.report.build import Report
+from spectax.report.cells import DASH, usd, usd_signed
+from spectax.report.figures import HourPoint
+from spectax.report.tables import Table
+
+
+def load_curve_table(report: Report) -> Table:
+    rows: list[tuple[str, ...]] = []
+    notes: list[str] = []
+    for e in report.endpoints:
+        by_model: dict[str, list[HourPoint]] = {}
+        for h in e.hours:
+            if h.drafting:
+                by_model.setdefault(h.model, []).append(h)
+        for model, hours in sorted(by_model.items()):
+            curve = load_curve(h.load_sample() for h in hours)
+            rows += [_row(e.info.name, model, b) for b in curve.bins]
+            if curve.crossover_requests is not None and curve.tax_time_share is not None:
+                notes.append(
+                    f"{e.info.name} ({model}): speculation was a tax "
+                    f"{curve.tax_time_share:.0%} of the hours, when {curve.crossover_requests} "
+                    f"or more requests ran: {usd(curve.tax_usd)}."
+                )
+    if not rows:
+        rows.append(("No drafting hour this month", *("",) * 7))
+    return Table(
+        "load_curve",
+        "Load curve: speedup against running requests",
+        (
+            "Endpoint",
+            "Model",
+            "Running requests",
+            "Time",
+            "Speedup",
+            "Acceptance",
+            "Net",
+            "Hours' windows",
+        ),
+        rows,
+        (
+            "Each speculating endpoint and model's drafting hours, binned by their mean "
+            "running requests (powers of two: 8-15 holds 8 to 15); the speedup is the "
+            "windows' own, summed (busy time without speculation over busy time), with the "
+            "weakest basis they were judged on; a bin of fewer than 3 windows is thin, a burst "
+            'rather than a load the endpoint sits at (docs/economics.md, "The load curve and '
+            'the K schedule").',
+            *notes,
+        ),
+        (False, False, True, True, True, True, True, True),
+    )
+
+
+def _row(endpoint: str, model: str, b: LoadBin) -> tuple[str, ...]:
+    speedup = DASH if b.speedup is None else f"{b.speedup:.3f} ({b.basis or 'not recorded'})"
+    acceptance = DASH if b.acceptance is None else f"{b.acceptance:.3f}"
+    windows = f"{b.windows:,}" + (" (thin)" if b.thin else "")
+    return (
+        endpoint,
+        model,
+        b.label,
+        f"{b.time_share:.0%}",
+        speedup,
+        acceptance,
+        usd_signed(b.savings_usd),
+        windows,
+    )
