@@ -606,3 +606,30 @@ def test_the_load_curve_lookback_and_refresh_default_to_a_day_and_a_window(tmp_p
     problems = "\n".join(caught.value.problems)
     assert "load_curve.look_back: unknown key" in problems
     assert "load_curve.lookback:" in problems
+
+
+@pytest.mark.parametrize(
+    ("schedule", "said"),
+    [
+        ("[[2, 8, 3]]", "range 1 starts at batch 2; it must start at 1"),
+        ("[[1, 4, 3], [6, 1024, 0]]", "range 2 starts at batch 6; it must start at 5"),
+        ("[[1, 4, 3], [5, 3, 0]]", "range 2 is [5, 3, 0]: give last >= first and K >= 0"),
+        ("[]", "give at least one [first batch, last batch, K] range"),
+    ],
+)
+def test_a_k_schedule_is_checked_as_vllm_checks_it(
+    tmp_path: Path, schedule: str, said: str
+) -> None:
+    text = (
+        "endpoints:\n  - name: a\n    url: http://127.0.0.1:1\n"
+        f"    speculation: {{method: mtp, schedule: {schedule}}}\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(tmp_path, text))
+    assert any(
+        p.startswith("endpoints[0].speculation.schedule:") and said in p
+        for p in caught.value.problems
+    ), caught.value.problems
+    good = text.replace(schedule, "[[1, 4, 3], [5, 1024, 0]]")
+    speculation = load_config(write(tmp_path, good)).config.endpoints[0].speculation
+    assert speculation is not None and speculation.schedule == ((1, 4, 3), (5, 1024, 0))

@@ -149,6 +149,8 @@ async def test_restart_keeps_the_spend_counter(tmp_path, realtime_fleet) -> None
     for endpoint in endpoints:  # an objective, for spectax_latency_slo_seconds
         if endpoint["name"] == "chat-creative":
             endpoint["latency_slo"] = {"metric": "tpot", "quantile": 0.99, "seconds": 0.1}
+        if endpoint["name"] == "code-assistant":  # for spectax_load_schedule_boundary
+            endpoint["speculation"] = {**endpoint["speculation"], "schedule": [[1, 1024, 3]]}
     config = write_config(
         tmp_path,
         port,

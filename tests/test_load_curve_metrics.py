@@ -10,13 +10,14 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from builders import rows_of
+from builders import monitor_of, ngram_settings, rows_of
 from spectax.curve_book import CurveBook
 from spectax.economics.load_curve import bin_edge, load_curve
 from spectax.exposition import SnapshotCollector, StoreStatus
 from spectax.store import Store
 
 NOW = datetime(2027, 1, 15, 12, 0, tzinfo=UTC)
+SPECULATION = {"method": "ngram"}
 DAY = 86400.0
 
 
@@ -61,8 +62,15 @@ async def test_stored_windows_at_two_loads_give_the_two_bins_gauges(store: Store
         await store.save(write.endpoint, write.rows, None)
     (model,) = {row["model"] for row in writes[0].rows}
 
+    # x runs a K schedule that turns speculation off from batch 48: bin 32-63 straddles it.
+    schedule = [[1, 47, 3], [48, 1024, 0]]
+    watched = {
+        "x": monitor_of(
+            ngram_settings("x", speculation=SPECULATION | {"schedule": schedule})
+        ).snapshot
+    }
     book = CurveBook()
-    await book.refresh(store, NOW, DAY, {"x"})
+    await book.refresh(store, NOW, DAY, watched)
     collector = SnapshotCollector(
         lambda: {}, lambda: StoreStatus(0, 0), load_curves=lambda: book.current
     )
@@ -82,6 +90,9 @@ async def test_stored_windows_at_two_loads_give_the_two_bins_gauges(store: Store
     assert gauge("spectax_load_output_tokens_per_request_second", 64) == pytest.approx(20.0)
     assert gauge("spectax_load_stalled", 4) == 0 and gauge("spectax_load_stalled", 64) == 0
     assert gauge("spectax_load_time_share_ratio", 8) is None  # no window ran at 8-15
+    # Neither bin straddles batch 48, where the schedule turns K from 3 to 0.
+    assert gauge("spectax_load_schedule_boundary", 4) == 0
+    assert gauge("spectax_load_schedule_boundary", 64) == 0
     crossover = {"endpoint": "x", "model": model}
     assert registry.get_sample_value("spectax_load_crossover_running_requests", crossover) == 64
     assert (
@@ -97,8 +108,16 @@ async def test_stored_windows_at_two_loads_give_the_two_bins_gauges(store: Store
     assert line in page.splitlines()
     first = collector.render_page().generation
     assert collector.render_page().generation == first  # unchanged curves: the same page
-    await book.refresh(store, NOW, DAY, {"x"})
+    await book.refresh(store, NOW, DAY, watched)
     assert collector.render_page().generation == first + 1  # new curves: a new page
+    # A window at 40 requests puts a bin across batch 48; without a schedule, no such gauge.
+    write = window("x", start + 300 * 6, 40.0, 1.0)
+    await store.save(write.endpoint, write.rows, None)
+    await book.refresh(store, NOW, DAY, watched)
+    assert gauge("spectax_load_schedule_boundary", 32) == 1
+    unscheduled = {"x": monitor_of(ngram_settings("x")).snapshot}
+    await book.refresh(store, NOW, DAY, unscheduled)
+    assert gauge("spectax_load_schedule_boundary", 32) is None
 
 
 async def test_the_database_bins_a_window_where_bin_edge_puts_it(store: Store) -> None:

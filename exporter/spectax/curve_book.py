@@ -11,10 +11,12 @@ reload, gone from the fleet) are left out although their windows are still in th
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
+from spectax.economics.draft_schedule import schedule_boundaries
 from spectax.economics.load_curve import LoadSample, load_curve
+from spectax.endpoint import EndpointSnapshot
 from spectax.exposition.collector import LoadCurves
 from spectax.store import Store, StoreError
 
@@ -30,10 +32,15 @@ class CurveBook:
         self._failing = False
 
     async def refresh(
-        self, store: Store, now: datetime, lookback: float, endpoints: Collection[str]
+        self,
+        store: Store,
+        now: datetime,
+        lookback: float,
+        endpoints: Mapping[str, EndpointSnapshot],
     ) -> None:
-        """Read the lookback's windows and make the curves again; a store that cannot be read
-        keeps the last ones, said once in the log, and its recovery once."""
+        """Read the lookback's windows and make the curves again, of the `endpoints` watched
+        (by name, their snapshots: their configured K schedules); a store that cannot be
+        read keeps the last ones, said once in the log, and its recovery once."""
         try:
             samples = await store.load_samples(now - timedelta(seconds=lookback))
         except StoreError as exc:
@@ -44,14 +51,23 @@ class CurveBook:
         if self._failing:
             log.info("load curves: the store is read again")
         self._failing = False
-        watched = set(endpoints)
-        self.current = speculating_curves({k: v for k, v in samples.items() if k[0] in watched})
+        watched = {k: v for k, v in samples.items() if k[0] in endpoints}
+        boundaries = {}
+        for name, snapshot in endpoints.items():
+            speculation = snapshot.config.speculation
+            if speculation is not None and speculation.schedule is not None:
+                boundaries[name] = schedule_boundaries(speculation.schedule)
+        self.current = speculating_curves(watched, boundaries)
 
 
-def speculating_curves(samples: Mapping[tuple[str, str], Sequence[LoadSample]]) -> LoadCurves:
+def speculating_curves(
+    samples: Mapping[tuple[str, str], Sequence[LoadSample]],
+    boundaries: Mapping[str, tuple[int, ...]] | None = None,
+) -> LoadCurves:
     """The curves of the (endpoint, model) pairs whose samples speculated (a bin with a
-    speedup), ready for /metrics."""
+    speedup), ready for /metrics, with the boundaries of the endpoints' K schedules."""
     made = {key: load_curve(found) for key, found in samples.items()}
     return LoadCurves.of(
-        {key: c for key, c in made.items() if any(b.speedup is not None for b in c.bins)}
+        {key: c for key, c in made.items() if any(b.speedup is not None for b in c.bins)},
+        boundaries,
     )

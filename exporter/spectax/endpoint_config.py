@@ -20,6 +20,7 @@ from spectax.economics import (
     draft_cost_ratio_for,
 )
 from spectax.economics.calibration import MIN_WINDOWS
+from spectax.economics.draft_schedule import schedule_problem
 from spectax.engines import ENGINES
 from spectax.slo import LatencySLO
 from spectax.units import NAME, Duration, StrictModel
@@ -48,6 +49,20 @@ class SpeculationConfig(StrictModel):
     draft_weight_bytes: int | None = Field(default=None, ge=0)
     draft_params: float | None = Field(default=None, gt=0)
     target_params: float | None = Field(default=None, gt=0)
+    #: The K schedule the engine runs, as vLLM's `num_speculative_tokens_per_batch_size`
+    #: ([[first batch, last batch, K], ...]): the load curve flags the bins that straddle
+    #: one of its boundaries (their windows ran two K).
+    schedule: tuple[tuple[int, int, int], ...] | None = None
+
+    @field_validator("schedule")
+    @classmethod
+    def _vllm_schedule(
+        cls, value: tuple[tuple[int, int, int], ...] | None
+    ) -> tuple[tuple[int, int, int], ...] | None:
+        problem = schedule_problem(value) if value is not None else None
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
     @property
     def cost_ratio(self) -> float:

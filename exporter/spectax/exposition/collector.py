@@ -21,6 +21,7 @@ from prometheus_client.registry import Collector
 from spectax import __version__
 from spectax.billing.coordinator import BillingSnapshot
 from spectax.economics import Assessment, Capacity
+from spectax.economics.draft_schedule import straddling
 from spectax.economics.load_curve import LoadCurve
 from spectax.endpoint import EndpointSnapshot
 from spectax.engines import not_exposed
@@ -84,7 +85,8 @@ class SnapshotCollector(Collector):
 
         self._spectax_samples(add)
         if self._load_curves is not None:
-            load_curve_samples(add, self._load_curves().curves)
+            curves = self._load_curves()
+            load_curve_samples(add, curves.curves, curves.boundaries)
         for name, snap in sorted(self._snapshots().items()):
             endpoint_samples(add, name, snap)
         yield from families.values()
@@ -140,18 +142,32 @@ class LoadCurves:
 
     curves: Mapping[tuple[str, str], LoadCurve] = field(default_factory=dict)
     lines: Mapping[str, bytes] = field(default_factory=dict)
+    #: By endpoint, the batch sizes where its configured K schedule changes K.
+    boundaries: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, curves: Mapping[tuple[str, str], LoadCurve]) -> LoadCurves:
+    def of(
+        cls,
+        curves: Mapping[tuple[str, str], LoadCurve],
+        boundaries: Mapping[str, tuple[int, ...]] | None = None,
+    ) -> LoadCurves:
+        boundaries = boundaries or {}
         lines: dict[str, list[str]] = {}
-        load_curve_samples(line_writer(lines), curves)
-        return cls(curves, {family: "".join(text).encode() for family, text in lines.items()})
+        load_curve_samples(line_writer(lines), curves, boundaries)
+        text = {family: "".join(found).encode() for family, found in lines.items()}
+        return cls(curves, text, boundaries)
 
 
-def load_curve_samples(add: AddSample, curves: Mapping[tuple[str, str], LoadCurve]) -> None:
-    """The load curves' samples: per bin, labelled by its lower edge, and the crossover."""
+def load_curve_samples(
+    add: AddSample,
+    curves: Mapping[tuple[str, str], LoadCurve],
+    boundaries: Mapping[str, tuple[int, ...]],
+) -> None:
+    """The load curves' samples: per bin, labelled by its lower edge, and the crossover;
+    where the endpoint runs a configured K schedule, whether each bin straddles a boundary."""
     for (endpoint, model), curve in sorted(curves.items()):
         stalled = set(curve.stalls)
+        schedule = boundaries.get(endpoint)
         for b in curve.bins:
             labels = (endpoint, model, str(b.low))
             add("spectax_load_time_share_ratio", labels, b.time_share)
@@ -160,6 +176,9 @@ def load_curve_samples(add: AddSample, curves: Mapping[tuple[str, str], LoadCurv
             add("spectax_load_speculation_savings_usd", labels, b.savings_usd)
             add("spectax_load_output_tokens_per_request_second", labels, b.output_rate)
             add("spectax_load_stalled", labels, float(b.low in stalled))
+            if schedule is not None:
+                boundary = float(straddling(b.low, b.high, schedule))
+                add("spectax_load_schedule_boundary", labels, boundary)
         crossover = curve.crossover_requests
         add(
             "spectax_load_crossover_running_requests",

@@ -407,6 +407,15 @@ FAMILIES: dict[str, Family] = {
             RUNNING_REQUESTS,
         ),
         gauge(
+            "spectax_load_schedule_boundary",
+            "1 when the load bin holds batch sizes on both sides of a boundary of the"
+            " endpoint's configured K schedule (speculation.schedule): its windows ran two K"
+            " and its figures mix them; only on endpoints with a schedule.",
+            ENDPOINT,
+            MODEL,
+            RUNNING_REQUESTS,
+        ),
+        gauge(
             "spectax_load_crossover_running_requests",
             "Mean running requests from which speculation was a tax over the lookback, above"
             " a load at which it paid (the load curve's crossover); +Inf when there is none.",
