@@ -296,3 +296,26 @@ def test_atheris_finds_no_crash(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Done" in result.stderr, result.stderr[-3000:]
+
+
+@settings(
+    max_examples=300,
+    deadline=3000,  # ms for three reads of one input
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    derandomize=True,
+)
+@given(page=mutated_pages())
+def test_a_mutated_page_served_again_and_again_reads_the_same_every_time(
+    page: str | bytes,
+) -> None:
+    """A target serves the same page at every scrape, a broken one too: from its second
+    sighting the parser reads it through the layout it learnt (engines/vllm.py), which must
+    give what the first read gave, the same sample or the same error, never another."""
+    outcomes = []
+    for _ in range(3):
+        try:
+            outcomes.append(parse(page))
+        except ParseError as exc:
+            outcomes.append(str(exc))
+    assert outcomes[1] == outcomes[0]
+    assert outcomes[2] == outcomes[0]
