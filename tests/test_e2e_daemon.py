@@ -151,14 +151,7 @@ async def test_restart_keeps_the_spend_counter(tmp_path, realtime_fleet) -> None
             endpoint["latency_slo"] = {"metric": "tpot", "quantile": 0.99, "seconds": 0.1}
         if endpoint["name"] == "code-assistant":  # for spectax_load_schedule_boundary
             endpoint["speculation"] = {**endpoint["speculation"], "schedule": [[1, 1024, 3]]}
-    config = write_config(
-        tmp_path,
-        port,
-        endpoints,
-        window="6s",
-        billing=[bill],
-        load_curve={"refresh_interval": "1s"},  # the stored windows binned every second
-    )
+    config = write_config(tmp_path, port, endpoints, window="6s", billing=[bill])
     first = Spectax(config, port)
     await first.start()
 
@@ -199,7 +192,7 @@ async def test_restart_keeps_the_spend_counter(tmp_path, realtime_fleet) -> None
         assert value(m, "spectax_cold_starts_total", endpoint="code-assistant") == 0
 
         m = await second.wait_for(lambda m: value(m, "spectax_billing_drift_ratio") is not None)
-        m = await second.wait_for(  # the load curves of the windows both runs stored
+        m = await second.wait_for(  # the load curves, made at start of the first run's windows
             lambda m: value(m, "spectax_load_crossover_running_requests", endpoint="code-assistant")
         )
         # Now every family has had its occasion: docs/metrics.md's table is what is served.

@@ -24,8 +24,8 @@ log = logging.getLogger(__name__)
 
 
 class CurveBook:
-    """The last load curves made; none until the first refresh (a day of windows is not read
-    at start-up, in front of the first scrapes)."""
+    """The last load curves made; none until the first refresh, which the daemon runs as it
+    starts scraping."""
 
     def __init__(self) -> None:
         self.current = LoadCurves()

@@ -365,8 +365,16 @@ class Daemon:
         rollup_interval = self.config.rollup_interval
         self._jobs.every(rollup_interval, self.maintain_store, id="store:rollup", coalesce=True)
         self._jobs.every(REFRESH_SECONDS, self.refresh_profiles, id="profiles")
+        # The curves at once, not a refresh interval after each start: the store sums a day
+        # of 100 endpoints' windows in ~0.2 s (store/load_history.py).
         curves = self.config.load_curve.refresh_interval
-        self._jobs.every(curves, self.refresh_curves, id="load_curves", coalesce=True)
+        self._jobs.every(
+            curves,
+            self.refresh_curves,
+            id="load_curves",
+            coalesce=True,
+            next_run_time=datetime.now(UTC),
+        )
         self._jobs.start()
 
     async def refresh_profiles(self) -> None:
