@@ -187,6 +187,7 @@ class Stages:
                     window,
                     self.monitor.parameters(window),
                     economics.spend_by_model(window, self.tariff),
+                    latency=False,  # as the monitor assesses what it hands the store
                 ),
                 spend=economics.spend_by_model(window, self.tariff),
                 step_model=self.monitor.step_model(window),
