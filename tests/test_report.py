@@ -45,6 +45,7 @@ from spectax.report.charts import charts
 from spectax.report.csvout import COLUMNS
 from spectax.report.figures import EndpointInfo, Figures, HourPoint
 from spectax.report.html import render_html
+from spectax.report.load_curve_table import load_curve_table
 from spectax.report.period import Month
 from spectax.report.progress import Progress
 from spectax.report.read import ProjectionReader, store_reader
@@ -1123,3 +1124,42 @@ async def test_a_month_of_one_day_draws_its_charts_on_that_day(
     assert sorted(c.key for c in drawn if not c.svg) == ["capacity", "latency"]
     assert {c.key: c.empty for c in drawn}["latency"].startswith("No speculating endpoint")
     assert [r.getMessage() for r in caplog.records if "MAXTICKS" in r.getMessage()] == []
+
+
+def test_the_load_curve_table_marks_a_load_where_throughput_stalled() -> None:
+    """A month whose hours at 8 running requests got 12 output tokens a second per request,
+    against 29 at 4 and 20 at 16 (vLLM issue 49548's shape): the report's curve marks 8-15."""
+
+    def hours(running: float, rate: float, speedup: float) -> list[HourPoint]:
+        return [
+            HourPoint(
+                endpoint="mtp",
+                model="m",
+                start=datetime(2026, 5, 1, i, tzinfo=UTC),
+                output_tokens=round(rate * running * 3600),
+                accepted_tokens=1000,
+                draft_tokens=3000,
+                drafts=1000,
+                positions=(600, 400),
+                seconds=3600.0,
+                concurrency=running,
+                ridge_batch=32.0,
+                draft_cost_ratio=0.05,
+                busy_usd=1.0,
+                draft_load_usd=0.0,
+                speedup=speedup,
+                judged=(12, 0, 0),
+                assessed_busy_seconds=3600.0,
+                speedup_band=(speedup - 0.1, speedup + 0.1),
+                basis="profile",
+            )
+            for i in range(3)
+        ]
+
+    month = hours(4.0, 29.0, 1.5) + hours(8.0, 12.0, 0.6) + hours(16.0, 20.0, 0.9)
+    endpoint = type("EndpointReport", (), {"info": EndpointInfo("mtp"), "hours": month})
+    table = load_curve_table(type("Report", (), {"endpoints": [endpoint]})())
+    assert [row[2] for row in table.rows] == ["4-7", "8-15 (stalled)", "16-31"]
+    assert "mtp (m): speculation was a tax 67% of the hours, when 8 or more requests ran" in (
+        " ".join(table.notes)
+    )

@@ -5,7 +5,7 @@ drafting hours binned by mean running requests (`economics.load_curve`, the rule
 
 from __future__ import annotations
 
-from spectax.economics.load_curve import LoadBin, load_curve
+from spectax.economics.load_curve import STALL_SHARE, LoadBin, load_curve
 from spectax.report.build import Report
 from spectax.report.cells import DASH, usd, usd_signed
 from spectax.report.figures import HourPoint
@@ -22,7 +22,8 @@ def load_curve_table(report: Report) -> Table:
                 by_model.setdefault(h.model, []).append(h)
         for model, hours in sorted(by_model.items()):
             curve = load_curve(h.load_sample() for h in hours)
-            rows += [_row(e.info.name, model, b) for b in curve.bins]
+            stalled = set(curve.stalls)
+            rows += [_row(e.info.name, model, b, b.low in stalled) for b in curve.bins]
             if curve.crossover_requests is not None and curve.tax_time_share is not None:
                 notes.append(
                     f"{e.info.name} ({model}): speculation was a tax "
@@ -50,22 +51,23 @@ def load_curve_table(report: Report) -> Table:
             "running requests (powers of two: 8-15 holds 8 to 15); the speedup is the "
             "windows' own, summed (busy time without speculation over busy time), with the "
             "weakest basis they were judged on; a bin of fewer than 3 windows is thin, a burst "
-            'rather than a load the endpoint sits at (docs/economics.md, "The load curve and '
-            'the K schedule").',
+            "rather than a load the endpoint sits at; a bin whose output tokens per second per "
+            f"request fell under {STALL_SHARE:g} of both neighbouring bins' has stalled, as at "
+            'a K schedule\'s boundary (docs/economics.md, "The load curve and the K schedule").',
             *notes,
         ),
         (False, False, True, True, True, True, True, True),
     )
 
 
-def _row(endpoint: str, model: str, b: LoadBin) -> tuple[str, ...]:
+def _row(endpoint: str, model: str, b: LoadBin, stalled: bool) -> tuple[str, ...]:
     speedup = DASH if b.speedup is None else f"{b.speedup:.3f} ({b.basis or 'not recorded'})"
     acceptance = DASH if b.acceptance is None else f"{b.acceptance:.3f}"
     windows = f"{b.windows:,}" + (" (thin)" if b.thin else "")
     return (
         endpoint,
         model,
-        b.label,
+        b.label + (" (stalled)" if stalled else ""),
         f"{b.time_share:.0%}",
         speedup,
         acceptance,
