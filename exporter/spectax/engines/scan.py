@@ -22,14 +22,18 @@ from typing import Any, Final
 
 from spectax.engines.base import Histogram, ParseError
 
-#: Largest cumulative value accepted, as in `spectax.engines.vllm` (2**53: a float still
-#: holds every integer below it, and the store's BIGINT columns keep headroom).
+#: Largest cumulative value or request count accepted, 2**53: above it a float no longer
+#: holds every integer, so deltas (and the stored sums) stop being exact; and the store's
+#: BIGINT columns (2**63) keep 2**10 times that as headroom for rollups summing windows.
+#: 2**53 tokens is 285 years at a million tokens a second.
 MAX_VALUE: Final = float(2**53)
-#: Distinct models accepted on one page (memory and cardinality).
+#: Distinct `model_name` values accepted on one page (guards memory and cardinality).
 MAX_MODELS: Final = 64
-#: Longest model name accepted (the store's `model` column is String(256)).
+#: Longest `model_name` accepted, in characters: the store's `model` column is
+#: String(256) (PostgreSQL refuses longer), and a served name is a Hugging Face id
+#: (at most 96 + 1 + 96 characters) or a local path, well under it.
 MAX_MODEL_NAME: Final = 256
-#: Largest draft position accepted.
+#: Largest number of speculative positions accepted (vLLM K is typically 1-10).
 MAX_POSITIONS: Final = 256
 #: Distinct bucket bounds accepted per histogram (vLLM's have 11-30): the buckets are kept in
 #: every interval of the sliding window and in every stored row, so a page cannot make

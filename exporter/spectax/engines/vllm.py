@@ -45,8 +45,12 @@ from spectax.engines.base import (
     ParseError,
     shared_bounds,
 )
-from spectax.engines.scan import decode as _decode
 from spectax.engines.scan import (
+    MAX_MODEL_NAME,
+    MAX_MODELS,
+    MAX_POSITIONS,
+    MAX_VALUE,
+    PAIR,
     grammatical,
     histogram,
     line_scanner,
@@ -54,31 +58,61 @@ from spectax.engines.scan import (
     numbers,
     scanner,
     split_tails,
+    unescape,
     with_buckets,
 )
+from spectax.engines.scan import decode as _decode
 from spectax.engines.scan import where as _where
 from spectax.engines.vllm_cache import PARSED as _CACHE_CONFIG_LABELS
 from spectax.engines.vllm_cache import CacheConfig
-from spectax.engines.vllm_labels import LABEL_CACHE as _LABEL_CACHE
-from spectax.engines.vllm_labels import parse_labels as _parse_labels
 
 __all__ = ["MAX_MODELS", "MAX_MODEL_NAME", "MAX_POSITIONS", "MAX_VALUE", "parse"]
 
 ENGINE: Final = "vllm"
 
-#: Distinct `model_name` values accepted on one page (guards memory and cardinality).
-MAX_MODELS: Final = 64
-#: Largest number of speculative positions accepted (vLLM K is typically 1-10).
-MAX_POSITIONS: Final = 256
-#: Longest `model_name` accepted, in characters: the store's `model` column is
-#: String(256) (PostgreSQL refuses longer), and a served name is a Hugging Face id
-#: (at most 96 + 1 + 96 characters) or a local path, well under it.
-MAX_MODEL_NAME: Final = 256
-#: Largest cumulative value or request count accepted, 2**53: above it a float no longer
-#: holds every integer, so deltas (and the stored sums) stop being exact; and the store's
-#: BIGINT columns (2**63) keep 2**10 times that as headroom for rollups summing windows.
-#: 2**53 tokens is 285 years at a million tokens a second.
-MAX_VALUE: Final = float(2**53)
+# Raw label-set text -> (model_name or None, position or None, le as a float or None).
+# Label sets repeat on every page, so they are parsed once per process. Bounded: cleared
+# when full, and only sets up to 1 KiB are kept (a real one is ~100 characters), so a
+# hostile page cannot make the cache hold 4,096 copies of a megabyte-long label set.
+_LABEL_CACHE: dict[str, tuple[str | None, str | None, float | None]] = {}
+_LABEL_CACHE_MAX: Final = 4096
+_LABEL_CACHE_KEY_MAX: Final = 1024
+
+
+def _parse_labels(labels: str) -> tuple[str | None, str | None, float | None] | str:
+    """(model_name, position, le) from an already validated `{...}`, or an error message."""
+    found: dict[str, str] = {}
+    for key, raw in PAIR.findall(labels):
+        if key in found:
+            return f"duplicate label {key!r}"
+        found[key] = raw
+    model = found.get("model_name")
+    position = found.get("position")
+    le: float | None = None
+    if "le" in found:
+        try:
+            le = float(found["le"])
+        except ValueError:
+            return f"bad bucket bound le={found['le']!r}"
+        if math.isnan(le) or "_" in found["le"] or not found["le"].isascii():
+            return f"bad bucket bound le={found['le']!r}"
+    result = (
+        unescape(model) if model else None,
+        unescape(position) if position is not None else None,
+        le,
+    )
+    if result[0] is not None and len(result[0]) > MAX_MODEL_NAME:
+        return (
+            f"model_name is {len(result[0])} characters long, more than {MAX_MODEL_NAME}: "
+            "serve the model under a shorter name (vLLM --served-model-name)"
+        )
+    if len(labels) <= _LABEL_CACHE_KEY_MAX:
+        if len(_LABEL_CACHE) >= _LABEL_CACHE_MAX:
+            _LABEL_CACHE.clear()
+        _LABEL_CACHE[labels] = result
+    return result
+
+
 #: The estimated FLOPs and bytes (vLLM --enable-mfu-metrics) pass 2**53 within seconds on a
 #: GPU: they are only bounded to be finite, and stored as floats.
 _LARGEST_FLOAT: Final = sys.float_info.max
