@@ -14,7 +14,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
-from spectax.economics.draft_schedule import schedule_boundaries
+from spectax.economics.k_schedule import schedule_boundaries
 from spectax.economics.load_curve import LoadSample, load_curve
 from spectax.endpoint import EndpointSnapshot
 from spectax.exposition.collector import LoadCurves

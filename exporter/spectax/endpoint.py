@@ -139,6 +139,7 @@ class EndpointMonitor:
             step_model=self.step_model(window),
             draft_weight_bytes=spec.draft_weight_bytes if spec else None,
             gpu_memory_bytes=self.config.gpu_memory_bytes,
+            schedule=spec.schedule if spec else None,
         )
 
     # ------------------------------------------------------------ feeding

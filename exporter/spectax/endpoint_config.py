@@ -20,7 +20,7 @@ from spectax.economics import (
     draft_cost_ratio_for,
 )
 from spectax.economics.calibration import MIN_WINDOWS
-from spectax.economics.draft_schedule import schedule_problem
+from spectax.economics.k_schedule import schedule_problem
 from spectax.engines import ENGINES
 from spectax.slo import LatencySLO
 from spectax.units import NAME, Duration, StrictModel

@@ -30,6 +30,7 @@ from spectax.economics.formulas import (
     speculation_savings_usd,
     vram_opportunity_usd,
 )
+from spectax.economics.k_schedule import k_at_load, window_straddles
 from spectax.economics.latency import Latency, assess_latency
 from spectax.economics.measured import MIN_MEASURED_REQUESTS, measured_speedup
 from spectax.economics.pricing import ModelSpend
@@ -80,6 +81,9 @@ class Parameters:
     step_model: StepModel = field(default_factory=StepModel)
     draft_weight_bytes: int | None = None
     gpu_memory_bytes: int | None = None
+    #: The K schedule the engine runs (`speculation.schedule`, vLLM's
+    #: num_speculative_tokens_per_batch_size): each window is assessed at its load's K.
+    schedule: tuple[tuple[int, int, int], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -152,6 +156,11 @@ class Assessment:
     #: shows instead of one precise figure; equal ends for a measured speedup.
     cost_per_million_no_speculation_band_usd: tuple[float, float] | None = None
     speculation_savings_band_usd: tuple[float, float] | None = None
+    #: On an endpoint with a K schedule: the K it runs at this window's mean load (None
+    #: without one), and whether the window ran two of its K (its mean in one range, its
+    #: traffic in two: its figures mix them, as a load bin's spectax_load_schedule_boundary).
+    scheduled_speculative_tokens: int | None = None
+    schedule_boundary: bool = False
 
     @property
     def speedup_in_force(self) -> float | None:
@@ -205,6 +214,7 @@ def assess_model(
     derived from it (break-even, crossover, the recommended K, the shares, the money)
     uses the h that speedup implies, so no two of them can contradict each other.
     """
+    traffic, scheduled, boundary = _at_scheduled_k(traffic, params.schedule)
     g, c, step = traffic.output_tokens, params.draft_cost_ratio, params.step_model
     # An engine without a drafted count (SGLang, TGI) speculates, but cannot be priced.
     speculating = traffic.draft_tokens is not None or traffic.drafts is not None
@@ -239,7 +249,7 @@ def assess_model(
     h = min(
         max(h if h is not None else step.step_overhead, step.step_overhead_floor), MAX_STEP_OVERHEAD
     )
-    derived = _derived(traffic, params, h, in_force)
+    derived = _derived(traffic, params, h, in_force, scheduled)
     cash = _money_figures(traffic, params, money, (in_force, band), derived.shares, speculating)
     return Assessment(
         model=model,
@@ -285,7 +295,28 @@ def assess_model(
         vram_usd=cash.vram,
         cost_per_million_no_speculation_band_usd=cash.cost_per_million_without_band,
         speculation_savings_band_usd=cash.savings_band,
+        scheduled_speculative_tokens=scheduled,
+        schedule_boundary=boundary,
     )
+
+
+def _at_scheduled_k(
+    traffic: Traffic, schedule: tuple[tuple[int, int, int], ...] | None
+) -> tuple[Traffic, int | None, bool]:
+    """(traffic, K, straddles): the K a schedule runs at the window's mean load, whether
+    the window ran two of its K, and its traffic as a plain window's where that K is 0 and
+    it drafted nothing: it ran plain, no tax (nor gain) of speculation, whatever its speed.
+    Without a schedule: (traffic, None, False)."""
+    if schedule is None:
+        return traffic, None, False
+    k = k_at_load(schedule, traffic.concurrency)
+    drafted, drafts = traffic.draft_tokens or 0.0, traffic.drafts or 0.0
+    boundary = window_straddles(schedule, traffic.concurrency, drafted, drafts)
+    if k == 0 and drafted == 0 and drafts == 0:
+        traffic = replace(
+            traffic, drafts=None, draft_tokens=None, accepted_tokens=None, accepted_per_position=()
+        )
+    return traffic, k, boundary
 
 
 def _band_and_basis(
@@ -317,8 +348,12 @@ class _Derived:
     breakeven_b_star: float | None = None
 
 
-def _derived(traffic: Traffic, params: Parameters, h: float, in_force: float | None) -> _Derived:
-    """Break-even, crossover, the draft length to run and the shares, all at B* and h."""
+def _derived(
+    traffic: Traffic, params: Parameters, h: float, in_force: float | None, scheduled: int | None
+) -> _Derived:
+    """Break-even, crossover, the draft length to run and the shares, all at B* and h; under
+    a K schedule at the `scheduled` K: the positions past it were drafted by another load's K
+    (or, never drafted at this one, count 0: no acceptance to price a longer K with)."""
     g, c, b_star = traffic.output_tokens, params.draft_cost_ratio, params.step_model.ridge_batch
     dt, a, dr = traffic.draft_tokens, traffic.accepted_tokens or 0.0, traffic.drafts or 0.0
     if dt is None or g <= 0:
@@ -334,6 +369,8 @@ def _derived(traffic: Traffic, params: Parameters, h: float, in_force: float | N
     steps_per_draft = (g - a) / dt
     breakeven = breakeven_acceptance(b, b_star, c, h, steps_per_draft)
     positions = position_acceptance(traffic.accepted_per_position, dr)
+    if scheduled is not None:
+        positions = positions[:scheduled]
     k_now = recommended = speedup = None
     if positions and in_force is not None and g > a:
         k_now = len(positions)

@@ -44,37 +44,6 @@ DEFAULT_MAX_NUM_SEQS = 1024
 PER_BATCH_ENGINES = frozenset({"vllm"})
 
 
-def schedule_problem(ranges: Sequence[Sequence[int]]) -> str | None:
-    """What is wrong with a `num_speculative_tokens_per_batch_size` list, as vLLM 0.32
-    checks it (`build_dynamic_sd_schedule_lookup`): inclusive [first, last, K] ranges, the
-    first from batch 1, each starting where the one before ended, K >= 0; None when right."""
-    if not ranges:
-        return "give at least one [first batch, last batch, K] range"
-    expected = 1
-    for i, batch_range in enumerate(ranges):
-        if len(batch_range) != 3:
-            return f"range {i + 1} is {list(batch_range)}: give [first batch, last batch, K]"
-        first, last, k = batch_range
-        if first != expected:
-            return f"range {i + 1} starts at batch {first}; it must start at {expected}"
-        if last < first or k < 0:
-            return f"range {i + 1} is {list(batch_range)}: give last >= first and K >= 0"
-        expected = last + 1
-    return None
-
-
-def schedule_boundaries(ranges: Sequence[Sequence[int]]) -> tuple[int, ...]:
-    """The batch sizes at which a schedule changes K (the first batch of a range whose K
-    differs from the range before): where throughput can jump, or stall."""
-    return tuple(ranges[i][0] for i in range(1, len(ranges)) if ranges[i][2] != ranges[i - 1][2])
-
-
-def straddling(bin_low: int, bin_high: int | None, boundaries: Sequence[int]) -> bool:
-    """Whether a load bin [low, high) holds batches on both sides of a boundary: its windows
-    then ran two K, and its figures mix them."""
-    return any(bin_low < b and (bin_high is None or b < bin_high) for b in boundaries)
-
-
 def batch_schedule(k_by_batch: Sequence[float]) -> list[list[float]]:
     """[[first, last, K], ...]: runs of equal K over batch sizes 1, 2, ..."""
     ranges: list[list[float]] = []

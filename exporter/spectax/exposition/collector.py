@@ -21,7 +21,7 @@ from prometheus_client.registry import Collector
 from spectax import __version__
 from spectax.billing.coordinator import BillingSnapshot
 from spectax.economics import Assessment, Capacity
-from spectax.economics.draft_schedule import straddling
+from spectax.economics.k_schedule import straddling
 from spectax.economics.load_curve import LoadCurve
 from spectax.endpoint import EndpointSnapshot
 from spectax.engines import not_exposed
