@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from builders import monitor_of, ngram_settings
+from builders import NGRAM_PAGES, monitor_of, ngram_settings
 from recorded_pages import page, reference_values
 from spectax.economics import Money, Parameters, Traffic, assess_model
 from spectax.economics.k_schedule import k_at_load, window_straddles
@@ -62,6 +62,22 @@ def test_the_endpoints_schedule_reaches_its_assessment() -> None:
     monitor = monitor_of(ngram_settings(speculation=speculation))
     assert monitor.parameters().schedule == SCHEDULE
     assert monitor_of(ngram_settings()).parameters().schedule is None
+
+
+def test_a_monitor_assesses_its_recorded_window_at_the_schedules_k() -> None:
+    """The recorded ngram pages fed to a monitor whose schedule runs K = 2 at their load
+    (under one running request) and 0 from batch 8: the window is assessed at K = 2, and its
+    drafts of 3.4 tokens (the server ran K = 4) mark it as having run two K."""
+    speculation = {"method": "ngram", "schedule": [[1, 7, 2], [8, 1024, 0]]}
+    monitor = monitor_of(ngram_settings(speculation=speculation))
+    monitor.observe_page(0, page(NGRAM_PAGES[0]), 0.01)
+    monitor.observe_page(200, page(NGRAM_PAGES[2]), 0.01)
+    observed = monitor.observe_page(400, page(NGRAM_PAGES[3]), 0.01)
+    assert observed is not None and observed.closed
+    found = observed.closed[0].assessments[MODEL]
+    assert found.concurrency_requests < 8
+    assert (found.scheduled_speculative_tokens, found.speculative_tokens) == (2, 2)
+    assert found.schedule_boundary and found.verdict != "no_speculation"
 
 
 def test_windows_either_side_of_a_boundary_are_assessed_at_their_own_k() -> None:
