@@ -55,7 +55,9 @@ def simulated_sweep(profile: SimProfile) -> list[SweepRun]:
     runs = []
     for level in SWEEP_CONCURRENCY:
         for side in (profile.without_speculation(), profile):
-            sim = SimulatedVllm(replace(side, concurrency=level, cold_start_s=0.0), 0.0)
+            # A sweep holds each level steady: the endpoint's own load cycle is left out.
+            steady = replace(side, concurrency=level, cold_start_s=0.0, diurnal_amplitude=0.0)
+            sim = SimulatedVllm(steady, 0.0)
             sim.advance(WARMUP_SECONDS)
             before = sim.totals()
             sim.advance(RUN_SECONDS)

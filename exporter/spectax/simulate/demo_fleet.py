@@ -30,9 +30,15 @@ __all__ = [
 
 EMPTY: Mapping[str, str] = MappingProxyType({})
 # Without a configuration file the demo scrapes faster, so figures appear within seconds.
-DEMO_DEFAULTS: dict[str, Any] = {"scrape_interval": "5s", "window": "1m"}
+# The load curve is binned again every minute (the default's 5 minutes is a default window),
+# so office-chat's crossover shows while its 8-minute load cycle first turns.
+DEMO_DEFAULTS: dict[str, Any] = {
+    "scrape_interval": "5s",
+    "window": "1m",
+    "load_curve": {"refresh_interval": "1m"},
+}
 H100_MEMORY_BYTES = 80 * 10**9
-# How each demo server is billed: one always-on GPU, and two serverless ones.
+# How each demo server is billed: always-on GPUs, and two serverless ones.
 DEMO_BILLING: dict[str, dict[str, Any]] = {
     "code-assistant": {
         "gpu": "H100 SXM",
@@ -55,7 +61,7 @@ DEMO_BILLING: dict[str, dict[str, Any]] = {
             "price": {"provider": "runpod", "product": "pods secure"},
             "billing_mode": "provisioned",
         }
-        for name in ("support-bot", "summarizer", "docs-qa", "edge-assistant")
+        for name in ("support-bot", "summarizer", "docs-qa", "edge-assistant", "office-chat")
     },
 }
 # The speculative method each demo server simulates (a `speculation.method` of the config).
@@ -66,6 +72,7 @@ DEMO_METHODS = {
     "summarizer": "eagle3",
     "docs-qa": "medusa",
     "edge-assistant": "draft_model",
+    "office-chat": "eagle",
 }
 # The drafters' weights: EAGLE heads for the coder, a 1B draft model (bf16) for the chat,
 # heads for the others.
@@ -76,10 +83,16 @@ DRAFT_WEIGHT_BYTES = {
     "summarizer": 500 * 10**6,
     "docs-qa": 300 * 10**6,
     "edge-assistant": 1 * 10**9,  # a 0.5B draft model in bf16
+    "office-chat": 400 * 10**6,
 }
-# The endpoints whose verdict rests on a stored profile, by its name: the code assistant has
-# no control, and a sweep of its model is what settles its "uncertain" (spectax.settle).
-DEMO_SWEPT = {"code-assistant": "qwen2.5-coder-7b-h100-eagle"}
+# The endpoints whose verdict rests on a stored profile, by its name: the code assistant and
+# the office chat have no control, and a sweep of the model is what settles their
+# "uncertain" (spectax.settle): the office chat's load curve is sure on both sides of its
+# crossover.
+DEMO_SWEPT = {
+    "code-assistant": "qwen2.5-coder-7b-h100-eagle",
+    "office-chat": "qwen2.5-7b-h100-eagle",
+}
 # Placeholder addresses (`python -m spectax.simulate`'s ports): the history and the report
 # need the demo endpoints' billing, not their servers.
 DEMO_URLS = {
@@ -90,6 +103,7 @@ DEMO_URLS = {
     "summarizer": "http://127.0.0.1:18005",
     "docs-qa": "http://127.0.0.1:18006",
     "edge-assistant": "http://127.0.0.1:18007",
+    "office-chat": "http://127.0.0.1:18008",
 }
 
 

@@ -175,6 +175,7 @@ class EngineState:
         self.ready_at = start_time
         self.process_start = round(start_time - p.cold_start_s, 2)
         self.created = start_time
+        self.cycle_origin = start_time if p.cycle_from_start else 0.0  # restarts keep it
         self.clients = 0
         self.seq = 0
         self.heap: list[tuple[float, int]] = []  # (arrival time, seq) of thinking clients
@@ -241,5 +242,5 @@ class EngineState:
         p = self.profile
         if p.diurnal_amplitude == 0.0:
             return p.concurrency
-        phase = 2.0 * math.pi * ((t % 86400.0) / 86400.0)
+        phase = 2.0 * math.pi * (((t - self.cycle_origin) % p.cycle_seconds) / p.cycle_seconds)
         return max(0, round(p.concurrency * (1.0 - p.diurnal_amplitude * math.cos(phase))))
