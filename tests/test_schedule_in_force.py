@@ -10,6 +10,8 @@ from builders import NGRAM_PAGES, monitor_of, ngram_settings
 from recorded_pages import page, reference_values
 from spectax.economics import Money, Parameters, Traffic, assess_model
 from spectax.economics.k_schedule import k_at_load, window_straddles
+from spectax.status.history import StatusHistory
+from spectax.status.page import render_status_page
 
 MODEL = "tiny-llama"
 #: K = 4 up to batch 7, 2 from 8 to 47, off from 48: a boundary at 8 and one at 48.
@@ -78,6 +80,8 @@ def test_a_monitor_assesses_its_recorded_window_at_the_schedules_k() -> None:
     assert found.concurrency_requests < 8
     assert (found.scheduled_speculative_tokens, found.speculative_tokens) == (2, 2)
     assert found.schedule_boundary and found.verdict != "no_speculation"
+    html = render_status_page({"ngram": monitor.snapshot}, StatusHistory(step_seconds=60.0), 400)
+    assert "(the schedule's K here: 2; ran two K, its figures mix them)" in html
 
 
 def test_windows_either_side_of_a_boundary_are_assessed_at_their_own_k() -> None:

@@ -276,7 +276,7 @@ def _model(snapshot: EndpointSnapshot, a: Assessment) -> str:
             ),
         ]
     figures.insert(1, ("p99 TPOT", _tail(snapshot, a)))
-    figures.append(("concurrency", f"{a.concurrency_requests:.1f} requests"))
+    figures.append(("concurrency", f"{a.concurrency_requests:.1f} requests{_scheduled(a)}"))
     capacity = snapshot.capacities.get(a.model)
     if capacity is not None:
         figures += _capacity(capacity, config.control)
@@ -291,6 +291,15 @@ def _model(snapshot: EndpointSnapshot, a: Assessment) -> str:
         f'<h3>{escape(a.model)}: <span class="v-{a.verdict}">{verdict}</span>{tax_link} '
         f'<span class="muted">{basis}</span></h3><dl>{cells}</dl>{_settle(snapshot, a)}</div>'
     )
+
+
+def _scheduled(a: Assessment) -> str:
+    """Under a K schedule: the K it runs at this load, the one the window is assessed at,
+    and whether the window ran two of its K (its figures then mix them)."""
+    if a.scheduled_speculative_tokens is None:
+        return ""
+    two = "; ran two K, its figures mix them" if a.schedule_boundary else ""
+    return f" (the schedule's K here: {a.scheduled_speculative_tokens}{two})"
 
 
 def _without(a: Assessment, unpriced: bool) -> str:
