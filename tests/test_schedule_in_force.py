@@ -126,6 +126,9 @@ def test_a_window_that_ran_two_ks_says_so() -> None:
     # A mean of 16 in the K = 2 range, with drafts of 3.4 tokens: it also ran K = 4.
     longer = assess_model(MODEL, ngram_at(16.0), params, MONEY)
     assert longer.speculative_tokens == 2 and longer.schedule_boundary
+    # Its advice is the K = 2 run's own: among K <= 2, drafts of at most 2 tokens.
+    own = assess_model(MODEL, at_k2(ngram_at(16.0)), params, MONEY)
+    assert longer.recommended_speculative_tokens == own.recommended_speculative_tokens
     # A mean of 64 where K is 0, yet it drafted: it ran the K = 2 range too, and is judged.
     drafted = assess_model(MODEL, ngram_at(64.0), params, MONEY)
     assert drafted.schedule_boundary and drafted.verdict != "no_speculation"

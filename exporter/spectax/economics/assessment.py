@@ -407,7 +407,9 @@ def recommended_draft_length(
     rule for a window's advice (`_derived`) and a load bin's (`economics.draft_schedule`)."""
     g, a, dt, dr = drafting
     k_now = len(positions)
-    fill = dt / (dr * k_now)  # the share of K a draft proposed
+    # The share of K a draft proposed; at most all of it: under a K schedule a window that
+    # also ran a larger K drafted more per draft than the K it is assessed at.
+    fill = min(1.0, dt / (dr * k_now))
     k, speedup = best_speculative_tokens(
         positions, concurrency, ridge_batch, c, h, dr / (g - a), fill
     )
