@@ -158,8 +158,7 @@ def line_writer(lines: dict[str, list[str]]) -> AddSample:
         escaped = _ESCAPED.get(labels)
         if escaped is None:
             escaped = _escaped(labels)
-        text = _INFINITIES.get(value) or repr(float(value))
-        line = LINE_TEMPLATES[name] % (*escaped, text)
+        line = LINE_TEMPLATES[name] % (*escaped, format_value(value))
         if (family := lines.get(name)) is None:
             lines[name] = [line]
         else:
@@ -174,7 +173,6 @@ def line_writer(lines: dict[str, list[str]]) -> AddSample:
 # values are its endpoints' and models' names, a few per endpoint.
 _ESCAPED: dict[tuple[str, ...], tuple[str, ...]] = {}
 _MAX_ESCAPED = 65536
-_INFINITIES = {math.inf: "+Inf", -math.inf: "-Inf"}
 
 
 def _escaped(labels: tuple[str, ...]) -> tuple[str, ...]:
@@ -186,11 +184,10 @@ def _escaped(labels: tuple[str, ...]) -> tuple[str, ...]:
 
 def format_value(value: float) -> str:
     """A sample value as the text format writes it (shortest round-trip repr, Go's infinities)."""
-    if value == math.inf:
-        return "+Inf"
-    if value == -math.inf:
-        return "-Inf"
-    return repr(float(value))
+    return _INFINITIES.get(value) or repr(float(value))
+
+
+_INFINITIES = {math.inf: "+Inf", -math.inf: "-Inf"}
 
 
 def escape_label_value(value: str) -> str:

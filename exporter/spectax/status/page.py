@@ -10,7 +10,7 @@ web-config auth as `/metrics`, at 800 px wide and in dark mode.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
@@ -141,8 +141,11 @@ def render_status_page(
         if hidden > 0
         else ""
     )
+    by_endpoint: dict[str, list[tuple[str, LoadCurve]]] = {}  # grouped once, not per card
+    for (endpoint, model), curve in sorted((curves or {}).items()):
+        by_endpoint.setdefault(endpoint, []).append((model, curve))
     body = "".join(
-        _card(name, s, history, charted=i < MAX_CHARTS, curves=curves or {})
+        _card(name, s, history, charted=i < MAX_CHARTS, curves=by_endpoint.get(name, []))
         for i, (name, s) in enumerate(cards[:MAX_ENDPOINTS])
     )
     return f"""<!doctype html>
@@ -178,7 +181,7 @@ def _card(
     snapshot: EndpointSnapshot,
     history: StatusHistory,
     charted: bool,
-    curves: Mapping[tuple[str, str], LoadCurve],
+    curves: Sequence[tuple[str, LoadCurve]],
 ) -> str:
     state = _state(snapshot)
     config = snapshot.config
@@ -213,7 +216,7 @@ def _card(
     if main is not None and main.draft_tokens is not None and charted:
         title = f"{escape(name)}: acceptance against break-even, last hours"
         lines.append(chart(history.points(name), history.step_seconds, history.span_seconds, title))
-    lines += [_curve(model, c) for (n, model), c in sorted(curves.items()) if n == name]
+    lines += [_curve(model, c) for model, c in curves]
     lines.append("</section>")
     return "\n".join(lines)
 
