@@ -149,8 +149,8 @@ async def test_restart_keeps_the_spend_counter(tmp_path, realtime_fleet) -> None
     for endpoint in endpoints:  # an objective, for spectax_latency_slo_seconds
         if endpoint["name"] == "chat-creative":
             endpoint["latency_slo"] = {"metric": "tpot", "quantile": 0.99, "seconds": 0.1}
-        if endpoint["name"] == "code-assistant":  # for spectax_load_schedule_boundary
-            endpoint["speculation"] = {**endpoint["speculation"], "schedule": [[1, 1024, 3]]}
+        if endpoint["name"] == "code-assistant":  # its K, 4, as a schedule: the boundary gauge
+            endpoint["speculation"] = {**endpoint["speculation"], "schedule": [[1, 1024, 4]]}
     config = write_config(tmp_path, port, endpoints, window="6s", billing=[bill])
     first = Spectax(config, port)
     await first.start()
