@@ -99,10 +99,13 @@ class TextEncoder:
         ):
             self.generation += 1
         self._last_key = key
+        # Pieces, not joined here: the formatted lines are up to ~10 MB at 2,000 endpoints
+        # (the load curves), too much to copy on the event loop at every read.
         heads = [
-            HEADERS[family]
-            + "".join(spectax_lines.get(family, ())).encode()
-            + formatted.get(family, b"")
+            (
+                HEADERS[family] + "".join(spectax_lines.get(family, ())).encode(),
+                formatted.get(family, b""),
+            )
             for family in FAMILY_NAMES
         ]
         return Page(self.generation, _parts(heads, fragments))
@@ -126,18 +129,18 @@ class TextEncoder:
         return fragment
 
 
-def _parts(heads: list[bytes], fragments: list[Fragments]) -> Iterator[bytes]:
+def _parts(heads: list[tuple[bytes, bytes]], fragments: list[Fragments]) -> Iterator[bytes]:
     """The page in parts of FAMILIES_PER_PART families: each family's header and spectax's
-    own lines, then every endpoint's lines in it. `zip(*fragments)` turns the endpoints'
-    tuples into the families' columns in C. ~1 MB parts at 2,000 endpoints, not one a
-    family: the worker thread that joins and compresses them waits for the GIL each time
-    it comes back from zlib, up to the switch interval (5 ms) while the scrapes hold it,
-    and ~10 returns cost a read less of that than ~100 (bench/README "Direct mode's
-    memory")."""
+    own lines, the lines formatted elsewhere, then every endpoint's lines in it.
+    `zip(*fragments)` turns the endpoints' tuples into the families' columns in C. ~1 MB
+    parts at 2,000 endpoints, not one a family: the worker thread that joins and
+    compresses them waits for the GIL each time it comes back from zlib, up to the switch
+    interval (5 ms) while the scrapes hold it, and ~10 returns cost a read less of that
+    than ~100 (bench/README "Direct mode's memory")."""
     columns = zip(*fragments, strict=True) if fragments else (() for _ in heads)
     batch: list[bytes] = []
     for k, (head, column) in enumerate(zip(heads, columns, strict=True), 1):
-        batch.append(head)
+        batch.extend(head)
         batch.extend(filter(None, column))
         if k % FAMILIES_PER_PART == 0 or k == len(heads):
             yield b"".join(batch)
