@@ -62,8 +62,14 @@ E2E_FOR = {
 PAGE_RECEIVER = "pager"  # the example Alertmanager config's receiver for severity=page
 TAX, PAYS, CONTROL = "chat-creative", "code-assistant", "chat-control"
 # The demo servers, except that the control's engine reloads in 2 s instead of 30 s when
-# the panel test restarts it (a cold start for the cold-start panels to show).
-PROFILES = {**DEMO_PROFILES, CONTROL: replace(DEMO_PROFILES[CONTROL], cold_start_s=2.0)}
+# the panel test restarts it (a cold start for the cold-start panels to show), and without
+# office-chat, whose 8-minute load cycle makes it a tax (its alerts firing) at its peak and
+# not at its trough: these tests tell the tax endpoint from the others at any moment.
+SWINGING = "office-chat"
+PROFILES = {
+    **{name: p for name, p in DEMO_PROFILES.items() if name != SWINGING},
+    CONTROL: replace(DEMO_PROFILES[CONTROL], cold_start_s=2.0),
+}
 TIMEOUT = 45.0
 # Every endpoint's objective: p99 TPOT at most 10 ms, which every simulated server breaks
 # (20-300 ms); only chat-creative's speculation makes it worse (measured against its
