@@ -11,17 +11,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import math
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
 from spectax import economics, settle
 from spectax.billing.prices import PriceTable, PriceTableError
+from spectax.cli.assess_curve import (
+    CurveSection,
+    curve_lines,
+    curve_object,
+    curve_sections,
+    schedule_lines,
+    schedule_object,
+)
 from spectax.cli.assess_notes import (
     FIGURES,
     JSON_KEYS,
@@ -31,6 +40,8 @@ from spectax.cli.assess_notes import (
     notes_for,
 )
 from spectax.cli.files import read_text
+from spectax.economics.draft_schedule import DEFAULT_MAX_NUM_SEQS
+from spectax.economics.k_schedule import schedule_problem
 from spectax.engines import ENGINES, detect, get_parser, not_exposed
 from spectax.engines.base import EngineSample, ParseError
 from spectax.health import ScrapeError
@@ -66,6 +77,10 @@ class AssessOptions:
     step_overhead_ratio: float = economics.DEFAULT_STEP_OVERHEAD_RATIO
     concurrency: float | None = None
     no_seconds_reason: str = "pass --seconds S, the time between the two pages"
+    #: The K schedule the server runs (vLLM's num_speculative_tokens_per_batch_size, as
+    #: `speculation.schedule`): each window is assessed at the K in force for its load.
+    schedule: tuple[tuple[int, int, int], ...] | None = None
+    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS  # the largest batch the K schedule covers
 
 
 #: The span a window is given when the time between the pages is unknown: concurrency is
@@ -94,13 +109,87 @@ def assess_pages(
     speedup. `engine` None: the one whose metric prefix the AFTER page carries (vLLM when
     none does)."""
     engine = engine or detect(after_text) or "vllm"
+    return _results(_judge(before_text, after_text, options, control, engine), options)
+
+
+@dataclass(frozen=True)
+class Series:
+    """A series of pages assessed: the first page to the last (the headline, as two pages
+    are), and per model each two consecutive pages' window binned by load with the K
+    schedule that follows (`assess_curve`)."""
+
+    results: list[Assessed]
+    curves: dict[str, CurveSection]
+
+
+def assess_series(
+    texts: Sequence[str],
+    options: AssessOptions,
+    spans: Sequence[float] | None = None,
+    control: tuple[str, str] | None = None,
+    engine: str | None = None,
+) -> Series:
+    """The headline from the first page to the last, and each consecutive pair's window,
+    assessed as two pages are (`spans`: the seconds between each two, None: unknown). With
+    two pages the one window is the headline's; with more, `control` (two pages over the
+    whole span) measures the headline only and the pairs' speedups are modelled."""
+    if len(texts) < 2:
+        raise AssessError("give at least two pages")
+    engine = engine or detect(texts[-1]) or "vllm"
+    headline = _judge(texts[0], texts[-1], options, control, engine)
+    pairs = [headline.assessed]
+    if len(texts) > 2:
+        pairs, start = [], 0.0
+        for i, (before, after) in enumerate(itertools.pairwise(texts)):
+            seconds = spans[i] if spans is not None else None
+            try:
+                judged = _judge(
+                    before, after, replace(options, seconds=seconds), None, engine, start
+                )
+            except AssessError as exc:
+                raise AssessError(f"pages {i + 1} and {i + 2}: {exc}") from exc
+            pairs.append(judged.assessed)
+            start += seconds if seconds is not None else NOMINAL_SECONDS
+    curves = curve_sections(
+        pairs,
+        engine=engine,
+        method=options.method,
+        max_num_seqs=options.max_num_seqs,
+        schedule=options.schedule,
+        priced=options.seconds is not None and options.usd_per_hour is not None,
+    )
+    return Series(_results(headline, options), curves)
+
+
+@dataclass(frozen=True)
+class _Judged:
+    """One window between two pages and what was concluded about it, as the daemon keeps
+    it (`AssessedWindow`: what the load curve bins), with what the notes need."""
+
+    assessed: economics.AssessedWindow
+    given: dict[str, float]  # each model's mean running requests, before the floor at 1
+    control: Window | None
+    engine: str
+    params: economics.Parameters
+
+
+def _judge(
+    before_text: str,
+    after_text: str,
+    options: AssessOptions,
+    control: tuple[str, str] | None,
+    engine: str,
+    start: float = 0.0,
+) -> _Judged:
+    """The window from `before_text` to `after_text` (`start` and `options.seconds` apart),
+    assessed per model as the daemon assesses a window."""
     parse = get_parser(engine)
     before, after = parse(before_text), parse(after_text)
     _refuse_swapped(before, after)
     if not after.has_engine_metrics:
         raise AssessError("the AFTER page has no engine metrics (vLLM --disable-log-stats?)")
     seconds = options.seconds if options.seconds is not None else NOMINAL_SECONDS
-    interval = interval_between(before, after, 0.0, seconds)
+    interval = interval_between(before, after, start, start + seconds)
     if not interval.models:
         raise AssessError("the pages share no model: were they taken from the same server?")
     # The user's B, or the pages' mean running requests; either floored at 1 request (a step
@@ -126,25 +215,35 @@ def assess_pages(
     if control is not None:
         control_before, control_after = parse(control[0]), parse(control[1])
         control_window = sum_intervals(
-            [interval_between(control_before, control_after, 0.0, seconds)]
+            [interval_between(control_before, control_after, start, start + seconds)]
         )
         if not control_window.models:
             raise AssessError("the control pages have no engine metrics in common")
     params = _parameters(options, engine, after, window)
     spend = economics.spend_by_model(window, tariff) if options.seconds is not None else {}
     assessments = economics.assess_window(window, params, spend, control_window)
+    assessed = economics.AssessedWindow(
+        window, assessments, spend, params.step_model, params.draft_cost_ratio
+    )
+    return _Judged(assessed, given, control_window, engine, params)
+
+
+def _results(judged: _Judged, options: AssessOptions) -> list[Assessed]:
+    """Each model's assessment with the notes that say why a figure is "-" or adjusted, and
+    its KV-cache capacity."""
+    window, control_window = judged.assessed.window, judged.control
     capacities = economics.window_capacities(window, control_window)
     results = []
-    for model, a in sorted(assessments.items()):
+    for model, a in sorted(judged.assessed.assessments.items()):
         notes = notes_for(
             a,
             options.seconds is not None,
             options.usd_per_hour is not None,
             options.no_seconds_reason,
-            given[model],
+            judged.given[model],
             finished_requests(window, control_window, model),
-            (engine, ENGINES[engine].capabilities),
-            params.step_model,
+            (judged.engine, ENGINES[judged.engine].capabilities),
+            judged.params.step_model,
         )
         results.append(Assessed(a, notes, capacities.get(model)))
     return results
@@ -168,7 +267,7 @@ def _parameters(
         step_overhead_ratio=options.step_overhead_ratio,
         step_overhead_floor=economics.MIN_STEP_OVERHEAD_RATIO,
     )
-    return economics.Parameters(draft_cost_ratio=c, step_model=step)
+    return economics.Parameters(draft_cost_ratio=c, step_model=step, schedule=options.schedule)
 
 
 def _refuse_swapped(before: EngineSample, after: EngineSample) -> None:
@@ -191,7 +290,10 @@ def _speculates(sample: EngineSample) -> bool:
     return any(m.speculating for m in sample.models.values())
 
 
-def to_json(results: Sequence[Assessed]) -> str:
+def to_json(results: Sequence[Assessed], curves: Mapping[str, CurveSection] | None = None) -> str:
+    """One object per model; `load_curve` and `k_schedule` are null for a model without a
+    curve (it did not speculate)."""
+    curves = curves or {}
     objects = [
         {
             **json_object(r.assessment),
@@ -199,14 +301,23 @@ def to_json(results: Sequence[Assessed]) -> str:
             "latency": _latency_object(r.assessment.latency),
             "capacity": _capacity_object(r.capacity),
             "notes": [n.text for n in r.notes],
+            **_curve_objects(curves.get(r.assessment.model)),
         }
         for r in results
     ]
     return json.dumps(objects, indent=2)
 
 
-def to_text(results: Sequence[Assessed]) -> str:
-    """Every "-" and every adjusted figure points at the numbered note that says why."""
+def _curve_objects(section: CurveSection | None) -> dict[str, Any]:
+    if section is None:
+        return {"load_curve": None, "k_schedule": None}
+    return {"load_curve": curve_object(section), "k_schedule": schedule_object(section)}
+
+
+def to_text(results: Sequence[Assessed], curves: Mapping[str, CurveSection] | None = None) -> str:
+    """Every "-" and every adjusted figure points at the numbered note that says why; the
+    load curve and the K schedule follow each speculating model's notes."""
+    curves = curves or {}
     lines = []
     width = max(len(k) for k in JSON_KEYS)
     for result in results:
@@ -223,6 +334,10 @@ def to_text(results: Sequence[Assessed]) -> str:
         capacity = _capacity_object(result.capacity)
         lines.extend(f"  {k:<{width}}  {_show(v)}" for k, v in capacity.items())
         lines.extend(f"  [{i}] {n.text}" for i, n in enumerate(result.notes, 1))
+        section = curves.get(a.model)
+        if section is not None:
+            lines.extend(curve_lines(section))
+            lines.extend(schedule_lines(section))
         lines.append("")
     if results:
         lines.append(PROVISIONED_NOTE)
@@ -331,12 +446,21 @@ def _draft_cost_ratio(options: AssessOptions, speculating: bool) -> float:
 
 def add_parser(commands: Any) -> None:
     assess = commands.add_parser(
-        "assess", help="the economics between two saved /metrics pages (files or URLs)"
+        "assess", help="the economics between saved /metrics pages (files or URLs)"
     )
     assess.add_argument("before", help="first page: a file, or a URL")
     assess.add_argument("after", help="second page: a file, or a URL (the same URL: fetched twice)")
     assess.add_argument(
-        "--seconds", type=float, help="time between the pages (default: file mtimes)"
+        "more",
+        nargs="*",
+        metavar="PAGE",
+        help="more pages: each two consecutive pages are a window, binned by load into a load"
+        " curve and a K schedule (the same URL every time: fetched --seconds apart)",
+    )
+    assess.add_argument(
+        "--seconds",
+        type=float,
+        help="time between two consecutive pages (default: file mtimes)",
     )
     assess.add_argument("--usd-per-hour", type=float, help="price per GPU-hour")
     assess.add_argument("--gpu", help="GPU name in the price table (with --provider)")
@@ -365,6 +489,20 @@ def add_parser(commands: Any) -> None:
         help="the same two pages from a control serving the model without speculation",
     )
     assess.add_argument(
+        "--schedule",
+        metavar="JSON",
+        help="the K schedule the server runs, vLLM's num_speculative_tokens_per_batch_size,"
+        " e.g. '[[1,4,3],[5,1024,0]]': each window is assessed at the K in force for its load",
+    )
+    assess.add_argument(
+        "--max-num-seqs",
+        type=int,
+        default=DEFAULT_MAX_NUM_SEQS,
+        metavar="N",
+        help="the engine's max_num_seqs: the K schedule advised covers batches 1..N (default"
+        f" {DEFAULT_MAX_NUM_SEQS}, vLLM's largest default)",
+    )
+    assess.add_argument(
         "--engine",
         choices=list(ENGINES),
         help="the engine that rendered the pages (default: told from their metric prefix)",
@@ -389,10 +527,15 @@ def assess_command(args: argparse.Namespace) -> int:
                 f"--seconds {args.seconds:g}: give the time between the two pages, more than 0"
                 " (0 s would price the span at a false $0)"
             )
-        before, after, seconds = read_pages(args.before, args.after, args.seconds)
+        if args.max_num_seqs < 1:
+            raise AssessError(f"--max-num-seqs {args.max_num_seqs}: give 1 or more")
+        schedule = parse_schedule(args.schedule) if args.schedule is not None else None
+        paths = [args.before, args.after, *args.more]
+        texts, spans = read_series(paths, args.seconds)
+        seconds = sum(spans) if spans is not None else None
         options = AssessOptions(
             seconds=seconds,
-            no_seconds_reason=_no_seconds_reason(args.before, args.after),
+            no_seconds_reason=_no_seconds_reason(paths),
             usd_per_hour=_usd_per_hour(args),
             gpus=args.gpus,
             method=args.method,
@@ -400,20 +543,44 @@ def assess_command(args: argparse.Namespace) -> int:
             ridge_batch=args.ridge_batch,
             step_overhead_ratio=args.step_overhead_ratio,
             concurrency=args.concurrency,
+            schedule=schedule,
+            max_num_seqs=args.max_num_seqs,
         )
         control = None
         if args.control:
             control_before, control_after, _ = read_pages(args.control[0], args.control[1], seconds)
             control = (control_before, control_after)
-        assessments = assess_pages(before, after, options, control, args.engine)
+        series = assess_series(texts, options, spans, control, args.engine)
     except (AssessError, PriceTableError, ScrapeError) as exc:
         print(f"spectax assess: {exc}", file=sys.stderr)
         return 1
     except ParseError as exc:
         print(f"spectax assess: malformed /metrics page: {exc}", file=sys.stderr)
         return 1
-    print(to_json(assessments) if args.format == "json" else to_text(assessments))
+    results, curves = series.results, series.curves
+    print(to_json(results, curves) if args.format == "json" else to_text(results, curves))
     return 0
+
+
+def parse_schedule(text: str) -> tuple[tuple[int, int, int], ...]:
+    """`--schedule`: a JSON list of [first batch, last batch, K] ranges, checked as vLLM
+    checks it (`schedule_problem`, as the daemon's `speculation.schedule`)."""
+    try:
+        ranges = json.loads(text)
+    except ValueError as exc:
+        raise AssessError(f"--schedule {text!r}: not JSON ({exc})") from exc
+    if not isinstance(ranges, list) or not all(
+        isinstance(r, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in r)
+        for r in ranges
+    ):
+        raise AssessError(
+            f"--schedule {text!r}: give a list of [first batch, last batch, K] whole numbers,"
+            " e.g. '[[1,4,3],[5,1024,0]]' (vLLM's num_speculative_tokens_per_batch_size)"
+        )
+    problem = schedule_problem(ranges)
+    if problem is not None:
+        raise AssessError(f"--schedule {text!r}: {problem}")
+    return tuple((r[0], r[1], r[2]) for r in ranges)
 
 
 def _usd_per_hour(args: argparse.Namespace) -> float | None:
@@ -426,51 +593,86 @@ def _usd_per_hour(args: argparse.Namespace) -> float | None:
     return float(PriceTable.load().find(args.provider, args.gpu, args.product).usd_per_hour)
 
 
-def _no_seconds_reason(before: str, after: str) -> str:
-    """Why the span is unknown when --seconds is not given, and what to do."""
-    if _is_url(before) or _is_url(after):
+def _no_seconds_reason(paths: Sequence[str]) -> str:
+    """Why the span is unknown when --seconds is not given, and what to do: of two pages,
+    BEFORE and AFTER; of a series, the first two consecutive pages whose times give none."""
+    if any(_is_url(p) for p in paths):
         return "pass --seconds S (a page fetched from a URL has no modification time)"
-    try:
-        elapsed = os.stat(after).st_mtime - os.stat(before).st_mtime
-    except OSError:
-        elapsed = 0.0
-    if elapsed == 0:
-        return (
-            "BEFORE and AFTER have the same modification time (copied or checked out"
-            " together?): pass --seconds S, the time between the two curls"
+    two = len(paths) == 2
+    for i, (before, after) in enumerate(itertools.pairwise(paths)):
+        first, second = ("BEFORE", "AFTER") if two else (f"page {i + 1}", f"page {i + 2}")
+        try:
+            elapsed = os.stat(after).st_mtime - os.stat(before).st_mtime
+        except OSError:
+            elapsed = 0.0
+        if elapsed == 0:
+            return (
+                f"{first} and {second} have the same modification time (copied or checked out"
+                " together?): pass --seconds S, the time between the two curls"
+            )
+        if 0 < elapsed < MIN_MTIME_SPAN_SECONDS:
+            return (
+                f"{first} and {second} were written {elapsed * 1e3:.3g} ms apart (copied"
+                " together?), no span two curls take: pass --seconds S, the time between the"
+                " two curls"
+            )
+        if elapsed < 0:
+            break
+    return (
+        "AFTER is older than BEFORE: pass --seconds S, the time between the two curls"
+        if two
+        else (
+            "a page is older than the one before it: pass --seconds S, the time between two curls"
         )
-    if 0 < elapsed < MIN_MTIME_SPAN_SECONDS:
-        return (
-            f"BEFORE and AFTER were written {elapsed * 1e3:.3g} ms apart (copied together?),"
-            " no span two curls take: pass --seconds S, the time between the two curls"
-        )
-    return "AFTER is older than BEFORE: pass --seconds S, the time between the two curls"
+    )
 
 
 def read_pages(before: str, after: str, seconds: float | None) -> tuple[str, str, float | None]:
     """Both pages and the seconds between them, blocking until they are read (a URL given
     twice is fetched twice, `seconds` apart)."""
-    return asyncio.run(_gather_pages(before, after, seconds))
+    texts, spans = read_series([before, after], seconds)
+    return texts[0], texts[1], spans[0] if spans is not None else None
+
+
+def read_series(
+    paths: Sequence[str], seconds: float | None
+) -> tuple[list[str], list[float] | None]:
+    """The pages and the seconds between each two consecutive ones (None: unknown, as soon
+    as any two's are), blocking until they are read."""
+    return asyncio.run(_gather_pages(paths, seconds))
 
 
 async def _gather_pages(
-    before: str, after: str, seconds: float | None
-) -> tuple[str, str, float | None]:
-    """Files are read as they are; the same URL twice is fetched twice, `--seconds` apart."""
-    if _is_url(before) and before == after:
+    paths: Sequence[str], seconds: float | None
+) -> tuple[list[str], list[float] | None]:
+    """Files are read as they are; the same URL every time is fetched that many times,
+    `--seconds` apart. Without `seconds`, files' modification times give each span, unless
+    two were written under `MIN_MTIME_SPAN_SECONDS` apart (copied together) or out of
+    order: then no span is known."""
+    pairs = len(paths) - 1
+    if _is_url(paths[0]) and all(p == paths[0] for p in paths):
         if seconds is None:
-            raise AssessError("give --seconds to fetch the same URL twice, that far apart")
-        first = await _fetch(before)
-        await asyncio.sleep(seconds)
-        return first, await _fetch(after), seconds
+            raise AssessError(
+                f"give --seconds to fetch the same URL {len(paths)} times, that far apart"
+                if pairs > 1
+                else "give --seconds to fetch the same URL twice, that far apart"
+            )
+        pages = [await _fetch(paths[0])]
+        for _ in range(pairs):
+            await asyncio.sleep(seconds)
+            pages.append(await _fetch(paths[0]))
+        return pages, [seconds] * pairs
     pages = [
         await _fetch(p) if _is_url(p) else read_text(p, AssessError, "a text /metrics page")
-        for p in (before, after)
+        for p in paths
     ]
-    if seconds is None and not _is_url(before) and not _is_url(after):
-        elapsed = os.stat(after).st_mtime - os.stat(before).st_mtime
-        seconds = elapsed if elapsed >= MIN_MTIME_SPAN_SECONDS else None
-    return pages[0], pages[1], seconds
+    if seconds is not None:
+        return pages, [seconds] * pairs
+    if any(_is_url(p) for p in paths):
+        return pages, None
+    times = [os.stat(p).st_mtime for p in paths]
+    spans = [after - before for before, after in itertools.pairwise(times)]
+    return pages, spans if all(s >= MIN_MTIME_SPAN_SECONDS for s in spans) else None
 
 
 def _is_url(text: str) -> bool:

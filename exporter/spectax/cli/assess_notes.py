@@ -54,8 +54,18 @@ ASSESSMENT_KEYS = (
     "verdict",
 )
 #: A JSON object: the figures, what an uncertain verdict turns on and what would settle it
-#: (spectax.settle), the latency and KV-cache figures the daemon exports, and the notes.
-JSON_KEYS = (*ASSESSMENT_KEYS, "turns_on", "settle", "latency", "capacity", "notes")
+#: (spectax.settle), the latency and KV-cache figures the daemon exports, the notes, and the
+#: pages' load curve and the K schedule that follows (`assess_curve`; null: no speculation).
+JSON_KEYS = (
+    *ASSESSMENT_KEYS,
+    "turns_on",
+    "settle",
+    "latency",
+    "capacity",
+    "notes",
+    "load_curve",
+    "k_schedule",
+)
 FIGURES = ASSESSMENT_KEYS[1:-1]  # the lines of the text output between the verdict and the notes
 SPECULATION_KEYS = ("drafts", "draft_tokens", "accepted_tokens", "breakeven_acceptance_ratio")
 DRAFTING_KEYS = (
