@@ -325,13 +325,15 @@ load_curve = table(
     " power of two). Time share: how much of the lookback the endpoint spent there. Speedup"
     " below 1 is a tax at that load; the crossover panel says from which load it stopped"
     " paying. Stalled: the output rate per request collapsed under both neighbouring loads'"
-    " (alert SpeculationScheduleStalls), the mark of a K schedule's boundary.",
+    " (alert SpeculationScheduleStalls), the mark of a K schedule's boundary. Draft tokens"
+    " per step: the draft length that ran there, in the mean (0: nothing drafted).",
     [
         (by_load("spectax_load_time_share_ratio"), ""),
         (by_load("spectax_load_speedup_ratio"), ""),
         (by_load("spectax_load_acceptance_ratio"), ""),
         (by_load("spectax_load_speculation_savings_usd"), ""),
         (by_load("spectax_load_output_tokens_per_request_second"), ""),
+        (by_load("spectax_load_draft_tokens_per_step"), ""),
         (by_load("spectax_load_stalled"), ""),
     ],
     transformations=[

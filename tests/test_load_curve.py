@@ -213,6 +213,27 @@ def test_a_bin_of_one_window_says_it_is_thin_and_a_bin_of_three_does_not() -> No
     assert [(b.low, b.windows, b.thin) for b in curve.bins] == [(8, 3, False), (128, 1, True)]
 
 
+def test_draft_tokens_per_step_is_the_k_that_ran_and_0_where_a_schedule_stopped_drafting() -> None:
+    def drafted(running: float, draft_tokens: float) -> LoadSample:
+        # 1,000 output tokens, 400 of them accepted: 600 request-steps.
+        return LoadSample(
+            end=0.0,
+            seconds=300.0,
+            concurrency=running,
+            output_tokens=1000.0,
+            drafts=draft_tokens / 3,
+            draft_tokens=draft_tokens,
+            accepted_tokens=400.0 if draft_tokens else 0.0,
+        )
+
+    bins = load_curve([drafted(2.0, 1800.0), drafted(8.0, 0.0)]).bins
+    # Every step drafted K = 3 at load 2; none drafted at load 8 (the schedule's K = 0).
+    assert [(b.low, b.draft_tokens_per_step) for b in bins] == [(2, pytest.approx(3.0)), (8, 0.0)]
+    # An engine that counts no drafted tokens (SGLang, TGI) has no figure, not a false 0.
+    plain = LoadSample(end=0.0, seconds=300.0, concurrency=2.0, output_tokens=1000.0)
+    assert load_curve([plain]).bins[0].draft_tokens_per_step is None
+
+
 def test_a_window_the_monitor_closed_from_recorded_vllm_pages_is_one_thin_bin_of_its_own() -> None:
     window = closed_window().closed[0]
     (model,) = window.window.models

@@ -138,6 +138,17 @@ class LoadBin:
         return self.windows < MIN_BIN_WINDOWS
 
     @property
+    def draft_tokens_per_step(self) -> float | None:
+        """Drafted tokens per request-step, the draft length that ran in the mean: a step
+        emits one token no draft gave, so output - accepted counts the steps, and a K
+        schedule that shortens or stops drafting at this load shows here (0 where it drafted
+        nothing). A draft cut at a request's end has its accepted tokens counted though not
+        all emitted (vLLM, and the simulator, count them), so short requests read a little
+        above K. None when the bin counted no drafted tokens (SGLang, TGI) or emitted none."""
+        steps = self.output_tokens - self.accepted_tokens
+        return self.draft_tokens / steps if steps > 0 else None
+
+    @property
     def label(self) -> str:
         return f"{self.low}+" if self.high is None else f"{self.low}-{self.high - 1}"
 

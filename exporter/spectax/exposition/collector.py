@@ -175,6 +175,7 @@ def load_curve_samples(
             add("spectax_load_acceptance_ratio", labels, b.acceptance)
             add("spectax_load_speculation_savings_usd", labels, b.savings_usd)
             add("spectax_load_output_tokens_per_request_second", labels, b.output_rate)
+            add("spectax_load_draft_tokens_per_step", labels, b.draft_tokens_per_step)
             add("spectax_load_stalled", labels, float(b.low in stalled))
             if schedule is not None:
                 boundary = float(straddling(b.low, b.high, schedule))

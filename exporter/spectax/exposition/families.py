@@ -397,6 +397,15 @@ FAMILIES: dict[str, Family] = {
             RUNNING_REQUESTS,
         ),
         gauge(
+            "spectax_load_draft_tokens_per_step",
+            "Draft tokens proposed per request-step in the load bin over the lookback (the"
+            " draft length that ran, in the mean; 0 where nothing was drafted): where a K"
+            " schedule shortens or stops drafting, it falls.",
+            ENDPOINT,
+            MODEL,
+            RUNNING_REQUESTS,
+        ),
+        gauge(
             "spectax_load_stalled",
             f"1 when the load bin's output rate per running request is under {STALL_SHARE:g}"
             " of both"
