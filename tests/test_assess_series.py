@@ -10,17 +10,29 @@ the mean of its two pages' gauges (flooring at 1 request aside).
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from recorded_pages import FIXTURES, page
-from spectax.cli.assess_curve import MONTH_SECONDS
+from spectax.cli.assess_curve import (
+    MONTH_SECONDS,
+    CurveSection,
+    curve_lines,
+    curve_object,
+    schedule_lines,
+)
 from spectax.cli.main import main
+from spectax.economics.draft_schedule import draft_schedule
 from spectax.economics.k_schedule import k_at_load
+from spectax.economics.load_curve import LoadSample, load_curve
 
 NGRAM = (
     "spec_ngram_0_before_traffic.txt",
@@ -236,3 +248,95 @@ def test_an_engine_without_a_per_batch_k_gets_no_vllm_list(capsys) -> None:
     code, text, _ = run(capsys, *pages, "--method", "eagle", "--seconds", "60")
     assert code == 0 and "--speculative-config" not in text
     assert f"  advice: {schedule['advice']}" in text
+
+
+def measured(running: float, speedup: float, tokens_per_request_second: float) -> LoadSample:
+    """A 5-minute window a control measured at `speedup`, at $3.99 an hour, each of its
+    `running` requests given that many output tokens a second."""
+    busy_usd = 3.99 * 300 / 3600
+    return LoadSample(
+        end=running,
+        seconds=300.0,
+        concurrency=running,
+        output_tokens=tokens_per_request_second * running * 300.0,
+        plain_busy_seconds=300.0 * speedup,
+        assessed_busy_seconds=300.0,
+        basis="measured",
+        savings_usd=busy_usd * (1 - 1 / speedup),
+        busy_usd=busy_usd,
+    )
+
+
+def test_a_crossover_its_tax_and_a_stall_are_said_in_text_and_json() -> None:
+    """No recorded series crosses over (two pages' defaults leave the low loads uncertain),
+    so the section is fed the curve of measured windows: paying at 4 requests, a tax from 8,
+    where the output rate per request collapsed (vLLM issue 49548's 29/12/20 tok/s)."""
+    windows = [
+        measured(running, speedup, rate)
+        for running, speedup, rate in ((4.0, 1.25, 29.0), (8.0, 0.9, 12.0), (16.0, 0.8, 20.0))
+        for _ in range(3)
+    ]
+    curve = load_curve(windows)
+    section = CurveSection(
+        windows=(),
+        curve=curve,
+        schedule=draft_schedule(curve, engine="vllm", method="ngram"),
+        max_num_seqs=1024,
+        priced=True,
+        boundaries=None,
+    )
+    data = curve_object(section)
+    assert data["crossover_running_requests"] == 8 and data["stalled_running_requests"] == [8]
+    assert data["tax_time_share_ratio"] == pytest.approx(2 / 3)
+    tax = sum(w.savings_usd or 0.0 for w in windows[3:])
+    assert data["tax_usd"] == pytest.approx(tax) and tax < 0
+    text = "\n".join(curve_lines(section))
+    assert (
+        "  crossover: 8 running requests: speculation was a tax 67% of the time, when 8 or"
+        f" more requests ran: -${-tax:.4f}"
+    ) in text
+    assert [r[0] for r in rows(text, "running requests", "windows")] == [
+        "4-7",
+        "8-15 (stalled)",
+        "16-31",
+    ]
+    assert "  stalled: 8-15: output tokens per second per request under 0.7" in text
+    assert text.startswith("  load curve: 9 windows (each two consecutive pages)")
+    assert "\n".join(schedule_lines(section)).count("  K schedule:") == 1
+
+
+def test_the_same_url_given_n_times_is_fetched_n_times_seconds_apart(capsys, tmp_path) -> None:
+    """A loopback server hands out the series' pages in turn, one per GET."""
+    served = [Path(p).read_text() for p in at_load(tmp_path, NGRAM, NGRAM_RUNNING)]
+    times: list[float] = []
+
+    class Pages(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            times.append(time.monotonic())
+            body = served[min(len(times), len(served)) - 1].encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Pages)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        urls = [url] * len(served)
+        data = as_json(capsys, *urls, "--method", "ngram", "--seconds", "0.2")
+        code, _, err = run(capsys, *urls, "--method", "ngram")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert len(times) == len(served)
+    assert min(b - a for a, b in itertools.pairwise(times)) >= 0.2
+    windows = data["load_curve"]["windows"]
+    assert [w["concurrency_requests"] for w in windows] == pytest.approx(NGRAM_LOADS)
+    assert [w["seconds"] for w in windows] == pytest.approx([0.2] * 3)
+    assert code == 1 and "give --seconds to fetch the same URL 4 times" in err

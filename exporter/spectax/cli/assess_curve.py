@@ -224,7 +224,7 @@ def schedule_object(s: CurveSection) -> dict[str, Any]:
 def curve_lines(s: CurveSection) -> list[str]:
     """The curve's table and what follows from it, for the text output."""
     curve, stalled = s.curve, set(s.curve.stalls)
-    n = len(s.windows)
+    n = sum(b.windows for b in curve.bins)
     lines = [
         f"  load curve: {n} window{'s' if n != 1 else ''} (each two consecutive pages),"
         " binned by mean running requests:"
