@@ -597,7 +597,15 @@ async def test_the_k_schedule_supersedes_the_load_cap_on_vllm_and_each_tax_hour_
     )
     # On vLLM without per-position counts no K per bin can be chosen: the cap is advised,
     # and it says vLLM can apply it itself (Dynamic Speculative Decoding).
-    uncounted = [replace(h, positions=()) for h in chat.hours]
+    uncounted = [
+        replace(
+            h,
+            positions=(),
+            bins=tuple(replace(s, accepted_per_position=()) for s in h.bins),
+        )
+        for h in chat.hours
+    ]
+    assert all(h.bins for h in chat.hours)  # the curve is the windows' (rollup_load_bins)
     (disable,) = recommend(chat.info, chat.month, uncounted)
     assert disable.action == "disable_above"
     assert "num_speculative_tokens_per_batch_size" in disable.evidence[-1]

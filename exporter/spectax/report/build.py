@@ -8,9 +8,10 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 
+from spectax.economics.load_curve import LoadSample
 from spectax.report.capacity_figures import CapacityRow, capacity_rows
-from spectax.report.endpoint_day import day_figures, estimated
-from spectax.report.figures import EndpointInfo, Figures, HourPoint, total
+from spectax.report.endpoint_day import day_figures, estimated, scale_factor
+from spectax.report.figures import EndpointInfo, Figures, HourPoint, total, with_bins
 from spectax.report.latency_figures import LatencyFigures, month_latency
 from spectax.report.period import Month
 from spectax.report.progress import Progress
@@ -22,6 +23,8 @@ from spectax.store import Store
 
 # Hourly rows are read a week at a time, so the progress bar moves while they load.
 CHUNK = timedelta(days=7)
+#: The month's load bins by (endpoint, day), then (model, hour).
+Bins = dict[DayKey, dict[tuple[str, datetime], list[LoadSample]]]
 
 
 @dataclass(slots=True)
@@ -94,6 +97,7 @@ async def build_report(
     previous = month.previous()
     names = list(only) if only else None
     daily, hourly = await _read_rows(store, reader, month, names, progress)
+    bins = await _read_bins(store, month, names)
 
     daily_by: dict[DayKey, list[RollupRecord]] = defaultdict(list)
     for row in daily:
@@ -117,7 +121,7 @@ async def build_report(
         progress.advance(label=f"computing {name}")
         info = infos.get(name, EndpointInfo(name))
         this, days, hours = _sum_days(
-            info, month_days, daily_by, hourly_by, spends, collect_hours=True
+            info, month_days, daily_by, hourly_by, spends, collect_hours=True, bins=bins
         )
         before, _, _ = _sum_days(
             info, set(previous.dates()), daily_by, hourly_by, spends, collect_hours=False
@@ -200,6 +204,7 @@ def _sum_days(
     hourly_by: dict[DayKey, list[RollupRecord]],
     spends: dict[DayKey, Spend],
     collect_hours: bool,
+    bins: Bins | None = None,
 ) -> tuple[Figures, dict[date, Figures], list[HourPoint]]:
     month = Figures()
     per_day: dict[date, Figures] = {}
@@ -215,8 +220,19 @@ def _sum_days(
         month.add(figures)
         per_day[day] = figures
         if collect_hours:
-            points += hours
+            found = (bins or {}).get(key)
+            ratio = float(scale_factor(spends.get(key), estimated(daily_rows)))
+            points += with_bins(hours, found, ratio) if found else hours
     return month, per_day, points
+
+
+async def _read_bins(store: Store, month: Month, names: list[str] | None) -> Bins:
+    """The month's hours' windows binned by load (`Store.load_bins`), by endpoint and day,
+    then model and hour: the load curve window by window (`HourPoint.load_samples`)."""
+    bins: Bins = defaultdict(dict)
+    for endpoint, model, start, sample in await store.load_bins(month.start, month.end, names):
+        bins[(endpoint, start.date())].setdefault((model, start), []).append(sample)
+    return bins
 
 
 def _rows_of(

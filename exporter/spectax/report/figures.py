@@ -18,8 +18,8 @@ not recorded.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
 from typing import Literal
@@ -106,6 +106,9 @@ class HourPoint:
     assessed_busy_seconds: float | None = None
     speedup_band: tuple[float, float] | None = None
     basis: Basis | None = None
+    #: The hour's windows binned by load (the store's `rollup_load_bins`, money scaled like
+    #: the hour's), () when the store has none for it: see `load_samples`.
+    bins: tuple[LoadSample, ...] = ()
 
     @property
     def drafting(self) -> bool:
@@ -162,6 +165,14 @@ class HourPoint:
     @property
     def relative_batch(self) -> float:
         return economics.relative_batch(self.ridge_batch, self.concurrency)
+
+    def load_samples(self) -> tuple[LoadSample, ...]:
+        """The hour's points of the load curve: its windows, each in its own load bin, as
+        the daemon bins them (`rollup_load_bins`); else, for an hour rolled up before the
+        store kept bins (migration 0012) or whose windows retention had cut into when it
+        came, the hour as one point at its mean load (`load_sample`), which puts an hour
+        that ran at 4 and at 64 requests at 34."""
+        return self.bins or (self.load_sample(),)
 
     def load_sample(self) -> LoadSample:
         """The hour as one point of the load curve (`economics.load_curve`), at its mean
@@ -483,6 +494,31 @@ def verdicts_line(month: Figures) -> str:
         f"Speculation paid in {month.windows_pays:,} of {month.windows_judged:,} windows judged, "
         f"was a tax in {month.windows_tax:,} and uncertain in {month.windows_uncertain:,} "
         f"({basis})."
+    )
+
+
+def with_bins(
+    hours: Sequence[HourPoint],
+    bins: Mapping[tuple[str, datetime], Sequence[LoadSample]],
+    ratio: float,
+) -> list[HourPoint]:
+    """The hours with their windows' load bins (by model and hour), whose money is scaled by
+    the day's `ratio` (billed over estimated spend) as the hour's own is."""
+    return [
+        replace(h, bins=tuple(_scaled(s, ratio) for s in found))
+        if (found := bins.get((h.model, h.start)))
+        else h
+        for h in hours
+    ]
+
+
+def _scaled(sample: LoadSample, ratio: float) -> LoadSample:
+    if ratio == 1.0:
+        return sample
+    return replace(
+        sample,
+        savings_usd=sample.savings_usd * ratio if sample.savings_usd is not None else None,
+        busy_usd=sample.busy_usd * ratio if sample.busy_usd is not None else None,
     )
 
 

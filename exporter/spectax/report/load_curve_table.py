@@ -1,6 +1,7 @@
 """The report's load curve table (issue 34): each speculating endpoint and model's month of
 drafting hours binned by mean running requests (`economics.load_curve`, the rule
-`recommend._schedule_k` reads too), whatever the engine and whatever is advised, and the
+`recommend._schedule_k` reads too), window by window where the store kept the hours' load
+bins (`HourPoint.load_samples`), whatever the engine and whatever is advised, and the
 "speculation was a tax N% of the hours, when X or more requests ran: $Y" line under it."""
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ def load_curve_table(report: Report) -> Table:
             if h.drafting:
                 by_model.setdefault(h.model, []).append(h)
         for model, hours in sorted(by_model.items()):
-            curve = load_curve(h.load_sample() for h in hours)
+            curve = load_curve(s for h in hours for s in h.load_samples())
             stalled = set(curve.stalls)
             rows += [_row(e.info.name, model, b, b.low in stalled) for b in curve.bins]
             if curve.crossover_requests is not None and curve.tax_time_share is not None:
@@ -47,8 +48,9 @@ def load_curve_table(report: Report) -> Table:
         ),
         rows,
         (
-            "Each speculating endpoint and model's drafting hours, binned by their mean "
-            "running requests (powers of two: 8-15 holds 8 to 15); the speedup is the "
+            "Each speculating endpoint and model's drafting hours, their windows binned by "
+            "their mean running requests (powers of two: 8-15 holds 8 to 15; an hour whose "
+            "windows are no longer kept binned is one point at its mean); the speedup is the "
             "windows' own, summed (busy time without speculation over busy time), with the "
             "weakest basis they were judged on; a bin of fewer than 3 windows is thin, a burst "
             "rather than a load the endpoint sits at; a bin whose output tokens per second per "

@@ -19,10 +19,10 @@ cause, at or below it the traffic is.
   length N predicts a higher speedup than the K that ran, from the positions observed
   (a position never drafted is a guess: a longer K is never advised). Stake: the
   modelled difference, hour by hour.
-- `schedule_k` (vLLM): a K per batch range from the month's load curve (hours binned by
-  mean running requests), where it changes K with the load. Stake: each bin's busy spend
-  times the predicted speedup minus the one in force. It also supersedes `change_k` (its K
-  per bin is the K change at every load).
+- `schedule_k` (vLLM): a K per batch range from the month's load curve (the drafting hours'
+  windows binned by mean running requests: `HourPoint.load_samples`), where it changes K
+  with the load. Stake: each bin's busy spend times the predicted speedup minus the one in
+  force. It also supersedes `change_k` (its K per bin is the K change at every load).
 - `turn_off`: no hour paid, or the month was a net tax that the fixes above
   (the load cap or the K schedule, and routing) do not turn around. Stake: the month's
   net tax.
@@ -371,7 +371,7 @@ def _schedule_k(e: _Evidence) -> Recommendation | None:
     the one in force, over the month's hours."""
     if e.info.engine not in PER_BATCH_ENGINES:
         return None  # no per-batch knob: disable_above says where to turn it off
-    curve = load_curve(h.load_sample() for h in e.drafting)
+    curve = load_curve(s for h in e.drafting for s in h.load_samples())
     schedule = draft_schedule(curve, engine=e.info.engine, method=e.info.method)
     config = schedule.vllm_config
     changed = any(x.k is not None and x.k != x.k_running for x in schedule.lengths)
@@ -394,7 +394,7 @@ def _schedule_k(e: _Evidence) -> Recommendation | None:
         usd_at_stake=schedule.at_stake_usd,
         semantics=e.info.semantics,
         evidence=(
-            "The month's load curve (hours binned by mean running requests; speedup as the "
+            "The month's load curve (windows binned by mean running requests; speedup as the "
             "windows concluded it, summed):",
             *(_bin_line(x) for x in schedule.lengths),
             *tax,

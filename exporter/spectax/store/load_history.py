@@ -1,137 +1,222 @@
-"""The stored windows as the load curve reads them (`economics.load_curve`, issue 34), summed
-by the database per endpoint, model and load bin over a lookback.
+"""The stored history as the load curve reads it (`economics.load_curve`, issue 34): each
+hour's windows binned by load (`rollup_load_bins`, written by the hourly rollup with
+`store.rollup.load_bin_rows`), and the windows of the hours not rolled yet.
 
 A day of 5-minute windows is 288 rows per endpoint and model, 576,000 at 2,000 endpoints.
-Read row by row, 100 endpoints' day took 1.5 s of the event loop's CPU (52 µs a row: the
-row objects, then one sample each, then binning them); summed by the database, which bins
-them by the same edges (`BIN_EDGES`), the loop gets a few rows per endpoint and model: one
-per bin, basis and whether the window counted drafted tokens, which is all the curve's
-figures on /metrics need (the sums are the curve's own: `load_curve` sums them again). Not
-summed: the per-position counts (JSON text) and the B* and c in force, which only the K
-schedule reads, and the report makes its schedule from the hourly rollups.
+Read row by row, 100 endpoints' day took 1.5 s of the event loop's CPU (52 µs a row); summed
+by the database per bin at every refresh, it still read the whole day's windows every 5
+minutes and held SQLite's read lock meanwhile. The hourly rollup now bins each hour's
+windows once, as it sums them into the hour's row, and keeps the bins as long as the
+hourly rows (`retention.hourly`, 400 days by default), past the windows' 14 days: a
+refresh reads one row per hour, bin, basis and drafted-or-not, and bins itself only the
+windows of the hours still due for rollup and of the lookback's partial first hour.
+Each sample carries what the K schedule reads too: the per-position counts, B* and c.
 """
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
+from decimal import Decimal
 from typing import Any, cast
 
-from sqlalchemy import ColumnElement, and_, case, func, select
+from sqlalchemy import ColumnElement, and_, or_, select
 
 from spectax.economics.load_curve import BIN_EDGES, LoadSample
 from spectax.economics.step_model import Basis
 from spectax.store.database import DATABASE_ERRORS, Database, StoreError, reason
-from spectax.store.models import WindowRow
+from spectax.store.models import LoadBinRow, RollupDue, WindowRow
+from spectax.store.rollup import PERIOD, load_bin_rows, period_start
 
 BASES: frozenset[str] = frozenset(("measured", "calibrated", "profile", "default"))
 
 W = WindowRow
-#: The bin's lower edge, as `load_curve.bin_edge` gives it: the largest edge at or below the
-#: window's mean running requests, 1 below 2.
-_EDGE = case(*[(W.concurrency_requests >= e, e) for e in reversed(BIN_EDGES[1:])], else_=1)
-#: A window whose assessment concluded a speedup (`load_curve.sample_of`'s condition).
-_ASSESSED = and_(W.plain_busy_seconds.is_not(None), W.assessed_busy_seconds > 0)
-_DRAFTED = W.draft_tokens.is_not(None)
+B = LoadBinRow
+HOUR = PERIOD["hour"]
+#: What `load_bin_rows` reads of a window.
+_WINDOW_COLUMNS = tuple(
+    getattr(W, name)
+    for name in (
+        "endpoint",
+        "model",
+        "start",
+        "end",
+        "seconds",
+        "concurrency_requests",
+        "output_tokens",
+        "drafts",
+        "draft_tokens",
+        "accepted_tokens",
+        "accepted_per_position",
+        "plain_busy_seconds",
+        "assessed_busy_seconds",
+        "speedup_low_ratio",
+        "speedup_high_ratio",
+        "verdict_basis",
+        "speculation_savings_usd",
+        "busy_spend_usd",
+        "ridge_batch_requests",
+        "draft_cost_ratio",
+    )
+)
+_BIN_COLUMNS = tuple(c for c in B.__table__.columns if c.name != "id")
 
-
-def _assessed_sum(value: Any) -> ColumnElement[Any]:
-    return func.sum(case((_ASSESSED, value)))
-
-
-def _missing(column: Any) -> ColumnElement[Any]:
-    """How many assessed windows lack `column` (then the group has no band)."""
-    return func.sum(case((and_(_ASSESSED, column.is_(None)), 1), else_=0))
-
-
-_QUERY = select(
-    W.endpoint,
-    W.model,
-    _EDGE.label("edge"),
-    W.verdict_basis,
-    _DRAFTED.label("drafted"),
-    func.count().label("windows"),
-    func.max(W.end).label("end"),
-    func.sum(W.seconds).label("seconds"),
-    func.sum(W.concurrency_requests * W.seconds).label("running_seconds"),
-    func.sum(W.output_tokens).label("output_tokens"),
-    func.sum(W.drafts).label("drafts"),
-    func.sum(W.draft_tokens).label("draft_tokens"),
-    func.sum(W.accepted_tokens).label("accepted_tokens"),
-    _assessed_sum(W.plain_busy_seconds).label("plain_busy_seconds"),
-    _assessed_sum(W.assessed_busy_seconds).label("assessed_busy_seconds"),
-    _assessed_sum(W.assessed_busy_seconds * W.speedup_low_ratio).label("low_busy_seconds"),
-    _assessed_sum(W.assessed_busy_seconds * W.speedup_high_ratio).label("high_busy_seconds"),
-    _missing(W.speedup_low_ratio).label("low_missing"),
-    _missing(W.speedup_high_ratio).label("high_missing"),
-    func.sum(W.speculation_savings_usd).label("savings_usd"),
-    func.sum(W.busy_spend_usd).label("busy_usd"),
-).where(W.model != "")
-
-
-#: Endpoints summed per query. One query over a day of 2,000 endpoints (576,000 windows) held
+#: Endpoints read per query. One query over a day of 2,000 endpoints (576,000 windows) held
 #: SQLite's read lock 4-8 s, while the writer's commits waited (rollback journal: a commit
-#: needs every reader gone) and could pass the 5 s busy timeout; 50 endpoints' day is
-#: ~14,000 windows, a read of a fraction of a second, and the writer gets in between.
+#: needs every reader gone) and could pass the 5 s busy timeout; 50 endpoints' bins and
+#: unrolled windows are a read of a fraction of a second, and the writer gets in between.
 ENDPOINTS_PER_READ = 50
+#: Spans of due hours read per windows query (an OR of each endpoint's spans): far under
+#: SQLite's expression depth (1,000) and its bound parameters.
+SPANS_PER_READ = 200
+
+Samples = dict[tuple[str, str], list[LoadSample]]
 
 
 class LoadHistory(Database):
-    async def load_samples(
-        self, since: datetime, endpoints: Sequence[str]
-    ) -> dict[tuple[str, str], list[LoadSample]]:
-        """The `endpoints`' windows that started at or after `since`, summed per load bin, as
-        load-curve samples by (endpoint, model); a window without a model (a page that
-        served none) is no point of a curve. Read ENDPOINTS_PER_READ endpoints at a time."""
-        found: dict[tuple[str, str], list[LoadSample]] = {}
+    async def load_samples(self, since: datetime, endpoints: Sequence[str]) -> Samples:
+        """The `endpoints`' windows that started at or after `since`, summed per hour and
+        load bin, as load-curve samples by (endpoint, model): the rolled hours' bins as
+        stored, the windows of the hours still due for rollup and of the partial hour
+        from `since` binned here by the same rule (`load_bin_rows`). A window without a
+        model (a page that served none) is no point of a curve. Read ENDPOINTS_PER_READ
+        endpoints at a time."""
+        found: Samples = {}
+        hours_from = period_start(since, "hour")
+        if hours_from < since:
+            hours_from += HOUR  # the first whole hour: the one before is read from windows
         names = sorted(endpoints)
         for first in range(0, len(names), ENDPOINTS_PER_READ):
             batch = names[first : first + ENDPOINTS_PER_READ]
-            query = _QUERY.where(W.endpoint.in_(batch), W.start >= since).group_by(
-                W.endpoint, W.model, _EDGE, W.verdict_basis, _DRAFTED
-            )
             try:
                 async with self._sessions() as session:
-                    rows = (await session.execute(query)).all()
+                    # Due marks first: an hour rolled after this read is read from its
+                    # windows, which stay; one marked after it has bins without the newest
+                    # window, read at the next refresh. Never an hour twice or not at all.
+                    due_query = select(RollupDue.endpoint, RollupDue.start).where(
+                        RollupDue.granularity == "hour",
+                        RollupDue.endpoint.in_(batch),
+                        RollupDue.start >= hours_from,
+                    )
+                    due = {(e, s) for e, s in await session.execute(due_query)}
+                    bins_query = select(*_BIN_COLUMNS).where(
+                        B.endpoint.in_(batch), B.start >= hours_from
+                    )
+                    bins = [
+                        row
+                        for row in await session.execute(bins_query)
+                        if (row.endpoint, row.start) not in due
+                    ]
+                    windows = []
+                    for spans in _windows_wanted(due, hours_from):
+                        query = select(*_WINDOW_COLUMNS).where(
+                            W.endpoint.in_(batch), W.start >= since, spans
+                        )
+                        windows += list(await session.execute(query))
             except DATABASE_ERRORS as exc:
                 raise StoreError(f"cannot read the windows' load: {reason(exc)}") from None
-            for row in rows:
-                found.setdefault((row.endpoint, row.model), []).append(load_sample_of(row))
+            for row in bins:
+                sample = load_sample_of(row._mapping)
+                found.setdefault((row.endpoint, row.model), []).append(sample)
+            for binned in windows_binned(windows):
+                key = (binned["endpoint"], binned["model"])
+                found.setdefault(key, []).append(load_sample_of(binned))
         return found
 
+    async def load_bins(
+        self, since: datetime, until: datetime, endpoints: Sequence[str] | None = None
+    ) -> list[tuple[str, str, datetime, LoadSample]]:
+        """The stored bins of the hours starting in [since, until), as (endpoint, model,
+        hour, sample): the report's month curve, window by window (`spectax report`)."""
+        query = select(*_BIN_COLUMNS).where(B.start >= since, B.start < until)
+        if endpoints:
+            query = query.where(B.endpoint.in_(list(endpoints)))
+        try:
+            async with self._sessions() as session:
+                rows = list(await session.execute(query))
+        except DATABASE_ERRORS as exc:
+            raise StoreError(f"cannot read the load bins: {reason(exc)}") from None
+        return [(r.endpoint, r.model, r.start, load_sample_of(r._mapping)) for r in rows]
 
-def load_sample_of(row: Any) -> LoadSample:
-    """One group of stored windows (one bin, basis and drafted-or-not of one model) as one
-    sample of `windows` windows: the sums their assessments wrote (store.rows.assessed_sums),
-    the band as busy time times each end, as `sample_of` makes them of a window in memory."""
-    seconds = float(row.seconds or 0.0)
-    busy = float(row.assessed_busy_seconds or 0.0)
-    assessed = row.plain_busy_seconds is not None and busy > 0
-    basis = row.verdict_basis if row.verdict_basis in BASES else None
-    following = BIN_EDGES.index(row.edge) + 1
-    floor = row.edge if row.edge > 1 else -math.inf  # bin 1 holds the idle windows too
+
+def _windows_wanted(
+    due: set[tuple[str, datetime]], hours_from: datetime
+) -> list[ColumnElement[bool]]:
+    """The conditions, one per windows query, that pick the windows to bin here: the partial
+    first hour's (before `hours_from`), then each endpoint's due hours, consecutive ones
+    merged into one span, SPANS_PER_READ spans a query."""
+    spans: list[ColumnElement[bool]] = []
+    for endpoint in sorted({e for e, _ in due}):
+        hours = sorted(s for e, s in due if e == endpoint)
+        low = high = hours[0]
+        for hour in [*hours[1:], None]:
+            if hour is not None and hour == high + HOUR:
+                high = hour
+                continue
+            spans.append(and_(W.endpoint == endpoint, W.start >= low, W.start < high + HOUR))
+            if hour is not None:
+                low = high = hour
+    first = [W.start < hours_from, *spans[: SPANS_PER_READ - 1]]
+    rest = spans[SPANS_PER_READ - 1 :]
+    chunks = [rest[i : i + SPANS_PER_READ] for i in range(0, len(rest), SPANS_PER_READ)]
+    return [or_(*first), *(or_(*chunk) for chunk in chunks)]
+
+
+def windows_binned(windows: Sequence[Any]) -> list[dict[str, Any]]:
+    """Windows (any rows with `load_bin_rows`' columns) binned per endpoint and hour."""
+    by_hour: dict[tuple[str, datetime], list[Any]] = {}
+    for window in windows:
+        key = (window.endpoint, period_start(window.start, "hour"))
+        by_hour.setdefault(key, []).append(window)
+    return [
+        row
+        for (endpoint, hour), group in sorted(by_hour.items())
+        for row in load_bin_rows(endpoint, hour, group)
+    ]
+
+
+def load_sample_of(row: Mapping[Any, Any]) -> LoadSample:
+    """One bin of windows (one hour, bin, basis and drafted-or-not of one model, stored or
+    binned from windows) as one sample of its windows: the sums their assessments wrote
+    (store.rows.assessed_sums), the band as busy time times each end, as `sample_of` makes
+    them of a window in memory, the per-position counts, and the B* and c of its newest."""
+    seconds = float(row["seconds"] or 0.0)
+    busy = float(row["assessed_busy_seconds"] or 0.0)
+    assessed = row["plain_busy_seconds"] is not None and busy > 0
+    basis = row["verdict_basis"] if row["verdict_basis"] in BASES else None
+    edge, drafted = row["edge"], row["drafted"]
+    following = BIN_EDGES.index(edge) + 1
+    floor = edge if edge > 1 else -math.inf  # bin 1 holds the idle windows too
     ceiling = BIN_EDGES[following] if following < len(BIN_EDGES) else math.inf
-    mean = float(row.running_seconds or 0.0) / seconds if seconds > 0 else 0.0
+    mean = float(row["running_seconds"] or 0.0) / seconds if seconds > 0 else 0.0
     return LoadSample(
-        end=row.end.timestamp(),
+        end=row["end"].timestamp(),
         seconds=seconds,
         # The group's mean stays in its bin however its sum rounds.
         concurrency=min(max(mean, floor), math.nextafter(ceiling, 0)),
-        windows=row.windows,
-        output_tokens=float(row.output_tokens or 0.0),
-        drafts=_optional(row.drafts) if row.drafted else None,
-        draft_tokens=_optional(row.draft_tokens) if row.drafted else None,
-        accepted_tokens=_optional(row.accepted_tokens) if row.drafted else None,
-        plain_busy_seconds=float(row.plain_busy_seconds) if assessed else None,
+        windows=row["windows"],
+        output_tokens=float(row["output_tokens"] or 0.0),
+        drafts=_optional(row["drafts"]) if drafted else None,
+        draft_tokens=_optional(row["draft_tokens"]) if drafted else None,
+        accepted_tokens=_optional(row["accepted_tokens"]) if drafted else None,
+        accepted_per_position=_positions(row["accepted_per_position"]),
+        plain_busy_seconds=float(row["plain_busy_seconds"]) if assessed else None,
         assessed_busy_seconds=busy if assessed else 0.0,
-        low_busy_seconds=_optional(row.low_busy_seconds) if not row.low_missing else None,
-        high_busy_seconds=_optional(row.high_busy_seconds) if not row.high_missing else None,
+        low_busy_seconds=None if row["low_missing"] else _optional(row["low_busy_seconds"]),
+        high_busy_seconds=None if row["high_missing"] else _optional(row["high_busy_seconds"]),
         basis=cast(Basis, basis) if assessed else None,
-        savings_usd=_optional(row.savings_usd),
-        busy_usd=_optional(row.busy_usd),
+        savings_usd=_optional(row["savings_usd"]),
+        busy_usd=_optional(row["busy_usd"]),
+        ridge_batch=float(row["ridge_batch_requests"] or 0.0),
+        draft_cost_ratio=float(row["draft_cost_ratio"] or 0.0),
     )
 
 
-def _optional(value: Any) -> float | None:
+def _positions(text: str | None) -> tuple[float, ...]:
+    return tuple(float(a) for a in json.loads(text or "[]"))
+
+
+def _optional(value: float | Decimal | None) -> float | None:
     return None if value is None else float(value)

@@ -210,6 +210,51 @@ class DailyRow(Sums, VerdictCounts, Base):
     windows: Mapped[int] = mapped_column(Integer)
 
 
+class LoadBinRow(Base):
+    """One hour of one endpoint and model's windows, binned by their mean running requests
+    (`load_curve.bin_edge`) and split by verdict basis and whether drafted tokens were
+    counted: the sums the load curve adds up (`store.load_history.load_bin_rows`).
+
+    An hourly row sums the hour at its mean load, which blurs an hour that ran at 4 and 64
+    requests into one point at 34; these keep each window in its own bin for as long as the
+    hourly rows are kept (`retention.hourly`), past the windows' 14 days. Written with the
+    hour's hourly rows, from the same windows (store.rollup). `edge` is the bin's lower edge;
+    the sums are those of the hour's windows, the band's as busy time times each end (with
+    how many assessed windows had no end), the per-position counts summed, B* and c the
+    newest window's (parameters, not sums). Model "" (a page that served none) has none.
+    """
+
+    __tablename__ = "rollup_load_bins"
+    __table_args__ = (Index("ix_rollup_load_bins_endpoint_start", "endpoint", "start"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    endpoint: Mapped[str] = mapped_column(String(64))
+    model: Mapped[str] = mapped_column(String(256))
+    start: Mapped[datetime] = mapped_column(UtcDateTime, index=True)  # the hour
+    edge: Mapped[int] = mapped_column(Integer)
+    verdict_basis: Mapped[str | None] = mapped_column(String(16))
+    drafted: Mapped[bool] = mapped_column(Boolean)
+    windows: Mapped[int] = mapped_column(Integer)
+    end: Mapped[datetime] = mapped_column(UtcDateTime)  # the newest window's end
+    seconds: Mapped[float] = mapped_column(Float)
+    running_seconds: Mapped[float] = mapped_column(Float)  # mean running requests x seconds
+    output_tokens: Mapped[int] = mapped_column(BigInteger)
+    drafts: Mapped[int | None] = mapped_column(BigInteger)
+    draft_tokens: Mapped[int | None] = mapped_column(BigInteger)
+    accepted_tokens: Mapped[int | None] = mapped_column(BigInteger)
+    accepted_per_position: Mapped[str] = mapped_column(Text, default="[]")
+    plain_busy_seconds: Mapped[float | None] = mapped_column(Float)
+    assessed_busy_seconds: Mapped[float | None] = mapped_column(Float)
+    low_busy_seconds: Mapped[float | None] = mapped_column(Float)
+    high_busy_seconds: Mapped[float | None] = mapped_column(Float)
+    low_missing: Mapped[int] = mapped_column(Integer)
+    high_missing: Mapped[int] = mapped_column(Integer)
+    savings_usd: Mapped[float | None] = mapped_column(Float)
+    busy_usd: Mapped[Decimal | None] = mapped_column(Money)
+    ridge_batch_requests: Mapped[float] = mapped_column(Float)
+    draft_cost_ratio: Mapped[float | None] = mapped_column(Float)
+
+
 Granularity = Literal["window", "hour", "day"]
 #: The table that holds each granularity of history.
 TABLES: dict[str, type[Sums]] = {"window": WindowRow, "hour": HourlyRow, "day": DailyRow}

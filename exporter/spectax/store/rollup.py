@@ -21,13 +21,17 @@ no day's sum can pass it. A period whose sums still do not fit (rows written
 before that check) is refused alone, logged with the column: its rollup row is
 removed rather than left wrong, its windows stay, and the other endpoints'
 periods roll up as ever: one endpoint's values never stop the others' history.
+
+The hourly rollup also bins each hour's windows by load (`load_bin_rows`, the table
+`rollup_load_bins`): the load curve's sums per hour, bin, basis and drafted-or-not, written
+and removed with the hour's rows (issue 34; store.load_history reads them).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -35,6 +39,7 @@ from typing import Any
 from sqlalchemy import BigInteger, Integer, bindparam, delete, func, select
 from sqlalchemy import inspect as sa_inspect
 
+from spectax.economics.load_curve import bin_edge
 from spectax.engines.base import COUNTERS, Buckets
 from spectax.pipeline.counts import GAUGES
 from spectax.store.database import (
@@ -45,7 +50,15 @@ from spectax.store.database import (
     reason,
     upsert_statement,
 )
-from spectax.store.models import TABLES, HourlyRow, Money, RollupDue, Sums, WindowRow
+from spectax.store.models import (
+    TABLES,
+    HourlyRow,
+    LoadBinRow,
+    Money,
+    RollupDue,
+    Sums,
+    WindowRow,
+)
 from spectax.store.rows import decode_buckets, encode_buckets
 from spectax.units import floor_time
 
@@ -95,7 +108,7 @@ _LATEST = (
 # The largest value each integer column of the rollup tables holds (Money: nano-dollars).
 _LIMITS = {
     column.name: 2**63 - 1 if isinstance(column.type, (BigInteger, Money)) else 2**31 - 1
-    for table in (WindowRow, *TABLES.values())
+    for table in (WindowRow, *TABLES.values(), LoadBinRow)
     for column in sa_inspect(table).columns
     if isinstance(column.type, (Integer, Money)) and column.name != "id"
 }
@@ -150,9 +163,10 @@ class Rollups(Database):
             start = period_start(marked, granularity)
             table = TABLES[granularity]
             async with self._sessions.begin() as session:
-                await session.execute(
-                    delete(table).where(table.endpoint == endpoint, table.start == start)
-                )
+                for refused in (table, LoadBinRow) if granularity == "hour" else (table,):
+                    await session.execute(
+                        delete(refused).where(refused.endpoint == endpoint, refused.start == start)
+                    )
                 await session.execute(
                     delete(RollupDue).where(
                         RollupDue.granularity == granularity,
@@ -195,6 +209,7 @@ class Rollups(Database):
         async with self._sessions.begin() as session:
             connection = await session.connection()
             summed: list[dict[str, Any]] = []
+            binned: list[dict[str, Any]] = []  # the hours' windows by load (hour only)
             refused: list[tuple[str, datetime, str]] = []
             days: set[tuple[str, datetime]] = set()
             for start, endpoints in sorted(by_period.items()):
@@ -206,19 +221,26 @@ class Rollups(Database):
                 rows: dict[str, list[Any]] = {name: [] for name in names}
                 for row in await connection.execute(query):
                     rows[row.endpoint].append(row)
-                await connection.execute(
-                    delete(table).where(table.endpoint.in_(names), table.start == start)
-                )
+                for replaced in (table, LoadBinRow) if granularity == "hour" else (table,):
+                    await connection.execute(
+                        delete(replaced).where(
+                            replaced.endpoint.in_(names), replaced.start == start
+                        )
+                    )
                 for name in names:
                     period = rollup_rows(name, start, granularity, rows[name])
-                    problem = next(filter(None, map(sums_out_of_range, period)), None)
+                    bins = load_bin_rows(name, start, rows[name]) if granularity == "hour" else []
+                    problem = next(filter(None, map(sums_out_of_range, [*period, *bins])), None)
                     if problem is None:
                         summed += period
+                        binned += bins
                     else:
                         refused.append((name, start, problem))
                     days.add((name, period_start(start, "day")))
             if summed:
                 await connection.execute(upsert_statement(insert, table), summed)
+            if binned:
+                await connection.execute(insert(LoadBinRow), binned)
             if granularity == "hour":
                 await connection.execute(
                     mark_due_statement(insert),
@@ -261,8 +283,9 @@ class Rollups(Database):
                 ).scalar()
                 if oldest_due is not None:
                     horizon = min(horizon, period_start(oldest_due, rolled_into))
-                result = await session.execute(delete(table).where(table.start < horizon))
-                deleted += getattr(result, "rowcount", 0) or 0
+                for kept in (table, LoadBinRow) if granularity == "hour" else (table,):
+                    result = await session.execute(delete(kept).where(kept.start < horizon))
+                    deleted += getattr(result, "rowcount", 0) or 0
         return deleted
 
     async def rows(
@@ -355,6 +378,77 @@ def rollup_rows(
         summed.update({name: getattr(group[-1], name, None) for name in _LATEST})
         result.append(summed)
     return result
+
+
+def load_bin_rows(endpoint: str, start: datetime, windows: Sequence[Any]) -> list[dict[str, Any]]:
+    """The hour's windows (starting at `start`) binned by load: one row per model, bin
+    (`bin_edge` of the window's mean running requests), verdict basis and whether it counted
+    drafted tokens, with the sums the load curve adds up (models.LoadBinRow). `windows` are
+    window rows: ORM instances or result rows with the columns `load_history` reads."""
+    groups: dict[tuple[str, int, str, bool], list[Any]] = {}
+    for w in windows:
+        if w.model:  # a page that served no model is no point of a curve
+            key = (
+                w.model,
+                bin_edge(w.concurrency_requests),
+                w.verdict_basis or "",
+                w.draft_tokens is not None,
+            )
+            groups.setdefault(key, []).append(w)
+    return [_load_bin(endpoint, start, group) for _, group in sorted(groups.items())]
+
+
+def _load_bin(endpoint: str, start: datetime, group: Sequence[Any]) -> dict[str, Any]:
+    """One bin's sums. Only the windows whose assessment concluded a speedup add their busy
+    time and band (`load_curve.sample_of`'s condition); `*_missing` count those without an
+    end of the band (then the bin has none). A sum of nothing known is NULL, as in SQL."""
+    first, newest = group[0], max(group, key=lambda w: w.end)
+    assessed = [
+        w
+        for w in group
+        if w.plain_busy_seconds is not None
+        and w.assessed_busy_seconds is not None
+        and w.assessed_busy_seconds > 0
+    ]
+    return {
+        "endpoint": endpoint,
+        "model": first.model,
+        "start": start,
+        "edge": bin_edge(first.concurrency_requests),
+        "verdict_basis": first.verdict_basis,
+        "drafted": first.draft_tokens is not None,
+        "windows": len(group),
+        "end": newest.end,
+        "seconds": sum(w.seconds for w in group),
+        "running_seconds": sum(w.concurrency_requests * w.seconds for w in group),
+        "output_tokens": sum(w.output_tokens for w in group),
+        "drafts": _known_sum(w.drafts for w in group),
+        "draft_tokens": _known_sum(w.draft_tokens for w in group),
+        "accepted_tokens": _known_sum(w.accepted_tokens for w in group),
+        _POSITIONS: json.dumps(_add_positions(group)),
+        "plain_busy_seconds": _known_sum(w.plain_busy_seconds for w in assessed),
+        "assessed_busy_seconds": _known_sum(w.assessed_busy_seconds for w in assessed),
+        "low_busy_seconds": _known_sum(_band_busy(w, w.speedup_low_ratio) for w in assessed),
+        "high_busy_seconds": _known_sum(_band_busy(w, w.speedup_high_ratio) for w in assessed),
+        "low_missing": sum(w.speedup_low_ratio is None for w in assessed),
+        "high_missing": sum(w.speedup_high_ratio is None for w in assessed),
+        "savings_usd": _known_sum(w.speculation_savings_usd for w in group),
+        "busy_usd": _known_sum(w.busy_spend_usd for w in group),
+        "ridge_batch_requests": newest.ridge_batch_requests,
+        "draft_cost_ratio": newest.draft_cost_ratio,
+    }
+
+
+def _band_busy(window: Any, end: float | None) -> float | None:
+    return None if end is None else window.assessed_busy_seconds * end
+
+
+def _known_sum(values: Iterable[Any]) -> Any:
+    """The sum of the values that are known; None when none is (SQL's SUM)."""
+    known = [v for v in values if v is not None]
+    if not known:
+        return None
+    return sum(known, Decimal(0) if isinstance(known[0], Decimal) else 0)
 
 
 def verdict_counts(rows: Sequence[Any]) -> dict[str, int | None]:
