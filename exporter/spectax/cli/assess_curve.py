@@ -321,7 +321,8 @@ def _stake_text(s: CurveSection) -> str:
     stake = s.schedule.at_stake_usd
     if not s.priced or stake is None:
         return (
-            "at stake: - (no span and price: pass --seconds S and --usd-per-hour X)"
+            "at stake: - (unpriced: dollars need the span, --seconds S or the files' times,"
+            " and a price, --usd-per-hour X)"
             if not s.priced
             else "at stake: - (no bin's K was chosen from counts)"
         )
