@@ -114,6 +114,13 @@ def test_a_series_bins_each_window_by_its_mean_running_requests(capsys, tmp_path
         assert row[4] == f"{b['acceptance_ratio']:.3f}"
         assert row[6] == f"+${b['speculation_savings_usd']:.4f}"
     assert "  crossover: none: no bin paid" in text
+    # Every load seen keeps K = 4: the list's other K are the model's, and it says so.
+    assert [b["speculative_tokens"] for b in data["k_schedule"]["bins"]] == [4, 4, 4]
+    [advice] = [line for line in text.splitlines() if line.startswith("  advice: ")]
+    assert advice.endswith(
+        "every load the pages saw keeps the K it ran: the change is at"
+        " batch sizes no window ran at, the model's alone"
+    )
 
 
 def test_each_window_is_assessed_as_its_two_pages_alone(capsys, tmp_path) -> None:
@@ -163,6 +170,7 @@ def test_the_k_schedule_and_its_stake_over_the_span_and_a_month(capsys, tmp_path
     assert code == 0
     assert f"  vLLM: --speculative-config '{json.dumps(config)}'" in text
     assert "  K by batch size: 1 at 1, 0 from 2 (up to 1024)" in text
+    assert "every load the pages saw keeps the K it ran" not in text
     assert f"at stake: +${stake:.4f} over the 120 s span" in text
     month = schedule["at_stake_month_usd"]
     assert f"+${month:,.2f} over a 30-day month at this rate (an extrapolation" in text
@@ -197,7 +205,12 @@ def test_a_schedule_run_assesses_each_window_at_its_k_and_flags_straddling_bins(
     pages = at_load(tmp_path, NGRAM, NGRAM_RUNNING)
     ranges = [[1, 9, 4], [10, 1024, 2]]
     schedule = ("--schedule", json.dumps(ranges))
-    curve = as_json(capsys, *pages, *NGRAM_ARGS, *schedule)["load_curve"]
+    data = as_json(capsys, *pages, *NGRAM_ARGS, *schedule)
+    curve = data["load_curve"]
+    # The headline, from 1 to 113 running requests (a mean of 57): K = 2, and it ran two K.
+    [note] = [n for n in data["notes"] if n.startswith("assessed at K")]
+    assert note.startswith("assessed at K = 2, the K --schedule runs at 57 running requests;")
+    assert "the span ran two of its K" in note and data["speculative_tokens"] == 2
     ks = [w["scheduled_speculative_tokens"] for w in curve["windows"]]
     assert ks == [k_at_load(ranges, load) for load in NGRAM_LOADS] == [4, 4, 2]
     # The server recorded ran K = 4 throughout: its drafts at 64 requests are longer than 2.

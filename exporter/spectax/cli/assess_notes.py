@@ -205,6 +205,9 @@ def notes_for(
             )
         )
     notes.extend(_parameter_notes(a, step))
+    schedule_note = _schedule_note(a)
+    if schedule_note is not None:
+        notes.append(schedule_note)
     not_drafting = WHY_NOT_DRAFTING.get(a.verdict)
     if not_drafting:
         why(
@@ -298,6 +301,23 @@ def _parameter_notes(a: economics.Assessment, step: economics.StepModel | None) 
             )
         notes.append(Note(("recommended_speculative_tokens",), text))
     return notes
+
+
+def _schedule_note(a: economics.Assessment) -> Note | None:
+    """Under `--schedule`: the K the span was assessed at, and whether it ran two of the
+    schedule's K (then its figures mix them, as the status page says of a window)."""
+    k = a.scheduled_speculative_tokens
+    if k is None:
+        return None
+    text = (
+        f"assessed at K = {k}, the K --schedule runs at {a.concurrency_requests:g} running requests"
+    )
+    if a.schedule_boundary:
+        text += (
+            "; the span ran two of its K (its mean load lies across a K change, or it drafted"
+            " longer than K): its figures mix them"
+        )
+    return Note(("speculative_tokens",), text)
 
 
 def _basis_note(a: economics.Assessment) -> str | None:
