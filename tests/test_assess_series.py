@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from recorded_pages import FIXTURES, page
+from recorded_pages import FIXTURES, page, reference_values
 from spectax.cli.assess_curve import (
     MONTH_SECONDS,
     CurveSection,
@@ -34,6 +34,7 @@ from spectax.economics.draft_schedule import draft_schedule
 from spectax.economics.k_schedule import k_at_load
 from spectax.economics.load_curve import LoadSample, load_curve
 
+MODEL = "tiny-llama"
 NGRAM = (
     "spec_ngram_0_before_traffic.txt",
     "spec_ngram_1_after_first_request.txt",
@@ -353,3 +354,22 @@ def test_the_same_url_given_n_times_is_fetched_n_times_seconds_apart(capsys, tmp
     assert [w["concurrency_requests"] for w in windows] == pytest.approx(NGRAM_LOADS)
     assert [w["seconds"] for w in windows] == pytest.approx([0.2] * 3)
     assert code == 1 and "give --seconds to fetch the same URL 4 times" in err
+
+
+def test_a_restart_within_the_series_is_said_of_the_headline(capsys) -> None:
+    """The ngram server's pages, then its restarted process's: the headline (first page to
+    last) counts only the new process, the curve every two pages, and a note says so."""
+    names = (
+        *NGRAM[::2],
+        NGRAM[3],
+        "spec_ngram_restart_2_mid.txt",
+        "spec_ngram_restart_3_after.txt",
+    )
+    pages = [str(FIXTURES / name) for name in names]
+    data = as_json(capsys, *pages, "--method", "ngram", "--seconds", "60")
+    last = reference_values(page(names[-1]))["vllm:generation_tokens_total"][MODEL]
+    assert data["restarted"] is True and data["output_tokens"] == last
+    assert len(data["load_curve"]["windows"]) == len(names) - 1
+    assert any(n.startswith("the server restarted between the first and") for n in data["notes"])
+    two = as_json(capsys, pages[0], pages[-1], "--method", "ngram", "--seconds", "240")
+    assert not any(n.startswith("the server restarted between") for n in two["notes"])

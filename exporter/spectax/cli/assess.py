@@ -158,7 +158,24 @@ def assess_series(
         schedule=options.schedule,
         priced=options.seconds is not None and options.usd_per_hour is not None,
     )
-    return Series(_results(headline, options), curves)
+    results = _results(headline, options)
+    if len(texts) > 2:
+        results = [_restart_noted(r, curves) for r in results]
+    return Series(results, curves)
+
+
+def _restart_noted(result: Assessed, curves: Mapping[str, CurveSection]) -> Assessed:
+    """A series whose server restarted between its first and last page: the headline (the
+    first page to the last, as two pages are read) counts only the new process, while the
+    curve's windows count every span; say so."""
+    if not result.assessment.restarted or result.assessment.model not in curves:
+        return result
+    note = Note(
+        ("restarted",),
+        "the server restarted between the first and the last page: these figures count"
+        " only what the new process served; the load curve's windows count every two pages",
+    )
+    return replace(result, notes=(*result.notes, note))
 
 
 @dataclass(frozen=True)
@@ -486,7 +503,8 @@ def add_parser(commands: Any) -> None:
         "--control",
         nargs=2,
         metavar=("CBEFORE", "CAFTER"),
-        help="the same two pages from a control serving the model without speculation",
+        help="the same two pages from a control serving the model without speculation (with"
+        " more pages: over the whole series, for the headline only)",
     )
     assess.add_argument(
         "--schedule",
