@@ -114,6 +114,7 @@ def test_a_series_bins_each_window_by_its_mean_running_requests(capsys, tmp_path
         assert row[3] == f"{b['speedup_ratio']:.3f} ({low:.3f} to {high:.3f}, default)"
         assert row[4] == f"{b['acceptance_ratio']:.3f}"
         assert row[6] == f"+${b['speculation_savings_usd']:.4f}"
+        assert row[8] == f"{b['draft_tokens_per_step']:.3f}"
     assert "  crossover: none: no bin paid" in text
     # Every load seen keeps K = 4: the list's other K are the model's, and it says so.
     assert [b["speculative_tokens"] for b in data["k_schedule"]["bins"]] == [4, 4, 4]

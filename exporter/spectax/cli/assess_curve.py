@@ -177,6 +177,7 @@ def curve_object(s: CurveSection) -> dict[str, Any]:
                 "position_acceptance_ratio": list(b.position_acceptance),
                 "speculation_savings_usd": b.savings_usd if s.priced else None,
                 "output_tokens_per_request_second": b.output_rate,
+                "draft_tokens_per_step": b.draft_tokens_per_step,
                 "stalled": b.low in stalled,
                 "schedule_boundary": s.straddles(b),
             }
@@ -231,7 +232,7 @@ def curve_lines(s: CurveSection) -> list[str]:
         " binned by mean running requests:"
     ]
     header = ["running requests", "windows", "time", "speedup (band, basis)", "acceptance"]
-    header += ["per position", "net", "tokens/s/request"]
+    header += ["per position", "net", "tokens/s/request", "drafted/step"]
     if s.boundaries is not None:
         header.append("K in force")
     rows = [header]
@@ -243,6 +244,7 @@ def curve_lines(s: CurveSection) -> list[str]:
         row += [speedup_text(b), _ratio(b.acceptance), _positions(b.position_acceptance)]
         row += [_usd(b.savings_usd if s.priced else None)]
         row += ["-" if b.output_rate is None else f"{b.output_rate:.4g}"]
+        row += [_ratio(b.draft_tokens_per_step)]
         if s.boundaries is not None:
             row.append(_scheduled_k(s, b))
         rows.append(row)
