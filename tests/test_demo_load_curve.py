@@ -41,7 +41,7 @@ def month(tmp_path_factory: pytest.TempPathFactory) -> Report:
 def curve_of(report: Report, name: str) -> LoadCurve:
     """The month's load curve of one endpoint, as the report's table and schedule read it."""
     (endpoint,) = [e for e in report.endpoints if e.info.name == name]
-    return load_curve(h.load_sample() for h in endpoint.hours if h.drafting)
+    return load_curve(s for h in endpoint.hours if h.drafting for s in h.load_samples())
 
 
 def test_the_swinging_endpoint_pays_at_low_load_and_is_a_tax_above_its_crossover(

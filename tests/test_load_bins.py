@@ -28,7 +28,7 @@ from spectax.exposition import SnapshotCollector, StoreStatus
 from spectax.exposition.collector import LoadCurves
 from spectax.report.load_curve_table import load_curve_table
 from spectax.report.period import Month
-from spectax.store import Store
+from spectax.store import Store, load_history
 from spectax.store.models import LoadBinRow, RollupDue, WindowRow
 from spectax.store.schema import _config, upgrade
 
@@ -165,12 +165,16 @@ async def store(database_url: str):
     await store.close()
 
 
+@pytest.mark.parametrize("spans_per_read", [load_history.SPANS_PER_READ, 1])
 async def test_the_curve_from_bins_and_unrolled_windows_is_the_windows_curve(
-    store: Store,
+    store: Store, spans_per_read: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Same windows, same curve, same /metrics: from every window one by one, and from the
     rolled hours' bins plus the windows of the hours still due (a late window re-marked a
-    rolled hour, new windows the last one) and of the lookback's partial first hour."""
+    rolled hour, new windows the last one) and of the lookback's partial first hour. The
+    bins are summed by the database; with more due spans than it takes in one query (after
+    migration 0012), read row by row."""
+    monkeypatch.setattr(load_history, "SPANS_PER_READ", spans_per_read)
     first = NOW - timedelta(hours=5, minutes=25)  # 06:35; the lookback starts at 06:40
     since = first + timedelta(minutes=5)
     slots = list(range(65))

@@ -1,5 +1,6 @@
 """The daemon's load curves (issue 34): each endpoint and model's stored windows over the
-lookback (`load_curve.lookback`), binned by mean running requests (`economics.load_curve`),
+lookback (`load_curve.lookback`), binned by mean running requests (`economics.load_curve`;
+the rolled hours' bins the store keeps, and the windows not rolled up yet: `load_samples`),
 made again every `load_curve.refresh_interval` by a job of their own, off the scrape path:
 `/metrics` reads the last ones made, with their lines formatted once (`LoadCurves`).
 
@@ -39,7 +40,7 @@ class CurveBook:
         lookback: float,
         endpoints: Mapping[str, EndpointSnapshot],
     ) -> None:
-        """Read the lookback's windows and make the curves again, of the `endpoints` watched
+        """Read the lookback's load bins and make the curves again, of the `endpoints` watched
         (by name, their snapshots: their configured K schedules); a store that cannot be
         read keeps the last ones, said once in the log, and its recovery once."""
         try:

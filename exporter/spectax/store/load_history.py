@@ -7,10 +7,13 @@ Read row by row, 100 endpoints' day took 1.5 s of the event loop's CPU (52 µs a
 by the database per bin at every refresh, it still read the whole day's windows every 5
 minutes and held SQLite's read lock meanwhile. The hourly rollup now bins each hour's
 windows once, as it sums them into the hour's row, and keeps the bins as long as the
-hourly rows (`retention.hourly`, 400 days by default), past the windows' 14 days: a
-refresh reads one row per hour, bin, basis and drafted-or-not, and bins itself only the
-windows of the hours still due for rollup and of the lookback's partial first hour.
-Each sample carries what the K schedule reads too: the per-position counts, B* and c.
+hourly rows (`retention.hourly`, 400 days by default), past the windows' 14 days. A
+refresh has the database sum the rolled hours' bins per bin, basis and drafted-or-not (a
+few rows per endpoint and model, as before) and bins itself only the windows of the hours
+still due for rollup and of the lookback's partial first hour. 100 endpoints' day of
+5-minute windows at two loads an hour (28,800 windows, 4,800 bins): 0.14-0.19 s of the
+event loop's CPU summed from the windows, 0.09-0.10 s from the bins (SQLite). Each sample
+carries what the K schedule reads too: the per-position counts, B* and c.
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, cast
 
-from sqlalchemy import ColumnElement, and_, or_, select
+from sqlalchemy import ColumnElement, and_, func, not_, or_, select
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import InstrumentedAttribute, aliased
 
 from spectax.economics.load_curve import BIN_EDGES, LoadSample
 from spectax.economics.step_model import Basis
@@ -73,6 +78,24 @@ ENDPOINTS_PER_READ = 50
 SPANS_PER_READ = 200
 
 Samples = dict[tuple[str, str], list[LoadSample]]
+Due = tuple[str, datetime]  # an endpoint's hour marked for rollup
+#: The bins' columns that add up, summed again over the lookback's hours.
+_SUMMED = (
+    "seconds",
+    "running_seconds",
+    "output_tokens",
+    "drafts",
+    "draft_tokens",
+    "accepted_tokens",
+    "plain_busy_seconds",
+    "assessed_busy_seconds",
+    "low_busy_seconds",
+    "high_busy_seconds",
+    "low_missing",
+    "high_missing",
+    "savings_usd",
+    "busy_usd",
+)
 
 
 class LoadHistory(Database):
@@ -101,14 +124,7 @@ class LoadHistory(Database):
                         RollupDue.start >= hours_from,
                     )
                     due = {(e, s) for e, s in await session.execute(due_query)}
-                    bins_query = select(*_BIN_COLUMNS).where(
-                        B.endpoint.in_(batch), B.start >= hours_from
-                    )
-                    bins = [
-                        row
-                        for row in await session.execute(bins_query)
-                        if (row.endpoint, row.start) not in due
-                    ]
+                    bins = await _rolled_bins(session, batch, hours_from, due)
                     windows = []
                     for spans in _windows_wanted(due, hours_from):
                         query = select(*_WINDOW_COLUMNS).where(
@@ -118,8 +134,8 @@ class LoadHistory(Database):
             except DATABASE_ERRORS as exc:
                 raise StoreError(f"cannot read the windows' load: {reason(exc)}") from None
             for row in bins:
-                sample = load_sample_of(row._mapping)
-                found.setdefault((row.endpoint, row.model), []).append(sample)
+                sample = load_sample_of(row)
+                found.setdefault((row["endpoint"], row["model"]), []).append(sample)
             for binned in windows_binned(windows):
                 key = (binned["endpoint"], binned["model"])
                 found.setdefault(key, []).append(load_sample_of(binned))
@@ -141,23 +157,76 @@ class LoadHistory(Database):
         return [(r.endpoint, r.model, r.start, load_sample_of(r._mapping)) for r in rows]
 
 
-def _windows_wanted(
-    due: set[tuple[str, datetime]], hours_from: datetime
+async def _rolled_bins(
+    session: AsyncSession, batch: Sequence[str], hours_from: datetime, due: set[Due]
+) -> list[Mapping[Any, Any]]:
+    """The bins of the batch's rolled hours from `hours_from`, the `due` hours left out:
+    summed by the database per endpoint, model, bin, basis and drafted-or-not (their
+    per-position counts joined as text, each group's newest row's B* and c beside), as
+    one hour's bins were summed from its windows; while more than SPANS_PER_READ spans of
+    hours are due (after migration 0012, until the rollup has binned them), row by row."""
+    spans = _spans(due, B.endpoint, B.start)
+    where = [B.endpoint.in_(batch), B.start >= hours_from]
+    if len(spans) > SPANS_PER_READ:
+        rows = await session.execute(select(*_BIN_COLUMNS).where(*where))
+        return [row._mapping for row in rows if (row.endpoint, row.start) not in due]
+    if spans:
+        where.append(not_(or_(*spans)))
+    keys = (B.endpoint, B.model, B.edge, B.verdict_basis, B.drafted)
+    summed = (
+        select(
+            *keys,
+            func.sum(B.windows).label("windows"),
+            func.max(B.end).label("end"),
+            *(func.sum(getattr(B, name)).label(name) for name in _SUMMED),
+            func.aggregate_strings(B.accepted_per_position, ",").label("accepted_per_position"),
+        )
+        .where(*where)
+        .group_by(*keys)
+        .subquery()
+    )
+    newest = aliased(B)
+    query = select(summed, newest.ridge_batch_requests, newest.draft_cost_ratio).join(
+        newest,
+        and_(
+            newest.endpoint == summed.c.endpoint,
+            newest.model == summed.c.model,
+            newest.edge == summed.c.edge,
+            newest.verdict_basis.is_not_distinct_from(summed.c.verdict_basis),
+            newest.drafted == summed.c.drafted,
+            newest.end == summed.c.end,
+        ),
+    )
+    groups: dict[tuple[Any, ...], Mapping[Any, Any]] = {}
+    for row in await session.execute(query):  # two rows of one group ending alike: one
+        groups.setdefault(tuple(row[:5]), row._mapping)
+    return list(groups.values())
+
+
+def _spans(
+    due: set[Due], endpoint: InstrumentedAttribute[str], start: InstrumentedAttribute[datetime]
 ) -> list[ColumnElement[bool]]:
-    """The conditions, one per windows query, that pick the windows to bin here: the partial
-    first hour's (before `hours_from`), then each endpoint's due hours, consecutive ones
-    merged into one span, SPANS_PER_READ spans a query."""
+    """Each endpoint's due hours as conditions on `endpoint` and `start`, consecutive hours
+    merged into one span (after migration 0012 an endpoint's whole history is one)."""
     spans: list[ColumnElement[bool]] = []
-    for endpoint in sorted({e for e, _ in due}):
-        hours = sorted(s for e, s in due if e == endpoint)
+    for name in sorted({e for e, _ in due}):
+        hours = sorted(s for e, s in due if e == name)
         low = high = hours[0]
         for hour in [*hours[1:], None]:
             if hour is not None and hour == high + HOUR:
                 high = hour
                 continue
-            spans.append(and_(W.endpoint == endpoint, W.start >= low, W.start < high + HOUR))
+            spans.append(and_(endpoint == name, start >= low, start < high + HOUR))
             if hour is not None:
                 low = high = hour
+    return spans
+
+
+def _windows_wanted(due: set[Due], hours_from: datetime) -> list[ColumnElement[bool]]:
+    """The conditions, one per windows query, that pick the windows to bin here: the partial
+    first hour's (before `hours_from`), then each endpoint's due hours (`_spans`),
+    SPANS_PER_READ spans a query."""
+    spans = _spans(due, W.endpoint, W.start)
     first = [W.start < hours_from, *spans[: SPANS_PER_READ - 1]]
     rest = spans[SPANS_PER_READ - 1 :]
     chunks = [rest[i : i + SPANS_PER_READ] for i in range(0, len(rest), SPANS_PER_READ)]
@@ -215,7 +284,15 @@ def load_sample_of(row: Mapping[Any, Any]) -> LoadSample:
 
 
 def _positions(text: str | None) -> tuple[float, ...]:
-    return tuple(float(a) for a in json.loads(text or "[]"))
+    """The per-position counts of one row's JSON list, or of several joined by commas
+    (`_rolled_bins`), added position by position."""
+    total: list[float] = []
+    for counts in json.loads(f"[{text or ''}]"):
+        for i, accepted in enumerate(counts):
+            if i == len(total):
+                total.append(0.0)
+            total[i] += float(accepted)
+    return tuple(total)
 
 
 def _optional(value: float | Decimal | None) -> float | None:
