@@ -39,6 +39,10 @@ NGRAM_CONFIG = {
     "prompt_lookup_min": 2,
 }
 DRAFT_TOKENS = 3
+#: The schedule tier's n-gram server (vLLM's Dynamic Speculative Decoding, PR 32374): K = 4
+#: up to 2 running requests, none from 3, which vLLM 0.32's CPU build accepts and runs
+#: (seen: drafted tokens per step fell ~14x from one request to six).
+SCHEDULE = [[1, 2, 4], [3, 8, 0]]
 SERVER_RSS_BYTES = 3_300_000_000  # ~3.2 GB each, measured
 READY_TIMEOUT = 240.0  # ~25 s alone; three starting together on 2 cores take longer
 STOP_TIMEOUT = 30.0  # SIGTERM stops one in 2-5 s
@@ -115,7 +119,8 @@ def free_port() -> int:
 
 @dataclass
 class VllmServer:
-    """One `vllm serve` process. kind: "ngram", "draft" or "control" (no speculation)."""
+    """One `vllm serve` process. kind: "ngram", "ngram_schedule" (n-gram with SCHEDULE),
+    "draft" or "control" (no speculation)."""
 
     name: str
     kind: str
@@ -158,6 +163,9 @@ class VllmServer:
         ]
         if self.kind == "ngram":
             cmd += ["--speculative-config", json.dumps(NGRAM_CONFIG)]
+        elif self.kind == "ngram_schedule":
+            spec = NGRAM_CONFIG | {"num_speculative_tokens_per_batch_size": SCHEDULE}
+            cmd += ["--speculative-config", json.dumps(spec)]
         elif self.kind == "draft":
             spec = {
                 "method": "draft_model",
