@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
+from engine_pages import pages
 from recorded_pages import page
 from report_history import window_row
-from spectax.engines.base import Histogram
+from spectax.engines import get_parser
+from spectax.engines.base import EngineSample, Histogram
 from spectax.engines.vllm import parse
 from spectax.pipeline.counts import Counts, delta
 from spectax.pipeline.packing import pack_counts, unpack_counts
@@ -20,6 +23,13 @@ from spectax.store.cursor import decode_sample, encode_sample
 from spectax.store.rows import decode_buckets, encode_buckets
 
 INF = math.inf
+ENGINE_FIXTURES = {
+    "vllm": "vllm-0.32.0",
+    "sglang": "sglang-0.5.23",
+    "tgi": "tgi-3.3.6",
+    "trtllm": "trtllm-050f80d",
+    "llamacpp": "llamacpp-11434.0.0",
+}
 
 
 def recorded(name: str) -> Counts:
@@ -46,6 +56,36 @@ def test_the_cursor_keeps_the_buckets_and_reads_one_written_before_them() -> Non
     decoded = decode_sample(json.dumps(old)).models["tiny-llama"]
     assert decoded.time_per_output_token is not None
     assert decoded.time_per_output_token.buckets == ()
+
+
+def test_the_cursor_text_is_the_one_every_earlier_version_wrote() -> None:
+    """The cursor codec writes field by field; a daemon upgraded across it must read and
+    write the same text as `dataclasses.asdict` made (spooled and stored cursors), for every
+    recorded page of every engine."""
+
+    def as_before(sample: EngineSample) -> str:
+        data = asdict(sample)
+        for name, model in sample.models.items():
+            for key, value in data["models"][name].items():
+                if isinstance(value, dict):
+                    h = getattr(model, key)
+                    data["models"][name][key] = {
+                        "sum": h.sum,
+                        "count": h.count,
+                        "buckets": h.buckets,
+                    }
+        return json.dumps(data)
+
+    seen = 0
+    for engine, directory in ENGINE_FIXTURES.items():
+        for name, text in pages(directory).items():
+            if "headers" in name:  # response headers, no page
+                continue
+            sample = get_parser(engine)(text)
+            assert encode_sample(sample) == as_before(sample), (directory, name)
+            assert decode_sample(encode_sample(sample)) == sample, (directory, name)
+            seen += 1
+    assert seen > 50
 
 
 def test_a_delta_across_an_upgrade_has_no_buckets_rather_than_wrong_ones() -> None:

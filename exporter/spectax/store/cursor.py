@@ -3,22 +3,37 @@ keep, and back. Histogram and per-position fields are read as the declared count
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from dataclasses import asdict
 
 from spectax.engines.base import COUNTERS, EngineSample, Histogram, ModelSample
 
 _HISTOGRAMS = tuple(c.name for c in COUNTERS if c.kind == "histogram")
 _PER_POSITION = tuple(c.name for c in COUNTERS if c.kind == "per_position")
+_MODEL_FIELDS = tuple((f.name, f.name in _HISTOGRAMS) for f in dataclasses.fields(ModelSample))
 
 
 def encode_sample(sample: EngineSample) -> str:
-    data = asdict(sample)
+    """The sample as JSON: its fields in declared order, a histogram as its sum, count and
+    (bound, count) pairs, as before histograms were packed. Written field by field, not by
+    `dataclasses.asdict`, which copied every value deeply: the cursor is written at every
+    scrape, and asdict was ~4% of the daemon's CPU at 2,000 endpoints (bench/README.md)."""
+    models = {}
     for name, model in sample.models.items():
-        for key in _HISTOGRAMS:
-            if (h := getattr(model, key)) is not None:  # as before histograms were packed
-                data["models"][name][key] = {"sum": h.sum, "count": h.count, "buckets": h.buckets}
-    return json.dumps(data)
+        encoded = {}
+        for key, histogram in _MODEL_FIELDS:
+            value = getattr(model, key)
+            if histogram and value is not None:
+                value = {"sum": value.sum, "count": value.count, "buckets": value.buckets}
+            encoded[key] = value
+        models[name] = encoded
+    return json.dumps(
+        {
+            "engine": sample.engine,
+            "models": models,
+            "process_start_time_seconds": sample.process_start_time_seconds,
+        }
+    )
 
 
 def decode_sample(text: str) -> EngineSample:
