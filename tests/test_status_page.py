@@ -480,17 +480,24 @@ def test_a_measured_verdicts_plain_decoding_is_its_controls_not_the_defaults() -
 
 def test_each_card_shows_its_models_load_curve_with_the_crossover_and_a_stalled_load() -> None:
     """Under the card, a row per load bin of the stored windows (spectax.curve_book): time,
-    speedup with its basis, net and the rate per request; the stalled bin marked, the
-    crossover in the caption. Only the card of the curve's endpoint has it."""
+    speedup with its basis, net, the rate per request and the drafted tokens per step; the
+    stalled bin marked, the crossover in the caption. Only the card of the curve's endpoint
+    has it."""
     _, monitors, history = fixture_page()
 
-    def windows(running: float, speedup: float, rate: float, net: float) -> list[LoadSample]:
+    def windows(
+        running: float, speedup: float, rate: float, net: float, per_step: float = 2.0
+    ) -> list[LoadSample]:
+        output = rate * running * 300.0
         return [
             LoadSample(
                 end=300.0 * i,
                 seconds=300.0,
                 concurrency=running,
-                output_tokens=rate * running * 300.0,
+                output_tokens=output,
+                accepted_tokens=output / 2,
+                draft_tokens=per_step * output / 2,  # output - accepted: the steps
+                drafts=output / 2,
                 plain_busy_seconds=300.0 * speedup,
                 assessed_busy_seconds=300.0,
                 low_busy_seconds=300.0 * (speedup - 0.05),
@@ -504,7 +511,7 @@ def test_each_card_shows_its_models_load_curve_with_the_crossover_and_a_stalled_
     curve = load_curve(
         windows(4.0, 1.4, 29.0, 0.5)
         + windows(8.0, 0.6, 12.0, -0.25)
-        + windows(16.0, 0.8, 20.0, -0.1)
+        + windows(16.0, 0.8, 20.0, -0.1, per_step=0.0)  # a K schedule's 0 from 16
     )
     snapshots = {n: m.snapshot for n, m in monitors.items()}
     html = render_status_page(snapshots, history, 180.0, curves={("ngram", "tiny-llama"): curve})
@@ -514,5 +521,6 @@ def test_each_card_shows_its_models_load_curve_with_the_crossover_and_a_stalled_
     rows = re.findall(r'<tr class="(\w+)" data-running="(\d+)"><td>([^<]*)</td>', table)
     assert rows == [("bin", "4", "4-7"), ("stalled", "8", "8-15"), ("bin", "16", "16-31")]
     assert "<td>33%</td><td>0.60× (profile)</td>" in table
-    assert "<td>−$0.750</td><td>12.0 stalled</td>" in table  # three windows of -$0.25
+    assert "<td>−$0.750</td><td>12.0 stalled</td><td>2.00</td>" in table  # 3 windows of -$0.25
+    assert "<td>20.0</td><td>0.00</td></tr>" in table  # drafted nothing from 16
     assert all('class="curve"' not in c for n, c in cards(html).items() if n != "ngram")

@@ -223,8 +223,9 @@ def _card(
 
 def _curve(model: str, curve: LoadCurve) -> str:
     """The model's load curve as a small table, a row per load bin: the time spent there,
-    the speedup and its basis, acceptance, net savings and output tokens per second per
-    request; a stalled bin in red, and the crossover in the caption."""
+    the speedup and its basis, acceptance, net savings, output tokens per second per
+    request and drafted tokens per step (where a K schedule stops drafting, it falls); a
+    stalled bin in red, and the crossover in the caption."""
     crossover = curve.crossover_requests
     said = (
         f"a tax from {crossover} running requests, {curve.tax_time_share or 0.0:.0%} of the time"
@@ -237,18 +238,22 @@ def _curve(model: str, curve: LoadCurve) -> str:
         speedup = f"{_times(b.speedup)} ({b.basis})" if b.basis else _times(b.speedup)
         net = "—" if b.savings_usd is None else _usd(b.savings_usd, False, signed=True)
         rate = "—" if b.output_rate is None else f"{b.output_rate:.1f}"
+        per_step = b.draft_tokens_per_step
+        drafted = "—" if per_step is None else f"{per_step:.2f}"
         thin = f" ({b.windows} window(s))" if b.thin else ""
         mark = " stalled" if b.low in stalled else ""
         rows.append(
             f'<tr class="{mark.strip() or "bin"}" data-running="{b.low}"><td>{b.label}{thin}</td>'
             f"<td>{b.time_share:.0%}</td><td>{speedup}</td><td>{_ratio(b.acceptance)}</td>"
-            f"<td>{net}</td><td>{rate}{mark}</td></tr>"
+            f"<td>{net}</td><td>{rate}{mark}</td><td>{drafted}</td></tr>"
         )
     return (
         f'<table class="curve" data-model="{escape(model)}"><caption>{escape(model)}: '
         f"load curve of the stored windows ({said})</caption>"
         "<tr><th>running requests</th><th>time</th><th>speedup</th><th>acceptance</th>"
-        "<th>net</th><th>tokens/s per request</th></tr>" + "".join(rows) + "</table>"
+        "<th>net</th><th>tokens/s per request</th><th>drafted per step</th></tr>"
+        + "".join(rows)
+        + "</table>"
     )
 
 
