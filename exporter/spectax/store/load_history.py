@@ -100,12 +100,12 @@ _SUMMED = (
 
 class LoadHistory(Database):
     async def load_samples(self, since: datetime, endpoints: Sequence[str]) -> Samples:
-        """The `endpoints`' windows that started at or after `since`, summed per hour and
-        load bin, as load-curve samples by (endpoint, model): the rolled hours' bins as
-        stored, the windows of the hours still due for rollup and of the partial hour
-        from `since` binned here by the same rule (`load_bin_rows`). A window without a
-        model (a page that served none) is no point of a curve. Read ENDPOINTS_PER_READ
-        endpoints at a time."""
+        """The `endpoints`' windows that started at or after `since`, summed per load bin, as
+        load-curve samples by (endpoint, model): the rolled hours' bins summed by the
+        database (`_rolled_bins`), and the windows of the hours still due for rollup and
+        of the partial hour from `since` binned here, hour by hour, by the rollup's rule
+        (`load_bin_rows`). A window without a model (a page that served none) is no point
+        of a curve. Read ENDPOINTS_PER_READ endpoints at a time."""
         found: Samples = {}
         hours_from = period_start(since, "hour")
         if hours_from < since:
