@@ -63,7 +63,10 @@ class RetentionConfig(StrictModel):
 
 class LoadCurveConfig(StrictModel):
     """The load curve on /metrics (docs/economics.md, "The load curve and the K schedule"):
-    the stored windows of the last `lookback`, binned again every `refresh_interval`."""
+    the history of the last `lookback` (the hourly rollup's load bins, and the windows of the
+    hours not rolled yet), binned again every `refresh_interval`. The bins are kept as long
+    as the hourly rows (`retention.hourly`), so a lookback of a week or a month is read
+    from them as a day is."""
 
     lookback: Duration = 86400.0
     # 5 minutes, a default window: a refresh more often finds no new window to bin.

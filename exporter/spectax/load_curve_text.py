@@ -1,9 +1,8 @@
 """The load curve and its K schedule in words, the same wherever they are printed.
 
-`spectax assess` prints them today; the report writes the same sentences on its own
-(report/load_curve_table.py, report/recommend.py: `_range_text` and the "a tax N% of the
-hours" line) and can take them from here, so "4 at 1-7, 0 from 8" and the tax line read
-alike on every surface (issue 34). Words only: the figures come from `economics.load_curve`
+`spectax assess` and the report (report/load_curve_table.py, report/recommend.py) take
+them from here, so "4 at 1-7, 0 from 8" and the tax line read alike on every surface
+(issue 34). Words only: the figures come from `economics.load_curve`
 and `economics.draft_schedule`, formatted, never computed again.
 """
 

@@ -36,9 +36,9 @@ from spectax.economics.load_curve import (
     load_curve,
     sample_of,
 )
+from spectax.economics.step_model import BASES
 from spectax.load_curve_text import ranges_text, speedup_text, tax_sentence
 from spectax.report.cells import usd
-from spectax.report.figures import BASES
 
 #: A month as the at-stake line scales it: 30 days of the span's rate.
 MONTH_SECONDS = 30 * 86_400

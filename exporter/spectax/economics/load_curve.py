@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from spectax.economics.assessment import AssessedWindow
 from spectax.economics.formulas import acceptance_ratio, position_acceptance
-from spectax.economics.step_model import Basis, verdict_of_band
+from spectax.economics.step_model import BASES, Basis, verdict_of_band
 
 #: The bins' lower edges in running requests; a bin holds [edge, next edge), the last one
 #: [256, inf). Powers of two because the speedup moves with r = B*/B, a ratio: each bin spans
@@ -42,7 +42,7 @@ STALL_SHARE = 0.7
 
 #: The strength of each basis, weakest first: a bin that mixes bases is as strong as its
 #: weakest window (a measured bin uses only its measured windows: it is never mixed).
-_BASIS_ORDER: tuple[Basis, ...] = ("default", "profile", "calibrated", "measured")
+_BASIS_ORDER: tuple[Basis, ...] = BASES[::-1]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

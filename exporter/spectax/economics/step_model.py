@@ -19,7 +19,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from spectax.economics.formulas import (
     DEFAULT_RIDGE_BATCH,
@@ -32,6 +32,9 @@ from spectax.pipeline.windows import Window
 
 Source = Literal["control", "baseline", "profile", "sweep", "roofline", "configured"]
 Basis = Literal["measured", "calibrated", "profile", "default"]
+#: The bases, strongest first: what a verdict rests on, from a control's measurement down to
+#: the defaults. A stored basis outside them (none written) is read as not recorded.
+BASES: tuple[Basis, ...] = get_args(Basis)
 SOURCES: tuple[Source, ...] = ("control", "baseline", "profile", "sweep", "roofline", "configured")
 BASIS_OF_SOURCE: dict[Source, Basis] = {
     "control": "calibrated",

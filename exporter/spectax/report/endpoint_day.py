@@ -22,8 +22,8 @@ import json
 from collections.abc import Sequence
 from decimal import Decimal
 
-from spectax.economics.step_model import Basis
-from spectax.report.figures import BASES, EndpointInfo, Figures, HourPoint, add_positions
+from spectax.economics.step_model import BASES, Basis
+from spectax.report.figures import EndpointInfo, Figures, HourPoint, add_positions
 from spectax.report.records import RollupRecord
 from spectax.report.spend import Spend
 from spectax.units import NANO

@@ -26,7 +26,7 @@ from typing import Literal
 
 from spectax import economics
 from spectax.economics.load_curve import LoadSample
-from spectax.economics.step_model import Basis
+from spectax.economics.step_model import BASES, Basis
 from spectax.report.spend import combined_basis
 
 SEMANTICS = {"provisioned": "capacity", "serverless": "invoice"}
@@ -35,7 +35,6 @@ SEMANTICS = {"provisioned": "capacity", "serverless": "invoice"}
 HourVerdict = Literal["pays", "tax", "uncertain", "no_traffic"]
 SpanVerdict = Literal["pays", "tax", "uncertain", "mixed"]
 Judged = Literal["pays", "tax", "uncertain"]
-BASES: tuple[Basis, ...] = ("measured", "calibrated", "profile", "default")
 NOT_RECORDED = "basis not recorded"
 
 

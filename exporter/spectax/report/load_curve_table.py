@@ -7,6 +7,7 @@ bins (`HourPoint.load_samples`), whatever the engine and whatever is advised, an
 from __future__ import annotations
 
 from spectax.economics.load_curve import STALL_SHARE, LoadBin, load_curve
+from spectax.load_curve_text import tax_sentence
 from spectax.report.build import Report
 from spectax.report.cells import DASH, usd, usd_signed
 from spectax.report.figures import HourPoint
@@ -25,14 +26,11 @@ def load_curve_table(report: Report) -> Table:
             curve = load_curve(s for h in hours for s in h.load_samples())
             stalled = set(curve.stalls)
             rows += [_row(e.info.name, model, b, b.low in stalled) for b in curve.bins]
-            if curve.crossover_requests is not None and curve.tax_time_share is not None:
-                notes.append(
-                    f"{e.info.name} ({model}): speculation was a tax "
-                    f"{curve.tax_time_share:.0%} of the hours, when {curve.crossover_requests} "
-                    f"or more requests ran: {usd(curve.tax_usd)}."
-                )
+            sentence = tax_sentence(curve, "the hours", usd)
+            if sentence is not None:
+                notes.append(f"{e.info.name} ({model}): {sentence}.")
     if not rows:
-        rows.append(("No drafting hour this month", *("",) * 7))
+        rows.append(("No drafting hour this month", *("",) * 8))
     return Table(
         "load_curve",
         "Load curve: speedup against running requests",
@@ -44,6 +42,7 @@ def load_curve_table(report: Report) -> Table:
             "Speedup",
             "Acceptance",
             "Net",
+            "Drafted/step",
             "Hours' windows",
         ),
         rows,
@@ -55,10 +54,12 @@ def load_curve_table(report: Report) -> Table:
             "weakest basis they were judged on; a bin of fewer than 3 windows is thin, a burst "
             "rather than a load the endpoint sits at; a bin whose output tokens per second per "
             f"request fell under {STALL_SHARE:g} of both neighbouring bins' has stalled, as at "
-            'a K schedule\'s boundary (docs/economics.md, "The load curve and the K schedule").',
+            "a K schedule's boundary; drafted/step is the draft tokens proposed per request-step,"
+            " the draft length that ran there in the mean (0 where a K schedule stopped drafting;"
+            ' docs/economics.md, "The load curve and the K schedule").',
             *notes,
         ),
-        (False, False, True, True, True, True, True, True),
+        (False, False, True, True, True, True, True, True, True),
     )
 
 
@@ -66,6 +67,8 @@ def _row(endpoint: str, model: str, b: LoadBin, stalled: bool) -> tuple[str, ...
     speedup = DASH if b.speedup is None else f"{b.speedup:.3f} ({b.basis or 'not recorded'})"
     acceptance = DASH if b.acceptance is None else f"{b.acceptance:.3f}"
     windows = f"{b.windows:,}" + (" (thin)" if b.thin else "")
+    per_step = b.draft_tokens_per_step
+    drafted = DASH if per_step is None else f"{per_step:.2f}"
     return (
         endpoint,
         model,
@@ -74,5 +77,6 @@ def _row(endpoint: str, model: str, b: LoadBin, stalled: bool) -> tuple[str, ...
         speedup,
         acceptance,
         usd_signed(b.savings_usd),
+        drafted,
         windows,
     )

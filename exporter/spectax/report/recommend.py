@@ -53,8 +53,9 @@ from spectax.economics.draft_schedule import (
     draft_schedule,
 )
 from spectax.economics.load_curve import load_curve
+from spectax.economics.step_model import BASES
+from spectax.load_curve_text import ranges_text, tax_sentence
 from spectax.report.figures import (
-    BASES,
     NOT_RECORDED,
     EndpointInfo,
     Figures,
@@ -379,14 +380,9 @@ def _schedule_k(e: _Evidence) -> Recommendation | None:
         return None  # the loads that ran keep their K: the rest is the model's, unspent
     if not _worth(schedule.at_stake_usd, e.threshold, e.drafting):
         return None
-    last = schedule.ranges[-1]
-    ranges = ", ".join(_range_text(r, last=r is last) for r in schedule.ranges)
-    tax = []
-    if curve.crossover_requests is not None and curve.tax_time_share is not None:
-        tax = [
-            f"Speculation was a tax {curve.tax_time_share:.0%} of the hours, when "
-            f"{curve.crossover_requests} or more requests ran: {_usd(curve.tax_usd)}."
-        ]
+    ranges = ranges_text(schedule.ranges)
+    sentence = tax_sentence(curve, "the hours", _usd)
+    tax = [f"{sentence[0].upper()}{sentence[1:]}."] if sentence else []
     return Recommendation(
         endpoint=e.info.name,
         action="schedule_k",
@@ -405,15 +401,6 @@ def _schedule_k(e: _Evidence) -> Recommendation | None:
             "your other keys; vLLM ignores the per-batch list with data parallelism).",
         ),
     )
-
-
-def _range_text(batch_range: list[float], *, last: bool) -> str:
-    """ "3 at 2-7", "4 at 1", or for the last range, up to the engine's largest batch,
-    "0 from 48"."""
-    first, final, k = (int(v) for v in batch_range)
-    if last:
-        return f"{k} from {first}"
-    return f"{k} at {first}" if first == final else f"{k} at {first}-{final}"
 
 
 def _bin_line(x: BinDraftLength) -> str:

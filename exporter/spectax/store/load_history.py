@@ -30,12 +30,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute, aliased
 
 from spectax.economics.load_curve import BIN_EDGES, LoadSample
-from spectax.economics.step_model import Basis
+from spectax.economics.step_model import BASES, Basis
 from spectax.store.database import DATABASE_ERRORS, Database, StoreError, reason
 from spectax.store.models import LoadBinRow, RollupDue, WindowRow
 from spectax.store.rollup import PERIOD, load_bin_rows, period_start
-
-BASES: frozenset[str] = frozenset(("measured", "calibrated", "profile", "default"))
 
 W = WindowRow
 B = LoadBinRow
