@@ -341,3 +341,88 @@ async def test_the_report_bins_the_month_window_by_window(database_url: str) -> 
         await conn.execute(delete(LoadBinRow).where(LoadBinRow.start < start + timedelta(hours=2)))
     await engine.dispose()
     assert await curve_rows() == [("4-7", "33%"), ("32-63", "33%"), ("64-127", "33%")]
+
+
+async def test_the_report_counts_the_hours_a_k_schedule_stopped_drafting_as_the_daemon_does(
+    database_url: str,
+) -> None:
+    """A vLLM endpoint on a K schedule: hours at 4 running requests draft and pay, hours at 64
+    run K = 0 and draft nothing (counters at 0, no speedup: the assessment's plain window).
+    Those hours are time at 64: the report's curve shows the bin with no speedup, drafted
+    0 per step, and both bins' time as the daemon's curve on /metrics does."""
+    start = datetime(2027, 1, 10, tzinfo=UTC)
+    rows = []
+    for i in range(6 * 12):
+        at_four = (i // 12) % 2 == 0  # whole hours at one load
+        running = 4.0 if at_four else 64.0
+        output = round(20 * running * 300)
+        drafted: dict[str, Any] = (
+            dict(
+                drafts=output / 4,
+                draft_tokens=output / 2,  # steps: output - accepted = 3/4 of output; 2/3 a step
+                accepted_tokens=output / 4,
+                accepted_per_position=json.dumps([output / 8, output / 8]),
+                verdict_basis="profile",
+                plain_busy_seconds=300.0 * 1.3,
+                assessed_busy_seconds=300.0,
+                speedup_low_ratio=1.25,
+                speedup_high_ratio=1.35,
+                verdict="pays",
+            )
+            if at_four
+            else dict(
+                drafts=0.0,
+                draft_tokens=0.0,
+                accepted_tokens=0.0,
+                accepted_per_position="[]",
+                verdict_basis=None,
+                plain_busy_seconds=None,
+                assessed_busy_seconds=0.0,
+                speedup_low_ratio=None,
+                speedup_high_ratio=None,
+                verdict="no_speculation",
+            )
+        )
+        rows += rows_of(
+            "scheduled",
+            int((start + timedelta(minutes=5 * i)).timestamp()),
+            seconds=300.0,
+            busy_seconds=300.0,
+            concurrency_requests=running,
+            running_seconds=running * 300.0,
+            output_tokens=output,
+            busy_spend_usd=Decimal("0.1"),
+            speculation_savings_usd=0.03 if at_four else 0.0,
+            **drafted,
+        ).rows
+    store = await Store.open(database_url)
+    try:
+        await save(store, rows)
+        await store.rollup()
+        daemon = speculating_curves(await store.load_samples(start, ["scheduled"])).curves
+    finally:
+        await store.close()
+    settings = validate(
+        {
+            "storage_url": database_url,
+            "endpoints": [
+                {
+                    "name": "scheduled",
+                    "url": "http://127.0.0.1:1",
+                    "speculation": {"method": "ngram", "schedule": [[1, 31, 2], [32, 1024, 0]]},
+                }
+            ],
+        }
+    )
+    report = await report_of(database_url, Month(2027, 1), settings)
+    table = [r for r in load_curve_table(report).rows if r[0] == "scheduled"]
+    # Running requests, time, speedup, drafted per step.
+    assert [(r[2], r[3], r[4], r[7]) for r in table] == [
+        ("4-7", "50%", "1.300 (profile)", "0.67"),
+        ("64-127", "50%", "—", "0.00"),
+    ]
+    [(_, curve)] = daemon.items()
+    assert [(b.label, b.time_share, b.draft_tokens_per_step) for b in curve.bins] == [
+        ("4-7", 0.5, pytest.approx(2 / 3)),
+        ("64-127", 0.5, 0.0),
+    ]

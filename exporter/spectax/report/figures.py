@@ -25,7 +25,7 @@ from decimal import Decimal
 from typing import Literal
 
 from spectax import economics
-from spectax.economics.load_curve import LoadSample
+from spectax.economics.load_curve import LoadCurve, LoadSample, load_curve
 from spectax.economics.step_model import BASES, Basis
 from spectax.report.spend import combined_basis
 
@@ -533,3 +533,15 @@ def add_positions(a: Sequence[int], b: Sequence[int]) -> list[int]:
     """Accepted drafts per position, added position by position (the shorter padded with 0)."""
     n = max(len(a), len(b))
     return [(a[i] if i < len(a) else 0) + (int(b[i]) if i < len(b) else 0) for i in range(n)]
+
+
+def month_curve(hours: Iterable[HourPoint]) -> LoadCurve | None:
+    """One endpoint's month as a load curve: every hour's windows binned by load
+    (`HourPoint.load_samples`), the hours that drafted nothing included (idle, or under a K
+    schedule's K = 0): their time is time spent at that load, as the daemon's curve counts
+    it (`curve_book`). None when no hour drafted: a model that never speculated has no
+    curve, on /metrics either. The load curve table and the schedule advice both read it."""
+    hours = list(hours)
+    if not any(h.drafting for h in hours):
+        return None
+    return load_curve(s for h in hours for s in h.load_samples())

@@ -6,11 +6,11 @@ bins (`HourPoint.load_samples`), whatever the engine and whatever is advised, an
 
 from __future__ import annotations
 
-from spectax.economics.load_curve import STALL_SHARE, LoadBin, load_curve
+from spectax.economics.load_curve import STALL_SHARE, LoadBin
 from spectax.load_curve_text import tax_sentence
 from spectax.report.build import Report
 from spectax.report.cells import DASH, usd, usd_signed
-from spectax.report.figures import HourPoint
+from spectax.report.figures import HourPoint, month_curve
 from spectax.report.tables import Table
 
 
@@ -20,10 +20,11 @@ def load_curve_table(report: Report) -> Table:
     for e in report.endpoints:
         by_model: dict[str, list[HourPoint]] = {}
         for h in e.hours:
-            if h.drafting:
-                by_model.setdefault(h.model, []).append(h)
+            by_model.setdefault(h.model, []).append(h)
         for model, hours in sorted(by_model.items()):
-            curve = load_curve(s for h in hours for s in h.load_samples())
+            curve = month_curve(hours)
+            if curve is None:
+                continue
             stalled = set(curve.stalls)
             rows += [_row(e.info.name, model, b, b.low in stalled) for b in curve.bins]
             sentence = tax_sentence(curve, "the hours", usd)

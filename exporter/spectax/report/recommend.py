@@ -52,7 +52,7 @@ from spectax.economics.draft_schedule import (
     BinDraftLength,
     draft_schedule,
 )
-from spectax.economics.load_curve import load_curve
+from spectax.economics.load_curve import LoadCurve
 from spectax.economics.step_model import BASES
 from spectax.load_curve_text import ranges_text, tax_sentence
 from spectax.report.figures import (
@@ -60,6 +60,7 @@ from spectax.report.figures import (
     EndpointInfo,
     Figures,
     HourPoint,
+    month_curve,
     verdicts_line,
 )
 
@@ -164,6 +165,7 @@ class _Evidence:
     info: EndpointInfo
     month: Figures
     drafting: list[HourPoint]
+    curve: LoadCurve  # the month's load curve, idle hours included (`figures.month_curve`)
     paying: list[HourPoint]  # the hours that paid (an uncertain hour that gains counts)
     reference: float | None  # the paying hours' pooled acceptance: what the traffic accepts
     crossover: float | None  # B_x at the reference acceptance
@@ -186,7 +188,9 @@ def _recommend(
     with_traffic = [h for h in hours if h.output_tokens > 0]
     if not drafting:
         return _nothing_drafted(info, month, with_traffic) if with_traffic else []
-    e = _evidence(info, month, drafting)
+    curve = month_curve(hours)
+    assert curve is not None  # an hour drafted
+    e = _evidence(info, month, drafting, curve)
     # On vLLM a K schedule supersedes the load cap and the one K: its K = 0 from the curve's
     # crossover up is the cap, applied by the engine itself, and its K per bin is the K
     # change at every load, so the same tax hours are never counted in two stakes.
@@ -234,7 +238,9 @@ def _nothing_drafted(
     ]
 
 
-def _evidence(info: EndpointInfo, month: Figures, drafting: list[HourPoint]) -> _Evidence:
+def _evidence(
+    info: EndpointInfo, month: Figures, drafting: list[HourPoint], curve: LoadCurve
+) -> _Evidence:
     alpha = month.acceptance
     c = month.draft_cost_ratio or 0.0
     ridge = month.ridge_batch or economics.DEFAULT_RIDGE_BATCH
@@ -257,6 +263,7 @@ def _evidence(info: EndpointInfo, month: Figures, drafting: list[HourPoint]) -> 
         info=info,
         month=month,
         drafting=drafting,
+        curve=curve,
         paying=paying,
         reference=reference,
         crossover=crossover,
@@ -372,7 +379,7 @@ def _schedule_k(e: _Evidence) -> Recommendation | None:
     the one in force, over the month's hours."""
     if e.info.engine not in PER_BATCH_ENGINES:
         return None  # no per-batch knob: disable_above says where to turn it off
-    curve = load_curve(s for h in e.drafting for s in h.load_samples())
+    curve = e.curve
     schedule = draft_schedule(curve, engine=e.info.engine, method=e.info.method)
     config = schedule.vllm_config
     changed = any(x.k is not None and x.k != x.k_running for x in schedule.lengths)
