@@ -326,7 +326,9 @@ load_curve = table(
     " below 1 is a tax at that load; the crossover panel says from which load it stopped"
     " paying. Stalled: the output rate per request collapsed under both neighbouring loads'"
     " (alert SpeculationScheduleStalls), the mark of a K schedule's boundary. Draft tokens"
-    " per step: the draft length that ran there, in the mean (0: nothing drafted).",
+    " per step: the draft length that ran there, in the mean (0: nothing drafted). K advised:"
+    " the curve's K schedule, the best draft length at that load (0: turn it off there);"
+    " spectax report and spectax assess write it as vLLM's num_speculative_tokens_per_batch_size.",
     [
         (by_load("spectax_load_time_share_ratio"), ""),
         (by_load("spectax_load_speedup_ratio"), ""),
@@ -334,6 +336,7 @@ load_curve = table(
         (by_load("spectax_load_speculation_savings_usd"), ""),
         (by_load("spectax_load_output_tokens_per_request_second"), ""),
         (by_load("spectax_load_draft_tokens_per_step"), ""),
+        (by_load("spectax_load_recommended_speculative_tokens"), ""),
         (by_load("spectax_load_stalled"), ""),
     ],
     transformations=[

@@ -93,6 +93,13 @@ async def test_stored_windows_at_two_loads_give_the_two_bins_gauges(store: Store
     # Neither bin straddles batch 48, where the schedule turns K from 3 to 0.
     assert gauge("spectax_load_schedule_boundary", 4) == 0
     assert gauge("spectax_load_schedule_boundary", 64) == 0
+    # The K schedule the curve implies: keep drafting where it pays, off where it is a tax,
+    # and turning it off at 64 would have saved money (busy spend x (1 - 0.75) there).
+    assert (gauge("spectax_load_recommended_speculative_tokens", 4) or 0) >= 1
+    assert gauge("spectax_load_recommended_speculative_tokens", 64) == 0
+    labels = {"endpoint": "x", "model": model}
+    stake = registry.get_sample_value("spectax_load_schedule_at_stake_usd", labels)
+    assert stake is not None and stake > 0
     crossover = {"endpoint": "x", "model": model}
     assert registry.get_sample_value("spectax_load_crossover_running_requests", crossover) == 64
     assert (

@@ -27,10 +27,12 @@ from e2e import Samples, Spectax, free_port, value, wait_until, write_config
 from recorded_pages import page
 from spectax.config import validate
 from spectax.economics import window_capacities
+from spectax.economics.draft_schedule import draft_schedule
 from spectax.economics.load_curve import LoadSample, load_curve
 from spectax.endpoint import EndpointMonitor
 from spectax.engines import not_exposed
 from spectax.engines.vllm import parse
+from spectax.load_curve_text import ranges_text
 from spectax.pipeline.counts import delta
 from spectax.pipeline.quantiles import bucket_quantile
 from spectax.scrape import ScrapeError
@@ -514,13 +516,22 @@ def test_each_card_shows_its_models_load_curve_with_the_crossover_and_a_stalled_
         + windows(16.0, 0.8, 20.0, -0.1, per_step=0.0)  # a K schedule's 0 from 16
     )
     snapshots = {n: m.snapshot for n, m in monitors.items()}
-    html = render_status_page(snapshots, history, 180.0, curves={("ngram", "tiny-llama"): curve})
+    key = ("ngram", "tiny-llama")
+    schedule = draft_schedule(curve, engine="vllm")
+    html = render_status_page(
+        snapshots, history, 180.0, curves={key: curve}, schedules={key: schedule}
+    )
     card = cards(html)["ngram"]
     table = card[card.index('<table class="curve" data-model="tiny-llama">') :]
     assert "a tax from 8 running requests, 67% of the time" in table
     rows = re.findall(r'<tr class="(\w+)" data-running="(\d+)"><td>([^<]*)</td>', table)
     assert rows == [("bin", "4", "4-7"), ("stalled", "8", "8-15"), ("bin", "16", "16-31")]
     assert "<td>33%</td><td>0.60× (profile)</td>" in table
-    assert "<td>−$0.750</td><td>12.0 stalled</td><td>2.00</td>" in table  # 3 windows of -$0.25
-    assert "<td>20.0</td><td>0.00</td></tr>" in table  # drafted nothing from 16
+    assert "<td>−$0.750</td><td>12.0 stalled</td>" in table  # 3 windows of -$0.25
+    assert "<td>20.0</td><td>0.00</td><td>0</td></tr>" in table  # drafted nothing; K off
+    # No per-position counts: no K to choose where it pays, 0 where it is a tax; the line
+    # under the table gives the schedule by batch size and the advice.
+    assert "12.0 stalled</td><td>2.00</td><td>0</td></tr>" in table
+    line = table[table.index('<p class="schedule" data-model="tiny-llama">') :]
+    assert f"K by batch size: {ranges_text(schedule.ranges)}. {schedule.advice}" in line
     assert all('class="curve"' not in c for n, c in cards(html).items() if n != "ngram")

@@ -16,6 +16,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
+from spectax.economics.draft_schedule import draft_schedule
 from spectax.economics.k_schedule import schedule_boundaries
 from spectax.economics.load_curve import LoadSample, load_curve
 from spectax.endpoint import EndpointSnapshot
@@ -53,24 +54,31 @@ class CurveBook:
         if self._failing:
             log.info("load curves: the store is read again")
         self._failing = False
-        boundaries = {}
+        boundaries, engines = {}, {}
         for name, snapshot in endpoints.items():
             speculation = snapshot.config.speculation
             if speculation is not None and speculation.schedule is not None:
                 boundaries[name] = schedule_boundaries(speculation.schedule)
+            engines[name] = (snapshot.config.engine, speculation.method if speculation else None)
         # In a worker thread: at 2,000 endpoints binning and formatting the curves took
         # ~0.8 s of CPU, which on the event loop would hold every scrape and /metrics read.
-        self.current = await asyncio.to_thread(speculating_curves, samples, boundaries)
+        self.current = await asyncio.to_thread(speculating_curves, samples, boundaries, engines)
 
 
 def speculating_curves(
     samples: Mapping[tuple[str, str], Sequence[LoadSample]],
     boundaries: Mapping[str, tuple[int, ...]] | None = None,
+    engines: Mapping[str, tuple[str, str | None]] | None = None,
 ) -> LoadCurves:
     """The curves of the (endpoint, model) pairs whose samples speculated (a bin with a
-    speedup), ready for /metrics, with the boundaries of the endpoints' K schedules."""
+    speedup), ready for /metrics, with the boundaries of the endpoints' K schedules and the
+    K schedule each curve implies (`draft_schedule`, for the endpoint's engine and method
+    in `engines`: vLLM's, when not given)."""
     made = {key: load_curve(found) for key, found in samples.items()}
-    return LoadCurves.of(
-        {key: c for key, c in made.items() if any(b.speedup is not None for b in c.bins)},
-        boundaries,
-    )
+    curves = {key: c for key, c in made.items() if any(b.speedup is not None for b in c.bins)}
+    engines = engines or {}
+    schedules = {}
+    for (endpoint, model), curve in curves.items():
+        engine, method = engines.get(endpoint, ("vllm", None))
+        schedules[(endpoint, model)] = draft_schedule(curve, engine=engine, method=method)
+    return LoadCurves.of(curves, boundaries, schedules)

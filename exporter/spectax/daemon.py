@@ -173,6 +173,7 @@ class Daemon:
                 time.time(),
                 self._config_path,
                 self.curves.current.curves,
+                self.curves.current.schedules,
             ),
             documents=served_documents(),
         )

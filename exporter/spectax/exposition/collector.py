@@ -21,6 +21,7 @@ from prometheus_client.registry import Collector
 from spectax import __version__
 from spectax.billing.coordinator import BillingSnapshot
 from spectax.economics import Assessment, Capacity
+from spectax.economics.draft_schedule import DraftSchedule
 from spectax.economics.k_schedule import straddling
 from spectax.economics.load_curve import LoadCurve
 from spectax.endpoint import EndpointSnapshot
@@ -86,7 +87,7 @@ class SnapshotCollector(Collector):
         self._spectax_samples(add)
         if self._load_curves is not None:
             curves = self._load_curves()
-            load_curve_samples(add, curves.curves, curves.boundaries)
+            load_curve_samples(add, curves.curves, curves.boundaries, curves.schedules)
         for name, snap in sorted(self._snapshots().items()):
             endpoint_samples(add, name, snap)
         yield from families.values()
@@ -144,30 +145,37 @@ class LoadCurves:
     lines: Mapping[str, bytes] = field(default_factory=dict)
     #: By endpoint, the batch sizes where its configured K schedule changes K.
     boundaries: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    #: The K schedule each curve implies (`economics.draft_schedule`), by endpoint and model.
+    schedules: Mapping[tuple[str, str], DraftSchedule] = field(default_factory=dict)
 
     @classmethod
     def of(
         cls,
         curves: Mapping[tuple[str, str], LoadCurve],
         boundaries: Mapping[str, tuple[int, ...]] | None = None,
+        schedules: Mapping[tuple[str, str], DraftSchedule] | None = None,
     ) -> LoadCurves:
-        boundaries = boundaries or {}
+        boundaries, schedules = boundaries or {}, schedules or {}
         lines: dict[str, list[str]] = {}
-        load_curve_samples(line_writer(lines), curves, boundaries)
+        load_curve_samples(line_writer(lines), curves, boundaries, schedules)
         text = {family: "".join(found).encode() for family, found in lines.items()}
-        return cls(curves, text, boundaries)
+        return cls(curves, text, boundaries, schedules)
 
 
 def load_curve_samples(
     add: AddSample,
     curves: Mapping[tuple[str, str], LoadCurve],
     boundaries: Mapping[str, tuple[int, ...]],
+    schedules: Mapping[tuple[str, str], DraftSchedule],
 ) -> None:
     """The load curves' samples: per bin, labelled by its lower edge, and the crossover;
-    where the endpoint runs a configured K schedule, whether each bin straddles a boundary."""
+    where the endpoint runs a configured K schedule, whether each bin straddles a boundary;
+    where the curve implies a K schedule, the K it advises per bin and what it is worth."""
     for (endpoint, model), curve in sorted(curves.items()):
         stalled = set(curve.stalls)
         schedule = boundaries.get(endpoint)
+        advised = schedules.get((endpoint, model))
+        k_of = {x.bin.low: x.k for x in advised.lengths} if advised is not None else {}
         for b in curve.bins:
             labels = (endpoint, model, str(b.low))
             add("spectax_load_time_share_ratio", labels, b.time_share)
@@ -180,6 +188,9 @@ def load_curve_samples(
             if schedule is not None:
                 boundary = float(straddling(b.low, b.high, schedule))
                 add("spectax_load_schedule_boundary", labels, boundary)
+            add("spectax_load_recommended_speculative_tokens", labels, k_of.get(b.low))
+        if advised is not None:
+            add("spectax_load_schedule_at_stake_usd", (endpoint, model), advised.at_stake_usd)
         crossover = curve.crossover_requests
         add(
             "spectax_load_crossover_running_requests",

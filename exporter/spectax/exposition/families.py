@@ -425,6 +425,23 @@ FAMILIES: dict[str, Family] = {
             RUNNING_REQUESTS,
         ),
         gauge(
+            "spectax_load_recommended_speculative_tokens",
+            "Draft length the load curve advises for the bin (its K schedule: the bin's best"
+            " K at its load, with the h its own speedup implies); 0 = speculation off there."
+            " Absent where no K can be chosen (no per-position counts).",
+            ENDPOINT,
+            MODEL,
+            RUNNING_REQUESTS,
+        ),
+        gauge(
+            "spectax_load_schedule_at_stake_usd",
+            "What running the load curve's K schedule would have saved over the lookback:"
+            " each bin's busy spend times its predicted speedup minus the one in force,"
+            " summed; negative: it would have cost." + PROVISIONED_CAPACITY_NOTE,
+            ENDPOINT,
+            MODEL,
+        ),
+        gauge(
             "spectax_load_crossover_running_requests",
             "Mean running requests from which speculation was a tax over the lookback, above"
             " a load at which it paid (the load curve's crossover); +Inf when there is none.",

@@ -17,14 +17,19 @@ from pathlib import Path
 
 from spectax import __version__, economics, logs, settle
 from spectax.economics import Assessment, Capacity
+from spectax.economics.draft_schedule import DraftSchedule
 from spectax.economics.load_curve import LoadCurve
 from spectax.endpoint import EndpointSnapshot
 from spectax.endpoint_config import EndpointConfig
 from spectax.engines import not_exposed
+from spectax.load_curve_text import ranges_text
 from spectax.settle import Target, settle_steps, turns_on
 from spectax.status.chart import chart
 from spectax.status.docs import ECONOMICS_PATH, RUNBOOK_PATH
 from spectax.status.history import StatusHistory, main_assessment
+
+#: A model's load curve on its card: (model, curve, the K schedule it implies or None).
+Curved = tuple[str, LoadCurve, DraftSchedule | None]
 
 # The runbook and the economics, served by spectax itself (`spectax.status.docs`): a
 # `file://` link does not open from an http page.
@@ -121,11 +126,12 @@ def render_status_page(
     now: float,
     config_path: Path | None = None,
     curves: Mapping[tuple[str, str], LoadCurve] | None = None,
+    schedules: Mapping[tuple[str, str], DraftSchedule] | None = None,
 ) -> str:
     """The whole page, as text; the history forgets endpoints no longer configured;
     `config_path` is the daemon's configuration file, for the monthly review's command;
     `curves` the load curves by endpoint and model (`spectax.curve_book`), each a table
-    under its endpoint's card."""
+    under its endpoint's card, with the K schedule it implies from `schedules`."""
     history.keep_only(snapshots)
     cards = sorted(snapshots.items(), key=lambda item: (RANK[_state(item[1])], item[0]))
     counts: dict[str, int] = {}
@@ -141,9 +147,10 @@ def render_status_page(
         if hidden > 0
         else ""
     )
-    by_endpoint: dict[str, list[tuple[str, LoadCurve]]] = {}  # grouped once, not per card
+    by_endpoint: dict[str, list[Curved]] = {}  # grouped once, not per card
     for (endpoint, model), curve in sorted((curves or {}).items()):
-        by_endpoint.setdefault(endpoint, []).append((model, curve))
+        schedule = (schedules or {}).get((endpoint, model))
+        by_endpoint.setdefault(endpoint, []).append((model, curve, schedule))
     body = "".join(
         _card(name, s, history, charted=i < MAX_CHARTS, curves=by_endpoint.get(name, []))
         for i, (name, s) in enumerate(cards[:MAX_ENDPOINTS])
@@ -181,7 +188,7 @@ def _card(
     snapshot: EndpointSnapshot,
     history: StatusHistory,
     charted: bool,
-    curves: Sequence[tuple[str, LoadCurve]],
+    curves: Sequence[Curved],
 ) -> str:
     state = _state(snapshot)
     config = snapshot.config
@@ -216,16 +223,18 @@ def _card(
     if main is not None and main.draft_tokens is not None and charted:
         title = f"{escape(name)}: acceptance against break-even, last hours"
         lines.append(chart(history.points(name), history.step_seconds, history.span_seconds, title))
-    lines += [_curve(model, c) for model, c in curves]
+    lines += [_curve(model, c, schedule) for model, c, schedule in curves]
     lines.append("</section>")
     return "\n".join(lines)
 
 
-def _curve(model: str, curve: LoadCurve) -> str:
+def _curve(model: str, curve: LoadCurve, schedule: DraftSchedule | None) -> str:
     """The model's load curve as a small table, a row per load bin: the time spent there,
     the speedup and its basis, acceptance, net savings, output tokens per second per
-    request and drafted tokens per step (where a K schedule stops drafting, it falls); a
-    stalled bin in red, and the crossover in the caption."""
+    request, drafted tokens per step (where a K schedule stops drafting, it falls) and the
+    K the curve advises there; a stalled bin in red, the crossover in the caption, and the
+    schedule's advice under it, with what it would have saved."""
+    advised = {x.bin.low: x.k for x in schedule.lengths} if schedule is not None else {}
     crossover = curve.crossover_requests
     said = (
         f"a tax from {crossover} running requests, {curve.tax_time_share or 0.0:.0%} of the time"
@@ -240,20 +249,35 @@ def _curve(model: str, curve: LoadCurve) -> str:
         rate = "—" if b.output_rate is None else f"{b.output_rate:.1f}"
         per_step = b.draft_tokens_per_step
         drafted = "—" if per_step is None else f"{per_step:.2f}"
+        k = advised.get(b.low)
         thin = f" ({b.windows} window(s))" if b.thin else ""
         mark = " stalled" if b.low in stalled else ""
         rows.append(
             f'<tr class="{mark.strip() or "bin"}" data-running="{b.low}"><td>{b.label}{thin}</td>'
             f"<td>{b.time_share:.0%}</td><td>{speedup}</td><td>{_ratio(b.acceptance)}</td>"
-            f"<td>{net}</td><td>{rate}{mark}</td><td>{drafted}</td></tr>"
+            f"<td>{net}</td><td>{rate}{mark}</td><td>{drafted}</td>"
+            f"<td>{'—' if k is None else k}</td></tr>"
         )
     return (
         f'<table class="curve" data-model="{escape(model)}"><caption>{escape(model)}: '
         f"load curve of the stored windows ({said})</caption>"
         "<tr><th>running requests</th><th>time</th><th>speedup</th><th>acceptance</th>"
-        "<th>net</th><th>tokens/s per request</th><th>drafted per step</th></tr>"
-        + "".join(rows)
-        + "</table>"
+        "<th>net</th><th>tokens/s per request</th><th>drafted per step</th><th>K advised</th>"
+        "</tr>" + "".join(rows) + "</table>" + _schedule_line(model, schedule)
+    )
+
+
+def _schedule_line(model: str, schedule: DraftSchedule | None) -> str:
+    """Under the curve: the K schedule it implies by batch size, the advice in the engine's
+    own terms (vLLM's `num_speculative_tokens_per_batch_size`), and what it would have saved
+    over the lookback; nothing without a schedule."""
+    if schedule is None:
+        return ""
+    stake = schedule.at_stake_usd
+    worth = "" if stake is None else f"; over the lookback: {_usd(stake, False, signed=True)}"
+    return (
+        f'<p class="schedule" data-model="{escape(model)}">K by batch size: '
+        f"{escape(ranges_text(schedule.ranges))}. {escape(schedule.advice)}{worth}</p>"
     )
 
 
