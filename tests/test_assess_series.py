@@ -116,12 +116,13 @@ def test_a_series_bins_each_window_by_its_mean_running_requests(capsys, tmp_path
         assert row[6] == f"+${b['speculation_savings_usd']:.4f}"
         assert row[8] == f"{b['draft_tokens_per_step']:.3f}"
     assert "  crossover: none: no bin paid" in text
-    # Every load seen keeps K = 4: the list's other K are the model's, and it says so.
+    # Every load seen keeps K = 4: the list's other K are the model's, so it is not
+    # advised, and the advice says why.
     assert [b["speculative_tokens"] for b in data["k_schedule"]["bins"]] == [4, 4, 4]
     [advice] = [line for line in text.splitlines() if line.startswith("  advice: ")]
+    assert advice.startswith("  advice: keep the speculative config as it is: every load seen")
     assert advice.endswith(
-        "every load the pages saw keeps the K it ran: the change is at"
-        " batch sizes no window ran at, the model's alone"
+        " would change K only at batch sizes no window ran at, the model's alone"
     )
 
 

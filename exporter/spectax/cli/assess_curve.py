@@ -21,7 +21,6 @@ from typing import Any
 from spectax.economics import AssessedWindow
 from spectax.economics.draft_schedule import (
     DEFAULT_MAX_NUM_SEQS,
-    VLLM_SCHEDULE_KEY,
     DraftSchedule,
     batch_schedule,
     draft_schedule,
@@ -286,25 +285,10 @@ def schedule_lines(s: CurveSection) -> list[str]:
             f" keys; written out to batch {s.max_num_seqs}: --max-num-seqs N for another"
             " engine maximum)"
         )
-    lines.append(f"  advice: {schedule.advice}{_unseen_change(s)}")
+    lines.append(f"  advice: {schedule.advice}")
     lines.append(f"  {_confidence_text(s)}")
     lines.append(f"  {_stake_text(s)}")
     return lines
-
-
-def _unseen_change(s: CurveSection) -> str:
-    """Where the list changes K only at batch sizes no window ran at, say so: the loads the
-    pages saw keep their K, and the rest is the model's alone (the report advises no
-    schedule then)."""
-    config = s.schedule.vllm_config
-    if not config or VLLM_SCHEDULE_KEY not in config:
-        return ""
-    if any(x.k is not None and x.k != x.k_running for x in s.schedule.lengths):
-        return ""
-    return (
-        "; but every load the pages saw keeps the K it ran: the change is at batch sizes no"
-        " window ran at, the model's alone"
-    )
 
 
 def _crossover_text(s: CurveSection) -> str:

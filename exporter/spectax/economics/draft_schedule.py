@@ -105,6 +105,17 @@ class DraftSchedule:
     vllm_config: dict[str, Any] | None
     advice: str  # one line: the schedule, or the equivalent for an engine without one
 
+    @property
+    def changes_seen_loads(self) -> bool:
+        """Whether it changes the K of a load the endpoint ran at. When not, a per-batch list
+        differs from what runs only at batch sizes no window ran at: the model's alone, with
+        nothing measured to gain, so it is not advised (the advice says keep)."""
+        return changes_seen_loads(self.lengths)
+
+
+def changes_seen_loads(lengths: Sequence[BinDraftLength]) -> bool:
+    return any(x.k is not None and x.k != x.k_running for x in lengths)
+
 
 def draft_schedule(
     curve: LoadCurve,
@@ -138,7 +149,7 @@ def draft_schedule(
         at_stake_usd=sum(stakes) if stakes else None,
         per_batch=per_batch,
         vllm_config=config,
-        advice=_advice(curve, engine, per_batch, config, ranges),
+        advice=_advice(curve, engine, per_batch, config, ranges, changes_seen_loads(lengths)),
     )
 
 
@@ -204,15 +215,23 @@ def _advice(
     per_batch: bool,
     config: dict[str, Any] | None,
     ranges: list[list[float]],
+    changes_seen: bool,
 ) -> str:
     """One line: what to change, in the engine's own terms. Without a per-batch knob it
-    rests on the bins' verdicts alone (SGLang and TGI count no drafted tokens: no K)."""
+    rests on the bins' verdicts alone (SGLang and TGI count no drafted tokens: no K). A
+    per-batch list that changes K only where no window ran is not advised (keep)."""
     crossover = curve.crossover_requests
     if per_batch:
         if config == {}:
             return "turn speculation off: no K pays at any load the endpoint ran"
         if config is None:
             return "keep the speculative config as it is: it is the best K at every load seen"
+        if VLLM_SCHEDULE_KEY in config and not changes_seen:
+            return (
+                "keep the speculative config as it is: every load seen keeps the K it ran;"
+                f" {VLLM_SCHEDULE_KEY} {config[VLLM_SCHEDULE_KEY]} would change K only at"
+                " batch sizes no window ran at, the model's alone"
+            )
         return f"set {VLLM_SCHEDULE_KEY} to {config.get(VLLM_SCHEDULE_KEY, ranges)}"
     if crossover is not None:
         return (

@@ -382,8 +382,7 @@ def _schedule_k(e: _Evidence) -> Recommendation | None:
     curve = e.curve
     schedule = draft_schedule(curve, engine=e.info.engine, method=e.info.method)
     config = schedule.vllm_config
-    changed = any(x.k is not None and x.k != x.k_running for x in schedule.lengths)
-    if not config or VLLM_SCHEDULE_KEY not in config or not changed:
+    if not config or VLLM_SCHEDULE_KEY not in config or not schedule.changes_seen_loads:
         return None  # the loads that ran keep their K: the rest is the model's, unspent
     if not _worth(schedule.at_stake_usd, e.threshold, e.drafting):
         return None
