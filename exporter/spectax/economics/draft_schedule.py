@@ -106,6 +106,11 @@ class DraftSchedule:
     advice: str  # one line: the schedule, or the equivalent for an engine without one
 
     @property
+    def k_by_bin(self) -> dict[int, int | None]:
+        """The K advised per bin of the curve, by the bin's lower edge (None: none chosen)."""
+        return {x.bin.low: x.k for x in self.lengths}
+
+    @property
     def changes_seen_loads(self) -> bool:
         """Whether it changes the K of a load the endpoint ran at. When not, a per-batch list
         differs from what runs only at batch sizes no window ran at: the model's alone, with

@@ -175,7 +175,7 @@ def load_curve_samples(
         stalled = set(curve.stalls)
         schedule = boundaries.get(endpoint)
         advised = schedules.get((endpoint, model))
-        k_of = {x.bin.low: x.k for x in advised.lengths} if advised is not None else {}
+        k_of = advised.k_by_bin if advised is not None else {}
         for b in curve.bins:
             labels = (endpoint, model, str(b.low))
             add("spectax_load_time_share_ratio", labels, b.time_share)

@@ -234,7 +234,7 @@ def _curve(model: str, curve: LoadCurve, schedule: DraftSchedule | None) -> str:
     request, drafted tokens per step (where a K schedule stops drafting, it falls) and the
     K the curve advises there; a stalled bin in red, the crossover in the caption, and the
     schedule's advice under it, with what it would have saved."""
-    advised = {x.bin.low: x.k for x in schedule.lengths} if schedule is not None else {}
+    advised = schedule.k_by_bin if schedule is not None else {}
     crossover = curve.crossover_requests
     said = (
         f"a tax from {crossover} running requests, {curve.tax_time_share or 0.0:.0%} of the time"
