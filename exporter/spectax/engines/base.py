@@ -18,14 +18,16 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, Literal, TypeVar
 
 #: How a counter is subtracted, summed, packed and stored:
 #: plain - a number, 0 when the page lacks it;
 #: speculation - a number, None when the engine does not speculate (different from 0: idle);
 #: histogram - a `Histogram` (sum, count, cumulative buckets), None when the page lacks it;
 #: per_position - a tuple of numbers, one per draft position (at most one such counter).
+T = TypeVar("T")
+
 CounterKind = Literal["plain", "speculation", "histogram", "per_position"]
 
 _EMPTY: dict[CounterKind, object] = {
@@ -134,6 +136,45 @@ def counter(kind: CounterKind, column: str | None = None) -> Any:
     return field(default=_EMPTY[kind], metadata={"kind": kind, "column": column})
 
 
+class _Factory:
+    """The default of a field left to its default_factory (shown as dataclasses shows it)."""
+
+    def __repr__(self) -> str:
+        return "<factory>"
+
+
+_FROM_FACTORY: Any = _Factory()
+
+
+def _set_through_slots(cls: type[T]) -> type[T]:
+    """Give a frozen slotted dataclass an `__init__` that sets each field through its slot's
+    descriptor: the same signature, defaults and result as the generated one, which sets
+    them through `object.__setattr__` one at a time, resolving each name on the type (a
+    ModelSample: 2.7 -> 1.4 us, a tenth of a small page's parse; issue 31). Still frozen:
+    only `__init__` changes."""
+    namespace: dict[str, Any] = {"_FROM_FACTORY": _FROM_FACTORY}
+    params, lines = [], []
+    for f in fields(cls):  # type: ignore[arg-type]
+        namespace[f"_set_{f.name}"] = getattr(cls, f.name).__set__
+        value = f.name
+        if f.default is not MISSING:
+            namespace[f"_default_{f.name}"] = f.default
+            params.append(f"{f.name}=_default_{f.name}")
+        elif f.default_factory is not MISSING:
+            namespace[f"_factory_{f.name}"] = f.default_factory
+            params.append(f"{f.name}=_FROM_FACTORY")
+            value = f"_factory_{f.name}() if {f.name} is _FROM_FACTORY else {f.name}"
+        else:
+            params.append(f.name)
+        lines.append(f"    _set_{f.name}(self, {value})\n")
+    exec(f"def __init__(self, {', '.join(params)}):\n{''.join(lines)}", namespace)
+    init = namespace["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__doc__ = cls.__init__.__doc__
+    cls.__init__ = init  # type: ignore[misc]
+    return cls
+
+
 @dataclass(frozen=True, slots=True)
 class Counters:
     """The engine counters spectax reads, declared once: one line a counter.
@@ -176,6 +217,7 @@ COUNTERS: tuple[CounterSpec, ...] = tuple(
 )
 
 
+@_set_through_slots
 @dataclass(frozen=True, slots=True)
 class ModelSample(Counters):
     """Cumulative counters and current gauges of one served model.
@@ -211,6 +253,7 @@ class ModelSample(Counters):
         )
 
 
+@_set_through_slots
 @dataclass(frozen=True, slots=True)
 class EngineSample:
     """One scrape of one endpoint, at one instant."""

@@ -16,9 +16,9 @@ from __future__ import annotations
 import contextlib
 import math
 import re
-from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from itertools import repeat
-from typing import Any, Final
+from typing import Any, Final, TypeVar, cast
 
 from spectax.engines.base import Histogram, ParseError
 
@@ -51,6 +51,7 @@ _UNESCAPE: Final = {"\\\\": "\\", "\\n": "\n", '\\"': '"'}
 _LABEL_CACHE: dict[str, dict[str, str]] = {}
 _LABEL_CACHE_MAX: Final = 4096
 _LABEL_CACHE_KEY_MAX: Final = 1024
+T = TypeVar("T")
 
 
 def trie(words: list[str]) -> str:
@@ -219,6 +220,100 @@ def samples(
                 cached = parsed
             labels = cached
         yield name, labels, value, start, body
+
+
+#: One line `samples` yields: (name, labels, value, match start, body).
+Row = tuple[str, dict[str, str], float, int, str]
+
+
+def read(
+    text: str | bytes,
+    lines: re.Pattern[str],
+    grammar: re.Pattern[str],
+    bounded: frozenset[str],
+    reader: Callable[[Iterable[Row]], T],
+) -> T:
+    """`reader` over the page's relevant lines, as `samples(text, grammar, bounded)` gives
+    them, with the same result and the same `ParseError`.
+
+    A page whose relevant lines all pass `samples`' checks is read in a few C-level passes
+    (`rows`) rather than a match at a time; such a row's start is -1, so a `ParseError` the
+    reader raises from one sends the page to `samples`, which names the line. `lines` is
+    `line_scanner(names)` for the `scanner(names)` that `grammar` is (issue 31: the
+    generator's per-line cost was a tenth of a large page's parse)."""
+    if not isinstance(text, str):
+        text = decode(text)
+    fast = rows(text, lines, grammar, bounded)
+    if fast is not None:
+        with contextlib.suppress(ParseError):
+            return reader(fast)
+    return reader(samples(text, grammar, bounded))
+
+
+#: Below it (in characters) `rows` reads a page with the grammar's tails, not the line
+#: scan and `split_tails`, whose fixed cost is more on a page of a few lines read.
+SMALL_PAGE: Final = 16384
+
+
+def rows(
+    text: str, lines: re.Pattern[str], grammar: re.Pattern[str], bounded: Container[str]
+) -> list[Row] | None:
+    """The rows `samples` yields, each with start -1, when every relevant line has a
+    grammatical tail, a valid value within its bounds and a label set `samples` accepts, and
+    no series repeats; None otherwise (`samples` then reads the page and names the line)."""
+    body = "\n" + text
+    if len(body) < SMALL_PAGE:
+        return _few_rows(body, grammar, bounded)
+    found = lines.findall(body)
+    if not found:
+        return []
+    columns = split_tails(found)
+    cache = _LABEL_CACHE
+    if columns is None or not grammatical(columns[1], cache):
+        return None
+    names, labelsets, raws = columns
+    if len(set(zip(names, labelsets, strict=True))) < len(names):
+        return None  # a series twice
+    values = numbers(raws)
+    if None in values:
+        return None
+    numeric = cast(list[float], values)
+    if not (min(numeric) >= 0.0 and max(numeric) <= MAX_VALUE and not math.isnan(sum(numeric))):
+        for name, value in zip(names, numeric, strict=True):
+            if name in bounded and not 0.0 <= value <= MAX_VALUE:
+                return None
+    labels: list[dict[str, str] | str | None] = list(map(cache.get, labelsets))
+    if None in labels:
+        for index, raw in enumerate(labelsets):
+            if labels[index] is None:
+                labels[index] = _labels(raw) if raw else _EMPTY
+    if any(isinstance(parsed, str) for parsed in labels):
+        return None
+    return list(zip(names, labels, numeric, repeat(-1), repeat(body)))  # type: ignore[arg-type]
+
+
+def _few_rows(body: str, grammar: re.Pattern[str], bounded: Container[str]) -> list[Row] | None:
+    """`rows` of a small page: its few lines checked one by one, from one `findall` (no
+    match object or generator step per line, whose cost is most of a small page's)."""
+    found: list[Row] = []
+    seen: set[tuple[str, str]] = set()
+    cache = _LABEL_CACHE
+    for name, raw_labels, raw in grammar.findall(body):
+        key = (name, raw_labels)
+        if not raw or key in seen or "_" in raw or not raw.isascii():
+            return None  # a tail the grammar refuses, a series twice, a value float() bends
+        seen.add(key)
+        try:
+            value = float(raw)
+        except ValueError:
+            return None
+        if name in bounded and not 0.0 <= value <= MAX_VALUE:
+            return None
+        labels = (cache.get(raw_labels) or _labels(raw_labels)) if raw_labels else _EMPTY
+        if isinstance(labels, str):
+            return None
+        found.append((name, labels, value, -1, body))
+    return found
 
 
 def number(raw: str) -> float | None:

@@ -29,6 +29,7 @@ Its counters move only when a request finishes.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Final
 
 from spectax.engines import scan
@@ -56,6 +57,7 @@ _GAUGES: Final = {
 }
 _START: Final = "process_start_time_seconds"
 _SCAN: Final = scan.scanner([*_COUNTERS, *_GAUGES, _START])
+_LINES: Final = scan.line_scanner([*_COUNTERS, *_GAUGES, _START])
 _BOUNDED: Final = frozenset([*_COUNTERS, *_GAUGES])
 _RANKS: Final = ("pp_rank", "moe_ep_rank", "tp_rank")
 
@@ -72,11 +74,15 @@ def parse(text: str | bytes) -> EngineSample:
 
     Raises `ParseError` naming the line for a malformed line it reads.
     """
+    return scan.read(text, _LINES, _SCAN, _BOUNDED, _read)
+
+
+def _read(rows: Iterable[scan.Row]) -> EngineSample:
     counters: dict[str, list[float | None]] = {}
     # model -> dp_rank -> gauge slot -> (shard rank, value): the lowest shard wins.
     gauges: dict[str, dict[str, dict[int, tuple[tuple[int, ...], float]]]] = {}
     process_start: float | None = None
-    for name, labels, value, start, body in scan.samples(text, _SCAN, _BOUNDED):
+    for name, labels, value, start, body in rows:
         if name == _START:
             if not math.isfinite(value):
                 raise scan.error(body, start, f"bad value for {name}")

@@ -19,6 +19,7 @@ router sets them to 0..speculate) or when a token was ever skipped.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Final
 
 from spectax.engines import scan
@@ -46,6 +47,7 @@ _FAMILIES: Final = {
 }
 _BUCKET: Final = "tgi_request_skipped_tokens_bucket"
 _SCAN: Final = scan.scanner([*_FAMILIES, _BUCKET])
+_LINES: Final = scan.line_scanner([*_FAMILIES, _BUCKET])
 _BOUNDED: Final = frozenset([*_FAMILIES, _BUCKET])
 
 
@@ -54,9 +56,13 @@ def parse(text: str | bytes) -> EngineSample:
 
     Raises `ParseError` naming the line for a malformed line it reads.
     """
+    return scan.read(text, _LINES, _SCAN, _BOUNDED, _read)
+
+
+def _read(rows: Iterable[scan.Row]) -> EngineSample:
     acc: list[float | None] = [None] * _N_SLOTS
     top_bucket = 0.0
-    for name, labels, value, start, body in scan.samples(text, _SCAN, _BOUNDED):
+    for name, labels, value, start, body in rows:
         if name == _BUCKET:
             try:
                 le = float(labels.get("le", ""))

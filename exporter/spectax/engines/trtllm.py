@@ -20,6 +20,7 @@ engine speculates and they read 0.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Final
 
 from spectax.engines import scan
@@ -49,6 +50,7 @@ _DRAFTED_POS: Final = "trtllm_spec_decode_drafted_tokens_total"
 _ACCEPTED_POS: Final = "trtllm_spec_decode_accepted_tokens_total"
 _START: Final = "process_start_time_seconds"
 _SCAN: Final = scan.scanner([*_FAMILIES, _DRAFTED_POS, _ACCEPTED_POS, _START])
+_LINES: Final = scan.line_scanner([*_FAMILIES, _DRAFTED_POS, _ACCEPTED_POS, _START])
 _BOUNDED: Final = frozenset(
     [
         *(n for n, s in _FAMILIES.items() if s not in (_OVERHEAD, _SPEC_INFO)),
@@ -64,10 +66,14 @@ def parse(text: str | bytes) -> EngineSample:
     Raises `ParseError` naming the line for a malformed line it reads (a draft overhead
     outside 0..1 included: it is a share of the step).
     """
+    return scan.read(text, _LINES, _SCAN, _BOUNDED, _read)
+
+
+def _read(rows: Iterable[scan.Row]) -> EngineSample:
     models: dict[str, list[float | None]] = {}
     positions: dict[str, tuple[dict[int, float], dict[int, float]]] = {}
     process_start: float | None = None
-    for name, labels, value, start, body in scan.samples(text, _SCAN, _BOUNDED):
+    for name, labels, value, start, body in rows:
         if name == _START:
             if not math.isfinite(value):
                 raise scan.error(body, start, f"bad value for {name}")
