@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from builders import NGRAM_PAGES, monitor_of, ngram_settings
 from recorded_pages import page, reference_values
 from spectax.engines import get_parser
 from spectax.engines.base import Histogram
@@ -13,6 +14,8 @@ from spectax.pipeline.counts import Counts
 from spectax.pipeline.intervals import Interval, interval_between, restarted
 from spectax.pipeline.packing import pack_counts, unpack_counts
 from spectax.pipeline.windows import AlignedWindows, SlidingWindow, sum_intervals
+from spectax.store.cursor import encode_sample
+from spectax.store.rows import pending_write
 
 parse = get_parser("vllm")
 M = "tiny-llama"
@@ -278,3 +281,25 @@ def test_every_recorded_pages_sample_comes_back_from_its_packing(
         assert unpack_sample(pack_sample(parsed)) == parsed, path.name
         checked += bool(parsed.models)
     assert checked >= 2
+
+
+def test_the_open_window_a_scrape_hands_the_store_is_the_one_the_monitor_keeps() -> None:
+    """The flush right after a scrape hands the store the open window and cursor the scrape
+    built, without unpacking them again (issue 31): they must be what the monitor keeps
+    packed, byte for byte in the rows and the cursor, so that a kill -9 resumes exactly
+    there. Recorded pages, a restart among them, windows closing on the way."""
+    monitor = monitor_of(ngram_settings(), 60.0)
+    for i in range(40):
+        monitor.observe_page(
+            1_700_000_000.0 + 7.5 * i, page(NGRAM_PAGES[i % len(NGRAM_PAGES)]), 0.01
+        )
+        fresh = monitor.flush()  # the scrape's own objects
+        kept = monitor.flush()  # from the packed state
+        if i == 0:
+            assert fresh is None and kept is None  # no interval yet, nothing open
+            continue
+        assert fresh is not None and kept is not None
+        assert pending_write(fresh).rows == pending_write(kept).rows
+        assert fresh.cursor is not None and kept.cursor is not None
+        assert fresh.cursor[0] == kept.cursor[0]
+        assert encode_sample(fresh.cursor[1]) == encode_sample(kept.cursor[1])

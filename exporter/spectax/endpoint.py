@@ -100,6 +100,10 @@ class EndpointMonitor:
             self._models.admit(resume.cursor[0], resume.cursor[1].models)
         self._told_churn = False
         self._aligned = AlignedWindows(window_seconds, resume.open_window)
+        # The open window and the cursor as the last page left them, for the flush that
+        # follows it (Daemon._scrape) to hand the store without unpacking both again; the
+        # flush takes them, so they are not kept between scrapes (packed, they are a tenth).
+        self._unflushed: tuple[Window, tuple[float, EngineSample]] | None = None
         # Which plain curve, B* and h its windows are assessed under, and their sources.
         self.counterfactual = Counterfactual(
             config,
@@ -172,7 +176,9 @@ class EndpointMonitor:
             )
         first = self._last is None
         held = self._held(now, sample)
-        previous, closed, window = self._observe(now, held, None)
+        previous, closed, window, open_window = self._observe(now, held, None)
+        if open_window is not None:
+            self._unflushed = (open_window, (now, held))
         self._publish(now, sample, duration, window)
         if first:  # the baseline: a crash before the first window closes resumes here
             return Observed(self.config.name, (), (now, held))
@@ -190,7 +196,7 @@ class EndpointMonitor:
         held = self._held(interval.end, sample)
         if held is not sample:
             interval = replace(interval, models=_only(interval.models, held.models.keys()))
-        _, closed, window = self._observe(interval.end, held, interval)
+        _, closed, window, _ = self._observe(interval.end, held, interval)
         self.counterfactual.calibrate(due := self._aligned.due(interval.end))
         self._publish(interval.end, sample, 0.0, window)
         return Observed(self.config.name, [self._assessed(w) for w in closed + due], self.cursor())
@@ -214,14 +220,18 @@ class EndpointMonitor:
         """The open (partial) window and the cursor: for the store after every scrape, so that
         a restart (kill -9, a reboot) resumes the window where the last scrape left it even
         when the engine restarted meanwhile, and at a graceful stop."""
-        open_window = self._aligned.open
-        if open_window is None or self._last is None:
+        unflushed, self._unflushed = self._unflushed, None
+        if unflushed is not None:
+            open_window, cursor = unflushed
+            return Observed(self.config.name, (), cursor, self._assessed(open_window, False))
+        current = self._aligned.open
+        if current is None or self._last is None:
             return None
-        assessed = self._assessed(open_window, closed=False)
-        return Observed(self.config.name, (), self.cursor(), assessed)
+        return Observed(self.config.name, (), self.cursor(), self._assessed(current, False))
 
     def close_due(self, now: float) -> Observed | None:
         """Close the open window once its end has passed although no scrape succeeded."""
+        self._unflushed = None
         closed = self._aligned.due(now)
         if not closed or self._last is None:
             return None
@@ -293,14 +303,15 @@ class EndpointMonitor:
 
     def _observe(
         self, now: float, sample: EngineSample, fed: Interval | None
-    ) -> tuple[tuple[float, EngineSample] | None, list[Window], Window | None]:
+    ) -> tuple[tuple[float, EngineSample] | None, list[Window], Window | None, Window | None]:
         """Add the interval since the last sample, or `fed`; returns the last sample (the
-        cursor before), the windows it closed and the sliding window's sum (None before the
-        second sample)."""
+        cursor before), the windows it closed, the sliding window's sum and the open window
+        (both None before the second sample)."""
+        self._unflushed = None
         last = self.cursor()
         self._last = Cursor.of(now, sample)
         if last is None and fed is None:
-            return None, [], None
+            return None, [], None, None
         interval = fed or interval_between(last[1], sample, last[0], now)  # type: ignore[index]
         cold_start = None
         if interval.restarted:
@@ -323,9 +334,9 @@ class EndpointMonitor:
             cold_starts_total=self.snapshot.cold_starts_total + int(interval.restarted),
             tokens_total=totals,
         )
-        closed = self._aligned.add(interval)
+        closed, open_window = self._aligned.add_keeping(interval)
         self.counterfactual.calibrate(closed)
-        return last, closed, window
+        return last, closed, window, open_window
 
     def _restarted(
         self, interval: Interval, sample: EngineSample, resumed: bool

@@ -232,6 +232,12 @@ class AlignedWindows:
         return unpack_window(self._open) if self._open is not None else None
 
     def add(self, interval: Interval) -> list[Window]:
+        """Add `interval`; returns the windows it closed."""
+        return self.add_keeping(interval)[0]
+
+    def add_keeping(self, interval: Interval) -> tuple[list[Window], Window]:
+        """Add `interval`; returns the windows it closed and the open window it is now in,
+        as built (a scrape's flush reads it at once: unpacking it again cost ~20 µs)."""
         start = aligned_start(interval.end, self.length)
         if interval.end == start and interval.seconds > 0:
             start -= self.length  # an interval ending on the boundary belongs to the earlier window
@@ -242,8 +248,9 @@ class AlignedWindows:
             current = None
         if current is None:
             current = Window(start=start, end=start + self.length)
-        self._keep(current.add(interval))
-        return closed
+        kept = current.add(interval)
+        self._keep(kept)
+        return closed, kept
 
     def due(self, now: float) -> list[Window]:
         """Close the open window once its end has passed, even when no scrape arrives."""
