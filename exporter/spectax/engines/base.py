@@ -91,10 +91,12 @@ class Histogram:
         packed = counts if isinstance(counts, bytes) else array("d", counts).tobytes()
         if len(packed) != 8 * len(bounds):
             raise ValueError(f"{len(bounds)} bounds but {len(packed) // 8} counts")
-        object.__setattr__(self, "sum", sum)
-        object.__setattr__(self, "count", count)
-        object.__setattr__(self, "bounds", shared_bounds(bounds))
-        object.__setattr__(self, "counts", packed)
+        # Through the slots' descriptors: object.__setattr__ resolves each name on the type,
+        # and histograms are built by the dozen a page and in every window's arithmetic.
+        _set_sum(self, sum)
+        _set_count(self, count)
+        _set_bounds(self, shared_bounds(bounds))
+        _set_counts(self, packed)
 
     @property
     def buckets(self) -> Buckets:
@@ -108,6 +110,11 @@ class Histogram:
     def __repr__(self) -> str:
         return f"Histogram(sum={self.sum!r}, count={self.count!r}, buckets={self.buckets!r})"
 
+
+_set_sum = Histogram.sum.__set__  # type: ignore[attr-defined]
+_set_count = Histogram.count.__set__  # type: ignore[attr-defined]
+_set_bounds = Histogram.bounds.__set__  # type: ignore[attr-defined]
+_set_counts = Histogram.counts.__set__  # type: ignore[attr-defined]
 
 _BOUNDS: dict[tuple[float, ...], tuple[float, ...]] = {}
 _MAX_SHARED_BOUNDS = 1024  # distinct bound lists shared; a page inventing more is not cached

@@ -31,6 +31,7 @@ from __future__ import annotations
 import itertools
 import math
 import sys
+from array import array
 from collections.abc import Mapping
 from functools import reduce
 from itertools import repeat
@@ -494,7 +495,9 @@ class _Layout:
         "buckets",
         "cache_config",
         "models",
+        "plain",
         "positions",
+        "spans",
         "starts",
         "usable",
         "used",
@@ -578,6 +581,20 @@ class _Layout:
             )
             for key, per_le in bounds.items()
         )
+        # A histogram of one rank whose bucket lines follow each other, bounds ascending
+        # (vLLM's): its counts are a slice of the page's values packed as doubles.
+        self.spans = tuple(
+            slice(8 * ranks[0][0], 8 * (ranks[0][-1] + 1))
+            if len(ranks) == 1 and ranks[0] == tuple(range(ranks[0][0], ranks[0][-1] + 1))
+            else None
+            for _, _, _, ranks in self.buckets
+        )
+        # Per model, the histograms built from their sum and count alone (no buckets read).
+        self.plain = {
+            model: tuple(h for i, h in enumerate(_BUCKETED) if (model, i) not in bounds)
+            + tuple(h for h in _HISTOGRAMS if h not in _BUCKETED)
+            for model in models
+        }
 
     def sample(self, values: list[float]) -> EngineSample | None:
         """The page's sample from its values, or None when one is out of bounds."""
@@ -613,19 +630,38 @@ class _Layout:
         built: _Built = {
             model: {
                 h: None if acc[h[0]] is None else Histogram.of(acc[h[0]], acc[h[1]], (), b"")  # type: ignore[arg-type]
-                for h in _HISTOGRAMS
+                for h in self.plain[model]
             }
             for model, acc in models.items()
         }
-        for (model, at), (total, count), bounds, ranks in self.buckets:
-            counts = list(map(add, repeat(0.0), map(get, ranks[0])))
-            for rank in ranks[1:]:
-                counts = list(map(add, counts, map(get, rank)))
-            if max(counts) > MAX_VALUE:
-                return None
+        packed = b""
+        for bucketed, span in zip(self.buckets, self.spans, strict=True):
+            (model, at), (total, count), bounds, ranks = bucketed
+            counts: bytes | list[float]
+            if span is not None:  # one rank: every count is within 0..2**53 (checked above)
+                packed = packed or _packed(values)
+                counts = packed[span]
+            else:
+                counts = list(map(add, repeat(0.0), map(get, ranks[0])))
+                for rank in ranks[1:]:
+                    counts = list(map(add, counts, map(get, rank)))
+                if max(counts) > MAX_VALUE:
+                    return None
             acc = models[model]
             built[model][_BUCKETED[at]] = Histogram.of(acc[total], acc[count], bounds, counts)  # type: ignore[arg-type]
         return _sample((models, positions, {}, start, self.cache_config), built)
+
+
+_NEGATIVE_ZERO: Final = array("d", [-0.0]).tobytes()
+
+
+def _packed(values: list[float]) -> bytes:
+    """The page's values as doubles, a -0.0 written as 0.0 (a count summed from 0.0, as the
+    line-by-line path sums it, is never -0.0)."""
+    packed = array("d", values).tobytes()
+    if _NEGATIVE_ZERO in packed:  # maybe astride two values: normalising is then a no-op
+        packed = array("d", map(add, values, repeat(0.0))).tobytes()
+    return packed
 
 
 def _between(values: list[float], low: float, high: float) -> bool:
