@@ -511,7 +511,7 @@ class _Exchange(asyncio.Protocol):
         """A piece of the body, its encoding undone, onto the body: never past the cap, so a
         gzip bomb is stopped after max_bytes + 1 bytes of output, whatever it inflates to."""
         room = self._max_bytes - len(self._body)
-        if self._encoding:
+        if self._encoding and data:  # (the decoder is chosen on the first byte)
             if self._decoder is None:
                 self._decoder = zlib.decompressobj(_wbits(self._encoding, data))
             try:
@@ -549,10 +549,15 @@ class _Exchange(asyncio.Protocol):
 
 
 def _wbits(encoding: str, first: bytes | bytearray) -> int:
-    """zlib's window bits: "deflate" is meant as zlib's format but some servers send raw
-    deflate; its first byte tells them apart, as aiohttp does."""
-    if encoding == "deflate" and first and (first[0] & 0x0F) != 8:
-        return -zlib.MAX_WBITS
+    """zlib's window bits: "deflate" is meant as zlib's format, but some servers send raw
+    deflate. A zlib stream starts with CM = 8 and a header that is a multiple of 31 (RFC
+    1950); aiohttp looked at CM alone, which one raw stream in 16 also matches."""
+    if encoding == "deflate" and first:
+        zlib_header = (first[0] & 0x0F) == 8 and (
+            len(first) < 2 or ((first[0] << 8) | first[1]) % 31 == 0
+        )
+        if not zlib_header:
+            return -zlib.MAX_WBITS
     return _WBITS[encoding]
 
 
