@@ -143,3 +143,31 @@ def test_a_control_gives_sglang_a_measured_verdict() -> None:
     assert a.speedup_measured_ratio == pytest.approx(0.02 / 0.0125)
     assert (a.verdict, a.verdict_basis) == ("pays", "measured")
     assert a.step_overhead_ratio is None  # h needs the drafted tokens
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ("} 1200.0", "} -1.0", "must be a finite non-negative number"),
+        ("} 1200.0", "} 1_200.0", "bad value '1_200.0'"),
+        ('model_name="tiny-llama"} 1200.0', 'model_name=""} 1200.0', "has no model_name"),
+        ("} 1200.0", "} 1200.0 17", None),  # a timestamp: read by the grammar, no error
+    ],
+)
+def test_a_large_page_read_in_bulk_names_a_bad_line_as_line_by_line(
+    old: str, new: str, message: str | None
+) -> None:
+    """A page of 16 KB or more is read in bulk (scan.rows); a line it refuses, or an error
+    the parser raises on it, sends the page line by line (scan.samples): the error names
+    the same line with the same words, and a line of another form is still read."""
+    good = PAGES["spec_1_after.txt"]
+    assert len(good) >= 16384
+    line = next(x for x in good.splitlines() if x.startswith("sglang:generation_tokens_total{"))
+    assert old in line
+    bad = good.replace(line, line.replace(old, new))
+    if message is None:
+        assert parse(bad) == parse(good) == reference(bad)
+        return
+    with pytest.raises(ParseError, match=message) as caught:
+        parse(bad)
+    assert caught.value.line_number == good[: good.index(line)].count("\n") + 1

@@ -888,3 +888,18 @@ def test_kv_cache_settings_read_once_stay_right_and_a_bad_set_is_never_kept() ->
     for _ in range(2):
         with pytest.raises(ParseError, match="num_gpu_blocks must be a whole number"):
             parse(_OK + _info("0", "7e3"))
+
+
+def test_a_negative_zero_bucket_on_a_known_layout_counts_as_zero() -> None:
+    """A layout takes a one-rank histogram's counts as a slice of the page's values packed as
+    doubles; a bucket written -0.0 must still count 0.0, as the line-by-line sum (and the
+    reference's) gives it: the packed counts are compared byte for byte."""
+    good = page("spec_ngram_2_mid.txt")
+    line = 'vllm:time_to_first_token_seconds_bucket{engine="0",le="0.001",model_name="tiny-llama"}'
+    assert f"\n{line} 0.0\n" in good
+    _read_twice(good)  # its layout is learnt
+    signed = good.replace(f"\n{line} 0.0\n", f"\n{line} -0.0\n")
+    sample = parse(signed)
+    assert sample == reference(signed)
+    ttft = sample.models["tiny-llama"].time_to_first_token
+    assert ttft is not None and math.copysign(1.0, ttft.bucket_counts()[0]) == 1.0
