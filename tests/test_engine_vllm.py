@@ -903,3 +903,50 @@ def test_a_negative_zero_bucket_on_a_known_layout_counts_as_zero() -> None:
     assert sample == reference(signed)
     ttft = sample.models["tiny-llama"].time_to_first_token
     assert ttft is not None and math.copysign(1.0, ttft.bucket_counts()[0]) == 1.0
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    line=st.sampled_from(_RELEVANT_LINES),
+    cut=st.integers(min_value=0, max_value=200),
+    junk=st.text(max_size=4),
+)
+@example(line=_RELEVANT_LINES[0], cut=28, junk=" ")
+@example(line=_RELEVANT_LINES[0], cut=28, junk="-")
+def test_whole_lines_split_as_split_tails_splits_them(line: str, cut: int, junk: str) -> None:
+    """A page of 16 KB or more is scanned for whole lines (`_WHOLE_LINES`) and split by
+    `_split_lines`: where it gives columns they are `split_tails`' of `_LINES`' matches;
+    where it gives None, those are None or have a label set the grammar refuses."""
+    cut %= len(line) + 1
+    body = "\n" + _OK + line[:cut] + junk + line[cut + len(junk) :] + "\n" + _OK
+    columns = vllm._split_lines(vllm._WHOLE_LINES.findall(body))
+    expected = split_tails(vllm._LINES.findall(body))
+    if columns is not None:
+        assert columns == expected
+    else:
+        assert expected is None or not grammatical(expected[1], {})
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("} 1168.0", "} 1168.0 1700000000000"),  # a timestamp
+        ("} 1168.0", "}  1168.0"),  # two blanks
+        ("} 1168.0", "} 1168.0\r"),  # a carriage return
+        (
+            'engine="0",model_name="tiny-llama"} 1168.0',
+            'model_name="tiny-llama",engine="0"} 1168.0',
+        ),
+    ],
+)
+def test_a_page_of_known_edges_but_another_line_is_read_as_any_other(old: str, new: str) -> None:
+    """A page is matched to a layout by its number of lines and first and last line
+    (`_BY_EDGES`), then checked line by line: a line in another form, or with its labels in
+    another order, is not read through the layout of the page it resembles."""
+    good = page("spec_ngram_2_mid.txt")
+    line = 'vllm:generation_tokens_total{engine="0",model_name="tiny-llama"} 1168.0'
+    _read_twice(good)
+    parse(good)  # the third page finds its layout by its edges from now on
+    changed = good.replace(line, line.replace(old, new))
+    assert changed != good
+    assert parse(changed) == reference(changed.replace("\r", ""))

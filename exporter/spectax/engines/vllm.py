@@ -30,12 +30,13 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 import sys
 from array import array
 from collections.abc import Mapping
 from functools import reduce
 from itertools import repeat
-from operator import add
+from operator import add, getitem
 from typing import Final, cast
 
 from spectax.engines.base import (
@@ -58,7 +59,7 @@ from spectax.engines.scan import (
     number,
     numbers,
     scanner,
-    split_tails,
+    trie,
     unescape,
     with_buckets,
 )
@@ -225,6 +226,10 @@ _FAMILIES.update(
 # silently. `_LINES` finds the same lines, split by str methods in the common case.
 _SCAN: Final = scanner(_FAMILIES)
 _LINES: Final = line_scanner(_FAMILIES)
+#: `_LINES`' lines whole (name and rest in one string: no tuple, one string fewer a line).
+_WHOLE_LINES: Final = re.compile(
+    r"\n[ \t]*+((?:" + trie(sorted(_FAMILIES)) + r")(?![a-zA-Z0-9_:])[^\n]*+)"
+)
 #: Below it (in characters) a page is read with `_SCAN`'s grammar, not `_LINES` and
 #: `split_tails`: the vLLM page without engine families (--disable-log-stats, 6.4 KB, one
 #: line read) took 16 µs the second way, 10.6 the grammar's; pages with them are 50 KB+.
@@ -256,14 +261,20 @@ def parse(text: str | bytes) -> EngineSample:
     if len(body) < _SMALL_PAGE:  # a few lines: the grammar's tails cost less than splitting
         columns, checked = _grammar_columns(body), True
     else:
-        found = _LINES.findall(body)
-        columns, checked = (split_tails(found) if found else ((), (), ())), False
+        lines = _WHOLE_LINES.findall(body)
+        if lines:
+            known = _through_known_layout(lines)
+            if known is not None:
+                return known
+        columns, checked = (_split_lines(lines) if lines else ((), (), ())), False
     if columns is not None:
         if not columns[0]:
             return EngineSample(engine=ENGINE, models={})
         layout = _LAYOUTS.get(columns[:2])
         if layout is not None:  # the label sets were grammatical when it was learnt
             layout.used = next(_READS)
+            if not checked:
+                layout.index_by_edges(*columns[:2])
             values = numbers(columns[2])
             if None not in values:
                 sample = layout.sample(values)  # type: ignore[arg-type]
@@ -289,6 +300,39 @@ def _grammar_columns(body: str) -> _Columns:
         return (), (), ()
     names, labelsets, raws = zip(*found, strict=True)
     return names, labelsets, raws
+
+
+def _split_lines(lines: list[str]) -> _Columns | None:
+    """`split_tails` of `_LINES`' matches, from `_WHOLE_LINES`' (the same lines whole): the
+    same columns, or None where it gives None or the label sets cannot be grammatical (a
+    name followed by anything but a label set or its value: the grammar then reads it)."""
+    heads, spaces, raws = zip(*map(str.rpartition, lines, repeat(" ")), strict=True)
+    names, braces, labels = zip(*map(str.partition, heads, repeat("{")), strict=True)
+    if "" in spaces or "" in raws or not all(map(_FAMILIES.__contains__, names)):
+        return None  # a name + what is not a label set (a family name has no other char)
+    joined = "".join(raws)
+    if "\t" in joined or "\r" in joined:
+        return None
+    return names, tuple(map(add, braces, labels)), raws
+
+
+def _through_known_layout(lines: list[str]) -> EngineSample | None:
+    """The sample of a page whose lines are those of a layout learnt (`_BY_EDGES`, checked
+    line by line: each starts with its name, label set and a space, and the rest is one
+    value), summed by it; None otherwise, or when a value is out of its bounds (the page is
+    then read as any other). The columns `split_tails` would give are not built: splitting
+    every line was a seventh of a page's parse (issue 31)."""
+    edges = (len(lines), lines[0].rpartition(" ")[0], lines[-1].rpartition(" ")[0])
+    layout = _BY_EDGES.get(edges)
+    if layout is None or not all(map(str.startswith, lines, layout.heads)):
+        return None
+    raws = list(map(getitem, lines, layout.tails))
+    joined = "".join(raws)
+    if " " in joined or "\t" in joined or "\r" in joined:
+        return None  # a timestamp or another blank: split_tails would have read otherwise
+    layout.used = next(_READS)
+    values = numbers(raws)
+    return None if None in values else layout.sample(values)  # type: ignore[arg-type]
 
 
 def _labels_of(names: tuple[str, ...], labelsets: tuple[str, ...]) -> list[_Info | str | None]:
@@ -494,11 +538,14 @@ class _Layout:
         "bounded",
         "buckets",
         "cache_config",
+        "edges",
+        "heads",
         "models",
         "plain",
         "positions",
         "spans",
         "starts",
+        "tails",
         "usable",
         "used",
         "within",
@@ -596,6 +643,15 @@ class _Layout:
             for model in models
         }
 
+    def index_by_edges(self, names: tuple[str, ...], labelsets: tuple[str, ...]) -> None:
+        """Find this layout by its page's number of lines and first and last line's name and
+        label set (`_BY_EDGES`, for `_through_known_layout`), with each line's name, label
+        set and space, and where its value starts."""
+        self.heads = tuple(map(add, map(add, names, labelsets), repeat(" ")))
+        self.tails = tuple(slice(len(head), None) for head in self.heads)
+        self.edges = (len(names), self.heads[0][:-1], self.heads[-1][:-1])
+        _BY_EDGES[self.edges] = self
+
     def sample(self, values: list[float]) -> EngineSample | None:
         """The page's sample from its values, or None when one is out of bounds."""
         get = values.__getitem__
@@ -673,6 +729,9 @@ def _between(values: list[float], low: float, high: float) -> bool:
 #: names and label sets (~10 KB on a vLLM page), so 256 of them hold ~3 MB at most; when
 #: full, a new layout replaces the oldest.
 _LAYOUTS: dict[tuple[tuple[str, ...], tuple[str, ...]], _Layout] = {}
+#: Layouts of `_LAYOUTS` by their page's edges (`_Layout.index_by_edges`): the one read last
+#: of those that share them. As bounded as the table: a layout given up leaves both.
+_BY_EDGES: dict[tuple[int, str, str], _Layout] = {}
 _MAX_LAYOUTS: Final = 256
 #: Hashes of the series of pages read once, not yet learnt (ints: bounded and small): room
 #: for a fleet of 4,096 layouts scraped in turn to be seen twice before it is cleared.
@@ -721,8 +780,11 @@ def _learn(
     if again is None or again != sample:
         return
     if idle is not True:
-        del _LAYOUTS[idle]
+        given_up = _LAYOUTS.pop(idle)
+        if _BY_EDGES.get(getattr(given_up, "edges", None)) is given_up:  # type: ignore[arg-type]
+            del _BY_EDGES[given_up.edges]
     _LAYOUTS[key] = layout
+    layout.index_by_edges(names, labelsets)
 
 
 def _room() -> tuple[tuple[str, ...], tuple[str, ...]] | bool:
