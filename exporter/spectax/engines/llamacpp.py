@@ -153,19 +153,20 @@ def _read_plain(body: str) -> tuple[list[float | None], dict[int, float]] | None
     except ValueError:
         return None
     numbers = values.values()
+    # A NaN makes the sum one (the values are finite otherwise: within 0..2**53).
     if numbers and not (
-        min(numbers) >= 0.0 and max(numbers) <= MAX_VALUE and not any(map(math.isnan, numbers))
+        min(numbers) >= 0.0 and max(numbers) <= MAX_VALUE and not math.isnan(sum(numbers))
     ):
         return None
     get = values.get
-    acc = [get(name) for name in _PLAIN_NAMES]
+    acc = list(map(get, _PLAIN_NAMES))
     positions: dict[int, float] = {}
     for index, key in enumerate(_POSITION_KEYS):
         value = get(key)
         if value is None:
             break
         positions[index] = value
-    if len(values) != len(positions) + sum(v is not None for v in acc):
+    if len(values) != len(positions) + len(acc) - acc.count(None):
         return None  # positions not 0, 1, ... (or written as 01): read line by line
     return acc, positions
 
