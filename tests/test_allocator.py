@@ -11,9 +11,12 @@ import textwrap
 
 import pytest
 
-pytestmark = pytest.mark.skipif(
-    platform.libc_ver()[0] != "glibc", reason="glibc's arenas: other C libraries have none"
-)
+pytestmark = [
+    pytest.mark.e2e,  # a Python process of its own per probe
+    pytest.mark.skipif(
+        platform.libc_ver()[0] != "glibc", reason="glibc's arenas: other C libraries have none"
+    ),
+]
 
 # A thread that allocates, then the process's reserved-but-inaccessible regions of more
 # than a megabyte: glibc maps each new arena's heap as 64 MiB, most of it PROT_NONE (a

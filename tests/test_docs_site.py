@@ -182,6 +182,7 @@ SET_UP = (
 )
 
 
+@pytest.mark.e2e  # runs .ci/run's awk in bash
 def test_the_readme_is_the_first_hour() -> None:
     """At most 400 lines (it was 1,174: fifty minutes of reading before the on-call part),
     opening with the two set-up commands, then the quick start; the rest is in docs/."""

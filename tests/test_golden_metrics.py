@@ -134,6 +134,7 @@ def test_metrics_page_is_the_golden_file_line_by_line(page: str) -> None:
         )
 
 
+@pytest.mark.e2e  # runs promtool
 def test_promtool_check_metrics_finds_nothing_on_the_page(page: str) -> None:
     """A missing promtool skips here, and fails under SPECTAX_CI=1 (see promstack)."""
     result = run_tool("promtool", "check", "metrics", stdin=page)

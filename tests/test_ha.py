@@ -286,6 +286,7 @@ async def one_leader(pair: list[Spectax]) -> bool:
     return sorted(leaders) == [0, 1]
 
 
+@pytest.mark.e2e  # waits out the follower's lock polls (POLL_SECONDS), seconds of wall time
 async def test_the_follower_writes_nothing_and_takes_over_when_the_leader_lets_go(
     pg_server: Any, tmp_path: Path
 ) -> None:

@@ -354,6 +354,7 @@ def test_a_fresh_database_gets_its_schema_without_alembic_in_the_process(tmp_pat
         ]
 
 
+@pytest.mark.e2e  # starts a child process (one that fails)
 async def test_a_child_that_cannot_create_the_schema_leaves_it_to_the_process(
     tmp_path, monkeypatch
 ) -> None:

@@ -54,6 +54,7 @@ def analyze(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.e2e  # runs systemd-analyze
 @needs_analyze
 def test_unit_verifies_without_a_word(tmp_path: Path) -> None:
     result = analyze("verify", "./spectax.service", cwd=unit_copy(tmp_path).parent)
@@ -61,6 +62,7 @@ def test_unit_verifies_without_a_word(tmp_path: Path) -> None:
     assert result.stdout + result.stderr == ""
 
 
+@pytest.mark.e2e  # runs systemd-analyze
 @needs_analyze
 def test_verify_would_catch_a_bad_key(tmp_path: Path) -> None:
     """The rule 'any output fails' is what catches typos: verify still exits 0 on them."""
@@ -70,6 +72,7 @@ def test_verify_would_catch_a_bad_key(tmp_path: Path) -> None:
     assert "ProtectSystm" in result.stdout + result.stderr
 
 
+@pytest.mark.e2e  # runs systemd-analyze
 @needs_analyze
 def test_exposure_is_at_most_two(tmp_path: Path) -> None:
     result = analyze(
