@@ -14,6 +14,8 @@ import math
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from promstack import LATENCY_FAMILIES, binary, histogram_quantiles
 from spectax.engines.base import Histogram
@@ -22,6 +24,7 @@ from spectax.pipeline.counts import delta
 from spectax.pipeline.quantiles import (
     LATENCY_METRICS,
     QUANTILES,
+    _located,
     bucket_quantile,
     latency_quantiles,
     merged,
@@ -120,3 +123,28 @@ def test_merging_adds_bound_by_bound_and_refuses_other_bounds() -> None:
 
 def test_every_latency_metric_has_a_field() -> None:
     assert {metric for metric, _ in LATENCY_METRICS} == set(FAMILY)
+
+
+_bound = st.sampled_from([-1.0, 0.0, 0.001, 0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 10.0, math.inf])
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(st.tuples(_bound, st.floats(0, 1e6, allow_nan=False)), min_size=1, max_size=12),
+    st.booleans(),
+)
+def test_a_histograms_quantiles_are_those_of_its_buckets_as_pairs(
+    pairs: list[tuple[float, float]], ascending: bool
+) -> None:
+    """`quantiles` reads a histogram's shared bounds and packed counts without building
+    pairs (issue 31): the same numbers and buckets as Prometheus' rule over the pairs, for
+    bounds ascending as engines print them or in any order, repeated, with float noise or
+    counts that fall (each of which the rule flattens its own way)."""
+    if ascending:
+        pairs = sorted(dict(pairs).items())
+    histogram = Histogram(1.0, max(n for _, n in pairs) or 1.0, pairs)
+    found = quantiles(histogram)
+    expected = [_located(q, histogram.buckets) for _, q in QUANTILES]
+    assert found is not None  # it has buckets and observations
+    assert [found.p50, found.p95, found.p99] == [value for value, _ in expected]
+    assert list(found.buckets) == [bucket for _, bucket in expected]
