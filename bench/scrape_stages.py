@@ -5,7 +5,8 @@ whose counters grow between scrapes), each stage timed alone over --endpoints en
 --scrapes scrapes with the process's own CPU clock (best of --repeat rounds):
 
     fetch        the HTTP GET through spectax's own client (a new connection per scrape, as
-                 in a fleet), against a target server in another process: the client's CPU
+                 in a fleet), against a target server in another process: the client's CPU,
+                 on the event loop --loop names (uvloop: the daemon's; asyncio: its fallback)
     parse        the engine's parser, text to EngineSample
     deltas       the interval since the last page (counter deltas, gauges integrated) and
                  its spend
@@ -22,6 +23,7 @@ whose counters grow between scrapes), each stage timed alone over --endpoints en
                  that the stages add up
 
     PYTHONPATH=exporter python bench/scrape_stages.py [--endpoints 200] [--scrapes 20]
+        [--loop asyncio|uvloop] [--only-fetch]
 
 It prints numbers, never fails on them. Run it on a quiet machine: the figures are CPU
 time, but a busy second core still slows the caches.
@@ -225,9 +227,9 @@ def run_whole(texts: list[list[str]]) -> int:
     return sum(map(len, texts))
 
 
-def fetch_cpu(scrapes: int) -> float:
+def fetch_cpu(scrapes: int, loop: str = "asyncio") -> float:
     """The client's CPU per scrape through spectax's fetch, against a server in another
-    process, 16 scrapes at a time."""
+    process, 16 scrapes at a time, on asyncio's event loop or uvloop's."""
     from scale import free_port
     from spectax.scrape import fetch, scrape_session
 
@@ -253,8 +255,14 @@ def fetch_cpu(scrapes: int) -> float:
             await asyncio.gather(*(one() for _ in range(scrapes)))
             return (time.process_time() - started) / scrapes
 
+    factory = asyncio.new_event_loop
+    if loop == "uvloop":
+        import uvloop
+
+        factory = uvloop.new_event_loop
     try:
-        return asyncio.run(measure())
+        with asyncio.Runner(loop_factory=factory) as runner:
+            return runner.run(measure())
     finally:
         server.terminate()
         server.wait()
@@ -266,13 +274,18 @@ def main() -> None:
     parser.add_argument("--scrapes", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--no-fetch", action="store_true")
+    parser.add_argument("--only-fetch", action="store_true")
+    parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
     args = parser.parse_args()
     print(f"machine: {machine()}")
     print(f"{args.endpoints} endpoints x {args.scrapes} scrapes, best of {args.repeat}\n")
-    stages = Stages(args.endpoints, args.scrapes)
     figures: dict[str, float] = {}
     if not args.no_fetch:
-        figures["fetch"] = min(fetch_cpu(2000) for _ in range(args.repeat))
+        figures["fetch"] = min(fetch_cpu(2000, args.loop) for _ in range(args.repeat))
+        print(f"fetch on {args.loop}: {figures['fetch'] * 1e6:.0f} us per scrape")
+        if args.only_fetch:
+            return
+    stages = Stages(args.endpoints, args.scrapes)
     timed: dict[str, Callable[[], int]] = {
         "parse": stages.run_parse,
         "deltas": stages.run_deltas,

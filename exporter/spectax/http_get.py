@@ -270,7 +270,7 @@ def _ip_literal(host: str, port: int) -> list[AddrInfo] | None:
     for family in (socket.AF_INET, socket.AF_INET6):
         try:
             socket.inet_pton(family, host)
-        except OSError:
+        except (OSError, ValueError):  # (ValueError: a NUL in the name)
             continue
         address = (host, port) if family == socket.AF_INET else (host, port, 0, 0)
         return [(family, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", address)]
@@ -306,7 +306,8 @@ class _Exchange(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._buffer = bytearray()  # the head, or chunked framing, not yet parsed
         self._head: Head | None = None
-        self._body = bytearray()
+        self._body: list[bytes | bytearray] = []  # joined once, at the end
+        self._body_size = 0
         self._framing = ""  # "length", "chunked" or "close"
         self._left = 0  # "length": bytes of the body still to come; "chunked": of the chunk
         self._chunk_crlf = False  # "chunked": the CRLF after a chunk's data is next
@@ -332,7 +333,9 @@ class _Exchange(asyncio.Protocol):
             await self._wait()
         if self._error is not None:
             raise self._error
-        return bytes(self._body)
+        if len(self._body) == 1 and isinstance(self._body[0], bytes):
+            return self._body[0]  # the usual page, in one read: no copy
+        return b"".join(self._body)
 
     def close(self) -> None:
         """Closes the connection: at once (`abort`) unless the answer came whole."""
@@ -364,11 +367,13 @@ class _Exchange(asyncio.Protocol):
             return
         try:
             if self._head is None:
-                self._buffer += data
-                if not self._take_head():  # more of the head to come, or no body
+                if self._buffer:
+                    data = bytes(self._buffer + data)
+                    self._buffer.clear()
+                rest = self._take_head(data)
+                if rest is None:  # more of the head to come, or no body
                     return
-                data = bytes(self._buffer)
-                self._buffer.clear()
+                data = rest
             if self._framing == "chunked":
                 self._buffer += data
                 self._take_chunks()
@@ -405,25 +410,26 @@ class _Exchange(asyncio.Protocol):
 
     # -------------------------------------------------------------- parsing
 
-    def _take_head(self) -> bool:
-        """Parses the head once it is all here (skipping any 1xx answers before it); True
-        when it is, and a body follows."""
+    def _take_head(self, data: bytes) -> bytes | None:
+        """Parses the head once it is all here (skipping any 1xx answers before it); the
+        bytes after it when it is and a body follows, else None (what came is kept)."""
         while True:
-            end = self._buffer.find(b"\r\n\r\n")
+            end = data.find(b"\r\n\r\n")
             if end < 0:
-                if len(self._buffer) > MAX_HEAD_BYTES:
+                if len(data) > MAX_HEAD_BYTES:
                     raise HttpGetError(
                         f"the answer's headers are longer than {MAX_HEAD_BYTES} bytes"
                     )
-                return False
-            head = _parse_head(bytes(self._buffer[:end]))
-            del self._buffer[: end + 4]
+                self._buffer += data
+                return None
+            head = _parse_head(data[:end])
+            data = data[end + 4 :]
             if not 100 <= head.status < 200:
                 break
         self._head = head
         self._frame(head)
         self._wake()
-        return not self._complete
+        return None if self._complete else data
 
     def _frame(self, head: Head) -> None:
         """How the body ends, and what encoding to undo, from the head."""
@@ -457,7 +463,7 @@ class _Exchange(asyncio.Protocol):
 
     def _take_bytes(self, data: bytes) -> None:
         if self._framing == "length":
-            if len(data) >= self._left:
+            if len(data) > self._left:
                 data = data[: self._left]
             self._left -= len(data)
             self._deliver(data)
@@ -510,8 +516,10 @@ class _Exchange(asyncio.Protocol):
     def _deliver(self, data: bytes | bytearray) -> None:
         """A piece of the body, its encoding undone, onto the body: never past the cap, so a
         gzip bomb is stopped after max_bytes + 1 bytes of output, whatever it inflates to."""
-        room = self._max_bytes - len(self._body)
-        if self._encoding and data:  # (the decoder is chosen on the first byte)
+        if not data:
+            return
+        room = self._max_bytes - self._body_size
+        if self._encoding:
             if self._decoder is None:
                 self._decoder = zlib.decompressobj(_wbits(self._encoding, data))
             try:
@@ -522,7 +530,8 @@ class _Exchange(asyncio.Protocol):
                 ) from None
         if len(data) > room:
             raise BodyTooLarge
-        self._body += data
+        self._body.append(data)
+        self._body_size += len(data)
 
     def _finish(self) -> None:
         if self._decoder is not None and not self._decoder.eof:
@@ -543,7 +552,7 @@ class _Exchange(asyncio.Protocol):
         if exc is not None:
             why = (exc.strerror if isinstance(exc, OSError) else None) or _first_line(exc)
         if self._framing == "length":
-            got = f"received {len(self._body)} bytes, {self._left} more were announced"
+            got = f"received {self._body_size} bytes, {self._left} more were announced"
             return f"{why} ({got})" if why else got
         return why or "the connection closed before the last chunk"
 
