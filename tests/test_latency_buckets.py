@@ -14,13 +14,13 @@ from engine_pages import pages
 from recorded_pages import page
 from report_history import window_row
 from spectax.engines import get_parser
-from spectax.engines.base import EngineSample, Histogram
+from spectax.engines.base import COUNTERS, EngineSample, Histogram
 from spectax.engines.vllm import parse
 from spectax.pipeline.counts import Counts, delta
 from spectax.pipeline.packing import pack_counts, unpack_counts
 from spectax.store import Store
 from spectax.store.cursor import decode_sample, encode_sample
-from spectax.store.rows import decode_buckets, encode_buckets
+from spectax.store.rows import counter_columns, decode_buckets, encode_buckets
 
 INF = math.inf
 ENGINE_FIXTURES = {
@@ -113,6 +113,30 @@ def test_bucket_json_is_standard_and_round_trips() -> None:
     assert "Infinity" not in text and '"+Inf"' in text
     assert decode_buckets(text) == buckets
     assert decode_buckets(None) == () and decode_buckets("") == ()
+
+
+def test_a_rows_bucket_text_is_the_json_of_its_pairs_on_every_recorded_page() -> None:
+    """The windows table's bucket columns are written from a template per bound list (issue
+    31): the same text, byte for byte, as the JSON of the pairs that every stored row has,
+    for every histogram of every recorded page of every engine."""
+    checked = 0
+    for engine, fixtures in ENGINE_FIXTURES.items():
+        for text in pages(fixtures).values():
+            for model in get_parser(engine)(text).models.values():
+                for column, histogram in _histograms(model):
+                    if histogram is None or not histogram.bounds:
+                        continue
+                    row = counter_columns(Counts(**{column: histogram}))
+                    assert row[f"{_COLUMN[column]}_buckets"] == encode_buckets(histogram.buckets)
+                    checked += 1
+    assert checked >= 90  # 92 histograms with buckets among the recorded pages
+
+
+_COLUMN = {c.name: c.column for c in COUNTERS if c.kind == "histogram"}
+
+
+def _histograms(model: object) -> list[tuple[str, Histogram | None]]:
+    return [(name, getattr(model, name)) for name in _COLUMN]
 
 
 async def test_rollups_add_buckets_and_drop_them_when_a_window_has_none(tmp_path: Path) -> None:
