@@ -427,6 +427,11 @@ def test_https_with_the_endpoints_ca_client_certificate_or_none(loop: str, certs
             by_name = url.replace("127.0.0.1", "localhost")
             assert await fetch(None, by_name, 5.0, 1 << 20, trusted) == "# ok\n"
             assert await fetch(None, url, 5.0, 1 << 20, TargetAuth(ssl=unverified)) == "# ok\n"
+        async with serve(
+            closing(b"HTTP/1.0 200 OK\r\n\r\n# ok\n"), tls=server_tls(certs)
+        ) as server:
+            url = server.url(scheme="https")  # read until the server's close_notify
+            assert await fetch(None, url, 5.0, 1 << 20, trusted) == "# ok\n"
             error = await failure(url)  # the system's CAs do not know the tests' CA
             assert error.reason == "connection"
             assert str(error).startswith(
