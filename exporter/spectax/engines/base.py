@@ -111,10 +111,10 @@ class Histogram:
         return f"Histogram(sum={self.sum!r}, count={self.count!r}, buckets={self.buckets!r})"
 
 
-_set_sum = Histogram.sum.__set__  # type: ignore[attr-defined]
-_set_count = Histogram.count.__set__  # type: ignore[attr-defined]
-_set_bounds = Histogram.bounds.__set__  # type: ignore[attr-defined]
-_set_counts = Histogram.counts.__set__  # type: ignore[attr-defined]
+_set_sum = vars(Histogram)["sum"].__set__
+_set_count = vars(Histogram)["count"].__set__
+_set_bounds = vars(Histogram)["bounds"].__set__
+_set_counts = vars(Histogram)["counts"].__set__
 
 _BOUNDS: dict[tuple[float, ...], tuple[float, ...]] = {}
 _MAX_SHARED_BOUNDS = 1024  # distinct bound lists shared; a page inventing more is not cached
@@ -178,7 +178,7 @@ def _set_through_slots(cls: type[T]) -> type[T]:
     init = namespace["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     init.__doc__ = cls.__init__.__doc__
-    cls.__init__ = init  # type: ignore[misc]
+    cls.__init__ = init  # type: ignore[method-assign]
     return cls
 
 

@@ -326,7 +326,7 @@ def _through_known_layout(lines: list[str]) -> EngineSample | None:
     layout = _BY_EDGES.get(edges)
     if layout is None or not all(map(str.startswith, lines, layout.heads)):
         return None
-    raws = list(map(getitem, lines, layout.tails))
+    raws = cast(list[str], list(map(getitem, lines, layout.tails)))
     joined = "".join(raws)
     if " " in joined or "\t" in joined or "\r" in joined:
         return None  # a timestamp or another blank: split_tails would have read otherwise
