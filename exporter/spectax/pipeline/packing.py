@@ -64,7 +64,9 @@ class Deflater:
         raw = marshal.dumps(fields)
         if not self._dictionary:
             self._dictionary = raw
-        deflate = zlib.compressobj(1, zlib.DEFLATED, -zlib.MAX_WBITS, zdict=self._dictionary)
+        # memLevel 4, not 8: a smaller hash table to set up for ~1 KB of input, 8.2 -> 5.5 us a
+        # pack (four a scrape) for 2 % more bytes (101 not 99 a window, scale.py's; issue 31)
+        deflate = zlib.compressobj(1, zlib.DEFLATED, -zlib.MAX_WBITS, 4, zdict=self._dictionary)
         return deflate.compress(raw) + deflate.flush()
 
     def unpack(self, packed: bytes) -> tuple[Any, ...]:
