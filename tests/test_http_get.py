@@ -66,8 +66,12 @@ async def serve(
     """A server that reads each request's head, lets `answer` write what it likes, then
     waits for the client to hang up (and records that it did)."""
     server: Server
+    handlers: set[asyncio.Task[None]] = set()
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        handlers.add(task)
         try:
             server.requests.append(await reader.readuntil(b"\r\n\r\n"))
             await answer(server.requests[-1], writer)
@@ -76,8 +80,9 @@ async def serve(
                 pass
         except (ConnectionError, ssl.SSLError, asyncio.IncompleteReadError, RuntimeError):
             pass  # the client hung up (uvloop: RuntimeError on writing to a closed transport)
+        finally:
+            writer.transport.abort()
         server.closed.set()
-        writer.close()
 
     listening = await asyncio.start_server(handle, host, 0, ssl=tls)
     server = Server(listening.sockets[0].getsockname()[1], host)
@@ -85,6 +90,9 @@ async def serve(
         yield server
     finally:
         listening.close()
+        for task in handlers:
+            task.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
 
 
 def answer_with(*pieces: bytes) -> Answer:
