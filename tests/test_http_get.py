@@ -554,7 +554,9 @@ def test_a_name_with_several_addresses_is_served_by_the_one_that_answers(
     the next answers; when all refuse, the error names the host as the URL does."""
 
     def seed(name: str, port: int, *hosts: str) -> None:
-        infos = [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (h, port)) for h in hosts]
+        infos: list[http_get.AddrInfo] = [
+            (socket.AF_INET, socket.SOCK_STREAM, 6, "", (h, port)) for h in hosts
+        ]
         http_get._resolved[(name, port)] = (float("inf"), infos)
 
     async def test() -> None:
