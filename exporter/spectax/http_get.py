@@ -12,6 +12,13 @@ deflate, up to 10 redirects with the Authorization header kept on the same origi
 basic auth from user info in the URL, names resolved through a 10 s cache, and errors in
 the words scrape.py has always shown (`connect_problem`).
 
+Where it differs from aiohttp, on purpose: no Accept-Encoding (scrape.fetch says why); a
+server that closes before answering is not asked again (aiohttp retried once, meant for a
+kept-alive connection gone stale, which a new connection never is); a gzip or deflate body
+that ends before its stream does is refused as cut short (aiohttp returned the part); a
+malformed answer or a redirect out of http(s) is named without echoing the URL (aiohttp's
+message carried it, query string and all).
+
 The module speaks only asyncio's transport API (`loop.create_connection` and a Protocol),
 so it runs unchanged on uvloop. The caller bounds the whole exchange with a timeout; the
 connection is closed however the exchange ends (`get_page`'s `finally`).
