@@ -5,12 +5,14 @@ prometheus_client's parser, a fuzz, `spectax assess`, and the measured draft ove
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from engine_pages import assess, fuzz_test, pages
 from reference_parsers import trtllm_reference as reference
 from spectax import economics
 from spectax.cli.assess import AssessOptions, assess_pages
-from spectax.engines import ENGINES, ParseError, detect
+from spectax.engines import ENGINES, EngineSample, ParseError, detect, scan, trtllm
 from spectax.engines.trtllm import parse
 from spectax.pipeline.intervals import interval_between
 from spectax.pipeline.windows import sum_intervals
@@ -111,3 +113,47 @@ def test_a_url_naming_only_the_server_is_scraped_at_trtllm_s_path() -> None:
     assert str(metrics_url("http://127.0.0.1:8000", "trtllm")).endswith("/prometheus/metrics")
     assert str(metrics_url("http://127.0.0.1:8000/custom", "trtllm")).endswith("/custom")
     assert str(metrics_url("http://127.0.0.1:8000", "sglang")).endswith(":8000/metrics")
+
+
+def _line_by_line(text: str) -> EngineSample | str:
+    """What the parser gave before its bulk reading: every line through scan.samples."""
+    try:
+        return trtllm._read(scan.samples(text, trtllm._SCAN, trtllm._BOUNDED))
+    except ParseError as exc:
+        return str(exc)
+
+
+def _bulk(text: str) -> EngineSample | str:
+    try:
+        return parse(text)
+    except ParseError as exc:
+        return str(exc)
+
+
+def _relevant(page: str) -> list[str]:
+    return [x for x in page.splitlines() if x.startswith(("trtllm_", "process_start_time"))]
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    index=st.integers(min_value=0),
+    cut=st.integers(min_value=0, max_value=200),
+    junk=st.text(st.sampled_from(' \t\r\x0b\x0c{}",=_-.e1a'), max_size=4),
+    large=st.booleans(),
+)
+@example(index=0, cut=len("process_start_time_seconds"), junk="\x0b", large=False)
+@example(index=0, cut=len("process_start_time_seconds"), junk="\x0b", large=True)
+def test_the_bulk_reading_gives_what_line_by_line_gives(
+    index: int, cut: int, junk: str, large: bool
+) -> None:
+    """scan.read reads a page in bulk (a small one row by row from one findall, a large one
+    in C-level passes) and falls back to scan.samples: on a page with any one of its lines
+    damaged, the same sample or the same error, word for word."""
+    page = PAGES["spec_1_after.txt"] if large else PAGES["spec_0_start.txt"]
+    assert (len(page) >= 16384) == large
+    lines = _relevant(page)
+    assert lines[0].startswith("process_start_time_seconds ")  # a line without labels
+    line = lines[index % len(lines)]
+    cut %= len(line) + 1
+    text = page.replace(line, line[:cut] + junk + line[cut + len(junk) :])
+    assert _bulk(text) == _line_by_line(text)

@@ -263,7 +263,7 @@ def rows(
     no series repeats; None otherwise (`samples` then reads the page and names the line)."""
     body = "\n" + text
     if len(body) < SMALL_PAGE:
-        return _few_rows(body, grammar, bounded)
+        return _few_rows(body, lines, bounded)
     found = lines.findall(body)
     if not found:
         return []
@@ -292,16 +292,21 @@ def rows(
     return list(zip(names, labels, numeric, repeat(-1), repeat(body)))  # type: ignore[arg-type]
 
 
-def _few_rows(body: str, grammar: re.Pattern[str], bounded: Container[str]) -> list[Row] | None:
-    """`rows` of a small page: its few lines checked one by one, from one `findall` (no
-    match object or generator step per line, whose cost is most of a small page's)."""
+def _few_rows(body: str, lines: re.Pattern[str], bounded: Container[str]) -> list[Row] | None:
+    """`rows` of a small page: its few lines split and checked one by one, from one
+    `findall` of `lines` (no match object or generator step per line, and no label-set
+    grammar in the scan: most of a small page's cost), as `split_tails` and `grammatical`
+    split and check them."""
     found: list[Row] = []
     seen: set[tuple[str, str]] = set()
     cache = _LABEL_CACHE
-    for name, raw_labels, raw in grammar.findall(body):
+    for name, rest in lines.findall(body):
+        raw_labels, space, raw = rest.rpartition(" ")
         key = (name, raw_labels)
-        if not raw or key in seen or "_" in raw or not raw.isascii():
-            return None  # a tail the grammar refuses, a series twice, a value float() bends
+        if not (space and raw) or "\t" in raw or "\r" in raw or "_" in raw or not raw.isascii():
+            return None  # not `name{labels} value` (split_tails), or a value float() bends
+        if key in seen:
+            return None
         seen.add(key)
         try:
             value = float(raw)
@@ -309,7 +314,13 @@ def _few_rows(body: str, grammar: re.Pattern[str], bounded: Container[str]) -> l
             return None
         if name in bounded and not 0.0 <= value <= MAX_VALUE:
             return None
-        labels = (cache.get(raw_labels) or _labels(raw_labels)) if raw_labels else _EMPTY
+        labels: dict[str, str] | str | None = _EMPTY
+        if raw_labels:
+            labels = cache.get(raw_labels)
+            if labels is None:
+                if _WHOLE_LABEL_SET.fullmatch(raw_labels) is None:
+                    return None
+                labels = _labels(raw_labels)
         if isinstance(labels, str):
             return None
         found.append((name, labels, value, -1, body))

@@ -78,6 +78,8 @@ def parse(text: str | bytes) -> EngineSample:
 
 
 def _read(rows: Iterable[scan.Row]) -> EngineSample:
+    """The sample of the page's relevant lines (`scan.read` gives them, in bulk or line by
+    line); `ParseError` for one the engine's rules refuse."""
     counters: dict[str, list[float | None]] = {}
     # model -> dp_rank -> gauge slot -> (shard rank, value): the lowest shard wins.
     gauges: dict[str, dict[str, dict[int, tuple[tuple[int, ...], float]]]] = {}

@@ -60,6 +60,8 @@ def parse(text: str | bytes) -> EngineSample:
 
 
 def _read(rows: Iterable[scan.Row]) -> EngineSample:
+    """The sample of the page's relevant lines (`scan.read` gives them, in bulk or line by
+    line); `ParseError` for one the engine's rules refuse."""
     acc: list[float | None] = [None] * _N_SLOTS
     top_bucket = 0.0
     for name, labels, value, start, body in rows:

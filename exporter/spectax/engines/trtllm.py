@@ -70,6 +70,8 @@ def parse(text: str | bytes) -> EngineSample:
 
 
 def _read(rows: Iterable[scan.Row]) -> EngineSample:
+    """The sample of the page's relevant lines (`scan.read` gives them, in bulk or line by
+    line); `ParseError` for one the engine's rules refuse."""
     models: dict[str, list[float | None]] = {}
     positions: dict[str, tuple[dict[int, float], dict[int, float]]] = {}
     process_start: float | None = None
