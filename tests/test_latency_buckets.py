@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine_pages import pages
 from recorded_pages import page
@@ -86,6 +89,44 @@ def test_the_cursor_text_is_the_one_every_earlier_version_wrote() -> None:
             assert decode_sample(encode_sample(sample)) == sample, (directory, name)
             seen += 1
     assert seen > 50
+
+
+_ODD = st.sampled_from([math.inf, -math.inf, math.nan, -0.0, 0.0, 1e300, 2.0**60, 5e-324])
+
+
+@settings(max_examples=200, deadline=None)
+@given(_ODD, _ODD, _ODD, st.integers(0, 19))
+def test_the_cursor_text_holds_odd_numbers_as_json_does(
+    scalar: float, histogram_sum: float, count: float, bucket: int
+) -> None:
+    """The cursor's own JSON writer (issue 31) spells infinities, NaN, -0.0 and huge or tiny
+    numbers in a field, a histogram's sum and a bucket count as json.dumps does."""
+    model = parse(page("spec_ngram_3_after.txt")).models["tiny-llama"]
+    tpot = model.time_per_output_token
+    assert tpot is not None
+    counts = list(tpot.bucket_counts())
+    counts[bucket % len(counts)] = count
+    odd = replace(
+        model,
+        prompt_tokens=scalar,
+        time_per_output_token=Histogram.of(histogram_sum, count, tpot.bounds, counts),
+    )
+    sample = EngineSample("vllm", {"tiny-llama": odd}, scalar)
+    expected = asdict(sample)
+    expected["models"]["tiny-llama"]["time_per_output_token"] = {
+        "sum": histogram_sum,
+        "count": count,
+        "buckets": tuple(zip(tpot.bounds, counts, strict=True)),
+    }
+    for key, value in expected["models"]["tiny-llama"].items():
+        if isinstance(value, dict) and key != "time_per_output_token":
+            h = getattr(odd, key)
+            expected["models"]["tiny-llama"][key] = {
+                "sum": h.sum,
+                "count": h.count,
+                "buckets": h.buckets,
+            }
+    assert encode_sample(sample) == json.dumps(expected)
 
 
 def test_a_delta_across_an_upgrade_has_no_buckets_rather_than_wrong_ones() -> None:
