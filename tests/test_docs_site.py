@@ -178,7 +178,9 @@ def test_the_pages_state_the_defaults_the_code_has() -> None:
 # The README's first two ```sh blocks, as a newcomer pastes them; .ci/run runs the second.
 SET_UP = (
     "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/spectax demo",
-    "python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/python -m pytest",
+    "python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/python -m pytest"
+    ' -n 2 -m "not live_vllm and not live_llamacpp"'
+    ' && .venv/bin/python -m pytest -m "live_vllm or live_llamacpp"',
 )
 
 
