@@ -321,7 +321,7 @@ def _few_rows(body: str, lines: re.Pattern[str], bounded: Container[str]) -> lis
                 if _WHOLE_LABEL_SET.fullmatch(raw_labels) is None:
                     return None
                 labels = _labels(raw_labels)
-        if isinstance(labels, str):
+        if labels is None or isinstance(labels, str):  # (None: not after the lines above)
             return None
         found.append((name, labels, value, -1, body))
     return found
