@@ -356,6 +356,16 @@ def test_fast_text_exposition_says_what_the_collector_says() -> None:
     assert _samples(again) == _samples(generate_latest(registry).decode())
     assert _samples(again) != _samples(fast)
 
+    # The settings families are formatted again only when what they show changed (issue
+    # 31): a failure, then a page again, must move the failure count on the text path too.
+    failures = ("spectax_scrape_failures_total", (("endpoint", "paid"), ("reason", "timeout")))
+    assert _samples(again)[failures] == 0
+    ms["paid"].observe_failure(ScrapeError("timeout", "no answer"), 10.0)
+    ms["paid"].observe_page(180, after, 0.5)
+    later = collector.render_text().decode()
+    assert _samples(later) == _samples(generate_latest(registry).decode())
+    assert _samples(later)[failures] == 1
+
 
 async def test_a_failed_connect_reads_as_what_happened_not_as_aiohttp_wrote_it() -> None:
     """aiohttp says "Cannot connect to host 127.0.0.1:N ssl:default [Connect call failed

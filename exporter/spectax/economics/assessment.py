@@ -243,17 +243,8 @@ def assess_model(
     if not (speculating and g > 0):
         measured_speedup = None
     band, basis = _band_and_basis(estimate, measured_speedup, speculating and g > 0)
-    h = estimate.step_overhead_ratio if estimate else None
-    if measured_speedup is not None and priced:  # h as measured: break-even, crossover agree
-        h = implied_step_overhead(
-            g, a, dt, traffic.concurrency, step.ridge_batch, c, measured_speedup
-        )
+    h = _overhead_in_force(traffic, params, estimate, measured_speedup if priced else None)
     in_force = estimate.speedup if estimate and measured_speedup is None else measured_speedup
-    # Every figure uses the h its speedup implies, held within physics: an h under the floor
-    # (or past 20) says c or B* are off, and the nearest h physics allows stands in for it.
-    h = min(
-        max(h if h is not None else step.step_overhead, step.step_overhead_floor), MAX_STEP_OVERHEAD
-    )
     derived = _derived(traffic, params, h, in_force, scheduled)
     cash = _money_figures(traffic, params, money, (in_force, band), derived.shares, speculating)
     modelled = estimate.speedup if estimate else None
@@ -305,6 +296,30 @@ def assess_model(
         schedule_boundary=boundary,
         latency=latency(speculating, modelled) if latency is not None else None,
     )
+
+
+def _overhead_in_force(
+    traffic: Traffic, params: Parameters, estimate: SpeedupEstimate | None, measured: float | None
+) -> float:
+    """The h every figure uses: the one its speedup implies (as measured, when a measured
+    speedup of a priced window is given: break-even and crossover then agree with it), held
+    within physics: an h under the floor (or past 20) says c or B* are off, and the nearest
+    h physics allows stands in for it."""
+    step = params.step_model
+    h = estimate.step_overhead_ratio if estimate else None
+    if measured is not None:
+        g, a, dt = traffic.output_tokens, traffic.accepted_tokens or 0.0, traffic.draft_tokens
+        h = implied_step_overhead(
+            g,
+            a,
+            dt or 0.0,
+            traffic.concurrency,
+            step.ridge_batch,
+            params.draft_cost_ratio,
+            measured,
+        )
+    h = h if h is not None else step.step_overhead
+    return min(max(h, step.step_overhead_floor), MAX_STEP_OVERHEAD)
 
 
 def _at_scheduled_k(

@@ -27,7 +27,7 @@ from spectax.economics.load_curve import LoadCurve
 from spectax.endpoint import EndpointSnapshot
 from spectax.engines import not_exposed
 from spectax.exposition.families import FAMILIES, AddSample, Family
-from spectax.exposition.text import Page, TextEncoder, line_writer
+from spectax.exposition.text import Page, Settings, TextEncoder, line_writer
 from spectax.health import REASONS
 from spectax.pipeline.model_ledger import DROP_REASONS
 
@@ -72,7 +72,9 @@ class SnapshotCollector(Collector):
         self._billing = billing
         self._load_curves = load_curves
         self._build = (version, python_version)
-        self._text = TextEncoder(endpoint_samples)
+        self._text = TextEncoder(
+            endpoint_observations, Settings(endpoint_settings, settings_key, same_settings)
+        )
 
     def describe(self) -> list[Metric]:
         return []  # unchecked collector: families depend on the snapshot
@@ -200,12 +202,64 @@ def load_curve_samples(
 
 
 def endpoint_samples(add: AddSample, name: str, snap: EndpointSnapshot) -> None:
-    """Everything `/metrics` shows of one endpoint: its state, then each model's assessment."""
+    """Everything `/metrics` shows of one endpoint: its settings, its state, then each
+    model's assessment."""
+    endpoint_settings(add, name, snap)
+    endpoint_observations(add, name, snap)
+
+
+def endpoint_observations(add: AddSample, name: str, snap: EndpointSnapshot) -> None:
+    """What an endpoint's scrapes change: its state, then each model's assessment."""
     _endpoint_state(add, name, snap)
     for model, assessment in sorted(snap.assessments.items()):
         _model_assessment(add, (name, model), assessment)
     for model, capacity in sorted(snap.capacities.items()):
         _model_capacity(add, (name, model), capacity)
+
+
+def endpoint_settings(add: AddSample, name: str, snap: EndpointSnapshot) -> None:
+    """The families of an endpoint that change only with what `settings_key` holds (its
+    configuration, price, counts of failures and dropped models, the counterfactual in
+    force), so that the text encoder formats them again only then: ~13 of an endpoint's ~65
+    lines at every scrape (issue 31). No family here has a line in `endpoint_observations`."""
+    config = snap.config
+    speculation = config.speculation
+    add(
+        "spectax_endpoint_info",
+        (
+            name,
+            config.engine,
+            config.gpu or "",
+            str(config.gpus),
+            speculation.method if speculation else "none",
+            config.billing_mode,
+        ),
+        1,
+    )
+    for reason in REASONS:
+        add("spectax_scrape_failures_total", (name, reason), float(snap.failures.get(reason, 0)))
+    for dropped in DROP_REASONS:
+        count = float(snap.models_dropped.get(dropped, 0))
+        add("spectax_models_dropped_total", (name, dropped), count)
+    add("spectax_acceptance_threshold_ratio", (name,), config.acceptance_threshold)
+    if (slo := config.latency_slo) is not None:
+        add("spectax_latency_slo_seconds", (name, slo.metric, slo.percentile), slo.seconds)
+    if speculation is not None:
+        step = snap.step_model
+        add("spectax_ridge_batch_requests", (name, step.source), step.ridge_batch)
+        add("spectax_model_info", (name, step.source, step.profile or ""), 1)
+    if snap.usd_per_hour is not None:
+        add("spectax_gpu_cost_usd_per_hour", (name,), float(snap.usd_per_hour) * config.gpus)
+
+
+def settings_key(snap: EndpointSnapshot) -> tuple[object, ...]:
+    """What `endpoint_settings` reads of a snapshot. The configuration and the two counts
+    are replaced, never changed, so compared by identity (`same_settings`)."""
+    return (snap.config, snap.failures, snap.models_dropped, snap.usd_per_hour, snap.step_model)
+
+
+def same_settings(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
+    return a[0] is b[0] and a[1] is b[1] and a[2] is b[2] and a[3:] == b[3:]
 
 
 def _billing_samples(add: AddSample, billing: BillingSnapshot) -> None:
@@ -222,37 +276,12 @@ def _billing_samples(add: AddSample, billing: BillingSnapshot) -> None:
 def _endpoint_state(add: AddSample, name: str, snap: EndpointSnapshot) -> None:
     config = snap.config
     speculation = config.speculation
-    add(
-        "spectax_endpoint_info",
-        (
-            name,
-            config.engine,
-            config.gpu or "",
-            str(config.gpus),
-            speculation.method if speculation else "none",
-            config.billing_mode,
-        ),
-        1,
-    )
     add("spectax_endpoint_up", (name,), float(snap.up))
     if snap.up:  # unknown while down: absent, never the 0 of a page without engine families
         add("spectax_engine_metrics_present", (name,), float(snap.engine_metrics))
     add("spectax_scrape_duration_seconds", (name,), snap.scrape_duration_seconds)
     add("spectax_last_scrape_success_timestamp_seconds", (name,), snap.last_success_timestamp)
-    for reason in REASONS:
-        add("spectax_scrape_failures_total", (name, reason), float(snap.failures.get(reason, 0)))
-    for dropped in DROP_REASONS:
-        count = float(snap.models_dropped.get(dropped, 0))
-        add("spectax_models_dropped_total", (name, dropped), count)
-    add("spectax_acceptance_threshold_ratio", (name,), config.acceptance_threshold)
-    if (slo := config.latency_slo) is not None:
-        add("spectax_latency_slo_seconds", (name, slo.metric, slo.percentile), slo.seconds)
-    if speculation is not None:
-        step = snap.step_model
-        add("spectax_ridge_batch_requests", (name, step.source), step.ridge_batch)
-        add("spectax_model_info", (name, step.source, step.profile or ""), 1)
     if snap.usd_per_hour is not None:
-        add("spectax_gpu_cost_usd_per_hour", (name,), float(snap.usd_per_hour) * config.gpus)
         add("spectax_spend_usd_total", (name, "estimated"), float(snap.spend_usd_total))
     add("spectax_cold_starts_total", (name,), float(snap.cold_starts_total))
     add("spectax_cold_start_duration_seconds", (name,), snap.last_cold_start_seconds)

@@ -45,6 +45,16 @@ FAMILIES_PER_PART = 6  # how much of the page a worker joins and compresses at a
 
 
 @dataclass(frozen=True, slots=True)
+class Settings:
+    """The families of an endpoint that change seldom (its configuration's), formatted again
+    only when `key` of its snapshot is no longer `same` as when they were formatted."""
+
+    samples: EndpointSamples
+    key: Callable[[EndpointSnapshot], tuple[object, ...]]
+    same: Callable[[tuple[object, ...], tuple[object, ...]], bool]
+
+
+@dataclass(frozen=True, slots=True)
 class Page:
     """A page to serve: its generation (the same number, the same bytes) and its bytes a
     family at a time. The parts are made from immutable pieces only, so they can be
@@ -60,9 +70,13 @@ class TextEncoder:
     snapshots it was made of), so that an unchanged page keeps its generation, until an
     endpoint's snapshot changes (in fleet mode, between windows, every read)."""
 
-    def __init__(self, endpoint_samples: EndpointSamples):
+    def __init__(self, endpoint_samples: EndpointSamples, settings: Settings | None = None):
+        """`endpoint_samples` writes an endpoint's lines, but for `settings`' families."""
         self._endpoint_samples = endpoint_samples
+        self._settings = settings
         self._fragments_by_endpoint: dict[str, tuple[EndpointSnapshot, Fragments]] = {}
+        # each endpoint's settings families, encoded, with the key they were formatted at
+        self._settings_by_endpoint: dict[str, tuple[tuple[object, ...], dict[str, bytes]]] = {}
         self._last_key: tuple[str, Mapping[str, bytes], list[EndpointSnapshot]] | None = None
         # Pages of one generation are the same: what a cache of the page's gzip compares,
         # so that it need not hold the page itself.
@@ -90,6 +104,12 @@ class TextEncoder:
             for name, _ in by_name
             if name in self._fragments_by_endpoint
         }
+        if len(self._settings_by_endpoint) > len(by_name):  # endpoints removed by a reload
+            self._settings_by_endpoint = {
+                name: self._settings_by_endpoint[name]
+                for name, _ in by_name
+                if name in self._settings_by_endpoint
+            }
         last = self._last_key
         if (
             last is None
@@ -121,12 +141,27 @@ class TextEncoder:
         self._last_key = None
         lines: dict[str, list[str]] = {}
         self._endpoint_samples(line_writer(lines), name, snap)
+        settings = self._settings_lines(name, snap)
         fragment = tuple(
-            "".join(text).encode() if (text := lines.get(family)) else None
+            settings.get(family)
+            or ("".join(text).encode() if (text := lines.get(family)) else None)
             for family in FAMILY_NAMES
         )
         self._fragments_by_endpoint[name] = (snap, fragment)
         return fragment
+
+    def _settings_lines(self, name: str, snap: EndpointSnapshot) -> Mapping[str, bytes]:
+        """The endpoint's settings families, encoded: formatted again only when changed."""
+        if self._settings is None:
+            return _NOTHING_FORMATTED
+        key = self._settings.key(snap)
+        kept = self._settings_by_endpoint.get(name)
+        if kept is None or not self._settings.same(kept[0], key):
+            lines: dict[str, list[str]] = {}
+            self._settings.samples(line_writer(lines), name, snap)
+            kept = (key, {family: "".join(text).encode() for family, text in lines.items()})
+            self._settings_by_endpoint[name] = kept
+        return kept[1]
 
 
 def _parts(heads: list[tuple[bytes, bytes]], fragments: list[Fragments]) -> Iterator[bytes]:
