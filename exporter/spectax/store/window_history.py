@@ -3,7 +3,6 @@ last run stopped, so that a restart neither loses nor double-counts."""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from decimal import Decimal
@@ -39,16 +38,6 @@ WindowWrite = tuple[str, Sequence[dict[str, Any]], tuple[float, EngineSample | s
 
 
 class WindowHistory(Database):
-    @functools.cached_property
-    def _window_upsert(self) -> Any:
-        """The windows' upsert, built once: a window only grows (a partial one resumed after a
-        restart), so a replayed, older version never replaces a newer one. Built at each
-        write (every second at 2,000 endpoints), it and SQLAlchemy's cache key for it were
-        a seventh of the store writer's time (py-spy, issue 31)."""
-        return upsert_statement(
-            self._insert, WindowRow, only_if=WindowRow.seconds <= excluded("seconds")
-        )
-
     async def save(
         self,
         endpoint: str,
@@ -94,7 +83,14 @@ class WindowHistory(Database):
                 if self.write_guard is not None:
                     await self.write_guard(connection)
                 if windows:
-                    await connection.execute(self._window_upsert, windows)
+                    # A window only grows (a partial one resumed after a restart): never let
+                    # a replayed, older version replace a newer one.
+                    await connection.execute(
+                        upsert_statement(
+                            insert, WindowRow, only_if=WindowRow.seconds <= excluded("seconds")
+                        ),
+                        windows,
+                    )
                 if due:
                     await connection.execute(
                         mark_due_statement(insert),
