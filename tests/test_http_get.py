@@ -586,3 +586,67 @@ def test_a_malformed_answer_is_named_without_echoing_the_url(loop: str) -> None:
             )
 
     run(loop, test)
+
+
+async def _answer_once(payload: bytes) -> tuple[asyncio.Server, str]:
+    """A server that reads a request's head, writes `payload` and hangs up."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(payload)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/metrics"
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"HTTP/1.1 200 OK\r\nContent-Length: \xb2\r\n\r\nab",  # latin-1's superscript two
+        b"HTTP/1.1 20\xb2 OK\r\nContent-Length: 2\r\n\r\nab",
+    ],
+)
+def test_a_number_in_the_head_that_is_no_number_is_a_scrape_error(
+    answer: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    """str.isdigit() takes the superscripts a latin-1 head can hold, int() does not: the
+    scrape fails as a malformed answer (the endpoint down, its failure counted), never with
+    a ValueError out of fetch or asyncio's "protocol.data_received() call failed" (review of
+    issue 31)."""
+
+    async def test() -> None:
+        server, url = await _answer_once(answer)
+        try:
+            with pytest.raises(ScrapeError):
+                await fetch(None, url, 5, 10_000)
+        finally:
+            server.close()
+
+    run("asyncio", test)
+    assert "data_received() call failed" not in caplog.text
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"HTTP/1.0 200 OK\nContent-Type: text/plain\n\nfoo 1\n",
+        b"HTTP/1.1 200 OK\nTransfer-Encoding: chunked\n\n3\nfoo\n3\n 1\n\n0\n\n",
+    ],
+)
+def test_a_head_and_chunks_with_bare_lf_line_ends_are_read_as_aiohttp_read_them(
+    answer: bytes,
+) -> None:
+    """RFC 9112 2.2 lets a recipient take a bare LF for a line end, and aiohttp did: an
+    exporter written as a shell script (netcat, busybox) scraped before the own client and
+    must still (review of issue 31)."""
+
+    async def test() -> None:
+        server, url = await _answer_once(answer)
+        try:
+            assert await fetch(None, url, 5, 10_000) == "foo 1\n"
+        finally:
+            server.close()
+
+    run("asyncio", test)

@@ -30,6 +30,7 @@ import asyncio
 import base64
 import errno
 import functools
+import re
 import socket
 import ssl
 import time
@@ -82,7 +83,7 @@ class Head:
     @property
     def content_length(self) -> int | None:
         value = self.headers.get("content-length")
-        return int(value) if value is not None and value.isdigit() else None
+        return int(value) if value is not None and _is_number(value) else None
 
 
 @functools.cache
@@ -374,10 +375,11 @@ class _Exchange(asyncio.Protocol):
             return
         try:
             if self._head is None:
+                seen = len(self._buffer)  # searched for the head's end already
                 if self._buffer:
                     data = bytes(self._buffer + data)
                     self._buffer.clear()
-                rest = self._take_head(data)
+                rest = self._take_head(data, seen)
                 if rest is None:  # more of the head to come, or no body
                     return
                 data = rest
@@ -388,6 +390,8 @@ class _Exchange(asyncio.Protocol):
                 self._take_bytes(data)
         except (HttpGetError, BodyTooLarge) as exc:
             self._fail(exc)
+        except ValueError as exc:  # a number no check above foresaw: the answer's fault
+            self._fail(HttpGetError(f"the answer is malformed: {_first_line(exc)}"))
 
     def eof_received(self) -> bool | None:
         return None  # the transport closes itself; connection_lost says what it meant
@@ -417,20 +421,23 @@ class _Exchange(asyncio.Protocol):
 
     # -------------------------------------------------------------- parsing
 
-    def _take_head(self, data: bytes) -> bytes | None:
+    def _take_head(self, data: bytes, seen: int = 0) -> bytes | None:
         """Parses the head once it is all here (skipping any 1xx answers before it); the
-        bytes after it when it is and a body follows, else None (what came is kept)."""
+        bytes after it when it is and a body follows, else None (what came is kept). The
+        first `seen` bytes were searched before, but for an end that the new ones complete:
+        a head trickled byte by byte is not searched again from its start each time."""
         while True:
-            end = data.find(b"\r\n\r\n")
-            if end < 0:
+            found = _HEAD_END.search(data, max(0, seen - 3))
+            seen = 0
+            if found is None:
                 if len(data) > MAX_HEAD_BYTES:
                     raise HttpGetError(
                         f"the answer's headers are longer than {MAX_HEAD_BYTES} bytes"
                     )
                 self._buffer += data
                 return None
-            head = _parse_head(data[:end])
-            data = data[end + 4 :]
+            head = _parse_head(data[: found.start()])
+            data = data[found.end() :]
             if not 100 <= head.status < 200:
                 break
         self._head = head
@@ -460,7 +467,7 @@ class _Exchange(asyncio.Protocol):
             self._framing = "chunked"
         elif length is not None:
             values = {value.strip() for value in length.split(",")}
-            if len(values) != 1 or not (value := values.pop()).isdigit():
+            if len(values) != 1 or not _is_number(value := values.pop()):
                 raise HttpGetError(f"the answer's Content-Length {length[:40]!r} is not a number")
             self._framing, self._left = "length", int(value)
             if self._left == 0:
@@ -492,22 +499,23 @@ class _Exchange(asyncio.Protocol):
                 self._chunk_crlf = not self._left
                 self._deliver(data)
                 continue
-            if self._chunk_crlf:
-                if len(buffer) - at < 2:
+            if self._chunk_crlf:  # CRLF, or a bare LF (RFC 9112 2.2), after the chunk's data
+                ending = b"\n" if buffer[at : at + 1] == b"\n" else b"\r\n"
+                if len(buffer) - at < len(ending):
                     break
-                if buffer[at : at + 2] != b"\r\n":
+                if buffer[at : at + len(ending)] != ending:
                     raise HttpGetError(
                         "the answer's chunked body is malformed (no CRLF after a chunk)"
                     )
-                at += 2
+                at += len(ending)
                 self._chunk_crlf = False
                 continue
-            end = buffer.find(b"\r\n", at)
+            end = buffer.find(b"\n", at)
             if end < 0:
                 if len(buffer) - at > _MAX_CHUNK_LINE:
                     raise HttpGetError("the answer's chunked body is malformed (a line too long)")
                 break
-            line, at = bytes(buffer[at:end]), end + 2
+            line, at = bytes(buffer[at:end]).removesuffix(b"\r"), end + 1
             if self._trailers:
                 if not line:
                     self._finish()
@@ -577,12 +585,23 @@ def _wbits(encoding: str, first: bytes | bytearray) -> int:
     return _WBITS[encoding]
 
 
+#: The end of an answer's head: an empty line, its line ends CRLF or, as RFC 9112 2.2 lets
+#: a recipient read them (and aiohttp did), a bare LF (exporters written as shell scripts).
+_HEAD_END = re.compile(rb"\r?\n\r?\n")
+
+
+def _is_number(text: str) -> bool:
+    """ASCII digits only: str.isdigit() also takes the latin-1 head's superscripts (0xB2),
+    which int() refuses."""
+    return text.isascii() and text.isdigit()
+
+
 def _parse_head(raw: bytes) -> Head:
     """The status line and the headers of an answer."""
-    lines = raw.decode("latin-1").split("\r\n")
+    lines = raw.decode("latin-1").replace("\r\n", "\n").split("\n")
     version, _, rest = lines[0].partition(" ")
     status = rest[:3]
-    if not version.startswith("HTTP/1.") or not status.isdigit() or rest[3:4] not in ("", " "):
+    if not version.startswith("HTTP/1.") or not _is_number(status) or rest[3:4] not in ("", " "):
         raise HttpGetError(f"the answer is not HTTP/1.x (status line {lines[0][:40]!r})")
     headers: dict[str, str] = {}
     for line in lines[1:]:
