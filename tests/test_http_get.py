@@ -588,19 +588,6 @@ def test_a_malformed_answer_is_named_without_echoing_the_url(loop: str) -> None:
     run(loop, test)
 
 
-async def _answer_once(payload: bytes) -> tuple[asyncio.Server, str]:
-    """A server that reads a request's head, writes `payload` and hangs up."""
-
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        writer.write(payload)
-        await writer.drain()
-        writer.close()
-
-    server = await asyncio.start_server(handler, "127.0.0.1", 0)
-    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/metrics"
-
-
 @pytest.mark.parametrize(
     "answer",
     [
@@ -617,12 +604,8 @@ def test_a_number_in_the_head_that_is_no_number_is_a_scrape_error(
     issue 31)."""
 
     async def test() -> None:
-        server, url = await _answer_once(answer)
-        try:
-            with pytest.raises(ScrapeError):
-                await fetch(None, url, 5, 10_000)
-        finally:
-            server.close()
+        async with serve(closing(answer)) as server:
+            await failure(server.url())
 
     run("asyncio", test)
     assert "data_received() call failed" not in caplog.text
@@ -643,10 +626,7 @@ def test_a_head_and_chunks_with_bare_lf_line_ends_are_read_as_aiohttp_read_them(
     must still (review of issue 31)."""
 
     async def test() -> None:
-        server, url = await _answer_once(answer)
-        try:
-            assert await fetch(None, url, 5, 10_000) == "foo 1\n"
-        finally:
-            server.close()
+        async with serve(closing(answer)) as server:
+            assert await fetch(None, server.url(), 5.0, 1 << 20) == "foo 1\n"
 
     run("asyncio", test)
