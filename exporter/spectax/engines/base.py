@@ -19,7 +19,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 #: How a counter is subtracted, summed, packed and stored:
 #: plain - a number, 0 when the page lacks it;
@@ -27,6 +27,7 @@ from typing import Any, Literal, TypeVar
 #: histogram - a `Histogram` (sum, count, cumulative buckets), None when the page lacks it;
 #: per_position - a tuple of numbers, one per draft position (at most one such counter).
 T = TypeVar("T")
+_Made = TypeVar("_Made")
 
 CounterKind = Literal["plain", "speculation", "histogram", "per_position"]
 
@@ -135,6 +136,27 @@ def shared_bounds(bounds: tuple[float, ...]) -> tuple[float, ...]:
         _BOUNDS[bounds] = bounds
         _SHARED_IDS[id(bounds)] = bounds  # held by _BOUNDS for good: its id stays its own
     return bounds
+
+
+class PerBoundList(Generic[_Made]):
+    """A value made once per bound list and found again by the list's identity: histograms
+    share their bounds' tuple (`shared_bounds`), so what depends on the bounds alone (are
+    they ascending, a JSON template of them) is made once, not at every scrape, and looked
+    up without hashing ~80 floats. Each entry holds its tuple, so its id stays its own;
+    past 1,024 lists (a page inventing bounds) the value is made each time."""
+
+    def __init__(self, make: Callable[[tuple[float, ...]], _Made]):
+        self._make = make
+        self._by_id: dict[int, tuple[tuple[float, ...], _Made]] = {}
+
+    def __call__(self, bounds: tuple[float, ...]) -> _Made:
+        known = self._by_id.get(id(bounds))
+        if known is not None and known[0] is bounds:
+            return known[1]
+        made = self._make(bounds)
+        if len(self._by_id) < _MAX_SHARED_BOUNDS:
+            self._by_id[id(bounds)] = (bounds, made)
+        return made
 
 
 def counter(kind: CounterKind, column: str | None = None) -> Any:

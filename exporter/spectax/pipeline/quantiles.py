@@ -18,7 +18,7 @@ from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from spectax.engines.base import Buckets, Histogram
+from spectax.engines.base import Buckets, Histogram, PerBoundList
 
 #: The quantiles spectax exports and stores, by their `percentile` label ("p99"; a gauge
 #: may not carry a `quantile` label, Prometheus keeps that one for summaries).
@@ -84,13 +84,7 @@ def _prepared_histogram(histogram: Histogram) -> tuple[list[float], list[float]]
     list, and only the counts are flattened. The same numbers as `_prepared`, in a third of
     the time: a window's four histograms at every scrape (issue 31)."""
     bounds = histogram.bounds
-    plain = _PLAIN_BOUNDS.get(id(bounds))
-    if plain is None or plain[0] is not bounds:
-        ascending = all(bounds[i] < bounds[i + 1] for i in range(len(bounds) - 1))
-        plain = (bounds, ascending)
-        if len(_PLAIN_BOUNDS) < _MAX_PLAIN_BOUNDS:
-            _PLAIN_BOUNDS[id(bounds)] = plain  # holds the tuple: its id stays its own
-    if not plain[1]:
+    if not _ascending(bounds):
         return _prepared(histogram.buckets)
     if bounds[-1] != math.inf:
         return None
@@ -102,9 +96,8 @@ def _prepared_histogram(histogram: Histogram) -> tuple[list[float], list[float]]
     return list(bounds), counts
 
 
-#: Bound lists seen, by identity: (the list, whether it is strictly ascending).
-_PLAIN_BOUNDS: dict[int, tuple[tuple[float, ...], bool]] = {}
-_MAX_PLAIN_BOUNDS = 1024
+#: Whether a bound list is strictly ascending, learnt once per list.
+_ascending = PerBoundList(lambda b: all(b[i] < b[i + 1] for i in range(len(b) - 1)))
 
 
 def _locate(

@@ -7,7 +7,7 @@ import dataclasses
 import json
 import math
 
-from spectax.engines.base import COUNTERS, EngineSample, Histogram, ModelSample
+from spectax.engines.base import COUNTERS, EngineSample, Histogram, ModelSample, PerBoundList
 
 _HISTOGRAMS = tuple(c.name for c in COUNTERS if c.kind == "histogram")
 _PER_POSITION = tuple(c.name for c in COUNTERS if c.kind == "per_position")
@@ -42,24 +42,18 @@ def _model_text(model: ModelSample) -> str:
 
 
 def _histogram_text(histogram: Histogram) -> str:
-    bounds = histogram.bounds
-    known = _PAIRS_TEMPLATES.get(id(bounds))
-    if known is None or known[0] is not bounds:
-        pairs = ", ".join(f"[{json.dumps(le)}, %s]" for le in bounds).join("[]")
-        known = (bounds, pairs)
-        if len(_PAIRS_TEMPLATES) < 1024:
-            _PAIRS_TEMPLATES[id(bounds)] = known  # holds the tuple: its id stays its own
     counts = histogram.bucket_counts()
     # all finite (their sum is): each its repr, as the C encoder writes it
     texts = map(float.__repr__ if math.isfinite(sum(counts)) else _json, counts)
-    buckets = known[1] % tuple(texts)
+    buckets = _pairs_template(histogram.bounds) % tuple(texts)
     total, count = _json(histogram.sum), _json(histogram.count)
     return f'{{"sum": {total}, "count": {count}, "buckets": {buckets}}}'
 
 
-#: A bound list's JSON pairs with a %s per count, by the list's identity
-#: (engines.base.shared_bounds).
-_PAIRS_TEMPLATES: dict[int, tuple[tuple[float, ...], str]] = {}
+#: A bound list's JSON pairs with a %s per count.
+_pairs_template = PerBoundList(
+    lambda bounds: ", ".join(f"[{json.dumps(le)}, %s]" for le in bounds).join("[]")
+)
 
 
 def _json(value: object) -> str:

@@ -13,7 +13,7 @@ from decimal import Decimal
 from typing import Any
 
 from spectax.economics.assessment import AssessedWindow, Assessment
-from spectax.engines.base import COUNTERS, Buckets, CounterKind, Histogram
+from spectax.engines.base import COUNTERS, Buckets, CounterKind, Histogram, PerBoundList
 from spectax.observed import Observed
 from spectax.pipeline.counts import GAUGES, Counts
 from spectax.pipeline.windows import Window
@@ -172,20 +172,17 @@ def _histogram_buckets(histogram: Histogram) -> str:
     template made once per shared bound list, and only the counts are put in it (the open
     window's rows are encoded at every scrape; json.dumps of the pairs was ~8 us a
     histogram, issue 31)."""
-    bounds = histogram.bounds
-    known = _BUCKET_TEMPLATES.get(id(bounds))
-    if known is None or known[0] is not bounds:
-        texts = [_BOUND_TEXT.get(le) or _remembered_bound_text(le) for le in bounds]
-        # JSON's own spelling of each bound's string, so the template is what dumps writes
-        template = ", ".join(f"[{json.dumps(text)}, %d]" for text in texts).join("[]")
-        known = (bounds, template)
-        if len(_BUCKET_TEMPLATES) < 1024:
-            _BUCKET_TEMPLATES[id(bounds)] = known  # holds the tuple: its id stays its own
-    return known[1] % tuple(map(round, histogram.bucket_counts()))
+    return _bucket_template(histogram.bounds) % tuple(map(round, histogram.bucket_counts()))
 
 
-#: A bound list's JSON with a %d per count, by the list's identity (engines.base.shared_bounds).
-_BUCKET_TEMPLATES: dict[int, tuple[tuple[float, ...], str]] = {}
+def _bucket_json(bounds: tuple[float, ...]) -> str:
+    """A bound list's JSON with a %d per count: JSON's own spelling of each bound's string,
+    so the template is what dumps writes."""
+    texts = [_BOUND_TEXT.get(le) or _remembered_bound_text(le) for le in bounds]
+    return ", ".join(f"[{json.dumps(text)}, %d]" for text in texts).join("[]")
+
+
+_bucket_template = PerBoundList(_bucket_json)
 
 
 def encode_buckets(buckets: Buckets) -> str:
