@@ -65,7 +65,7 @@ def make_app(
     middlewares: Sequence[Middleware] = (),
     render_page: RenderPage | None = None,
     status_page: Callable[[], str] | None = None,
-    documents: Mapping[str, str] | None = None,
+    documents: Mapping[str, Callable[[], str | None]] | None = None,
 ) -> web.Application:
     """`endpoints()` gives (name, up, last error or "") for the bare landing page;
     `status_page()` renders the status page (`spectax.status`) served at `/` instead;
@@ -91,8 +91,12 @@ def make_app(
     return app
 
 
-def _document(document: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+def _document(render: Callable[[], str | None]) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def serve(request: web.Request) -> web.Response:
+        # In a worker thread: the first read renders the Markdown (~0.1 s), then it is kept.
+        document = await asyncio.to_thread(render)
+        if document is None:
+            raise web.HTTPNotFound()
         return web.Response(text=document, content_type="text/html", charset="utf-8")
 
     return serve

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from collections.abc import Sequence
 
 from spectax import __version__, logs
-from spectax.cli import assess, backfill, billing, check_config, db, export, model, report, run
 from spectax.config import ConfigError
 from spectax.store import StoreError
 from spectax.store.schema import SchemaMismatch
@@ -24,8 +24,27 @@ FAILURES: tuple[tuple[type[Exception], str, int], ...] = (
 )
 
 
+# Each command, in the order --help lists them: its module under spectax.cli and the function
+# there that adds its parser. Only the module of the command given is imported: `spectax
+# run` does without report, assess, model and the others (33 modules, 1.3 MiB of a daemon's
+# RSS; bench/README, issue 31).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("run", "add_parser"),
+    "demo": ("run", "add_demo_parser"),
+    "db": ("db", "add_parser"),
+    "export": ("export", "add_parser"),
+    "report": ("report", "add_report_parser"),
+    "billing": ("billing", "add_parser"),
+    "backfill": ("backfill", "add_parser"),
+    "check-config": ("check_config", "add_parser"),
+    "assess": ("assess", "add_parser"),
+    "model": ("model", "add_parser"),
+}
+_VALUED_FLAGS = frozenset({"--log-level", "--log.level", "--log-format", "--log.format"})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = _parser(_command_named(sys.argv[1:] if argv is None else argv)).parse_args(argv)
     logs.setup(args.log_level, args.log_format)
     try:
         return int(args.func(args))
@@ -42,25 +61,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 141  # 128 + SIGPIPE, as a shell's own commands report it
 
 
-def _parser() -> argparse.ArgumentParser:
+def _command_named(argv: Sequence[str]) -> str | None:
+    """The command `argv` runs, when its words say it before any option but the global
+    flags; None when they do not (--help, --version, no command, a mistake): then every
+    command's parser is built, and argparse answers as it always did."""
+    words = iter(argv)
+    for word in words:
+        if word in _VALUED_FLAGS:
+            next(words, None)  # the flag's value
+        elif not word.startswith("-"):
+            return word if word in COMMANDS else None
+        elif word.partition("=")[0] not in _VALUED_FLAGS:
+            return None
+    return None
+
+
+def _parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser: with `command`, that command's alone (its module is the
+    only one imported); without, every command's."""
     parser = argparse.ArgumentParser(prog="spectax", description=__doc__, allow_abbrev=False)
     _add_global_flags(parser, None)
     commands = parser.add_subparsers(
         dest="command", required=True, title="commands", metavar="COMMAND"
     )
-    run.add_parser(commands)
-    run.add_demo_parser(commands)
-    db.add_parser(commands)
-    export.add_parser(commands)
-    report.add_report_parser(commands)
-    billing.add_parser(commands)
-    backfill.add_parser(commands)
-    check_config.add_parser(commands)
-    assess.add_parser(commands)
-    model.add_parser(commands)
-    for command in _commands(parser):
-        command.allow_abbrev = False  # `--acceptance` must never pass for `--acceptance-length`
-        _add_global_flags(command, argparse.SUPPRESS)
+    for module, add in (COMMANDS[name] for name in ([command] if command else COMMANDS)):
+        getattr(importlib.import_module(f"spectax.cli.{module}"), add)(commands)
+    for sub in _commands(parser):
+        sub.allow_abbrev = False  # `--acceptance` must never pass for `--acceptance-length`
+        _add_global_flags(sub, argparse.SUPPRESS)
     return parser
 
 

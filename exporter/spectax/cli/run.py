@@ -15,7 +15,6 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
-from spectax.cli.check_config import NO_ENDPOINTS
 from spectax.config import ConfigError, load_config, validate
 from spectax.store.database import IN_MEMORY, in_memory
 
@@ -73,6 +72,8 @@ def _listen_address(value: str) -> str:
 def run_command(args: argparse.Namespace) -> int:
     settings = load_config(args.config, args.listen_address)
     if not settings.config.endpoints and not settings.config.sources:
+        from spectax.cli.check_config import NO_ENDPOINTS
+
         where = args.config or "the defaults (no --config FILE given)"
         print(f"spectax run: {where}: {NO_ENDPOINTS}", file=sys.stderr)
         return 2

@@ -5,7 +5,9 @@ A runbook link must open from wherever the alert or the card is read: a `file://
 does not open from an http page, and the file was not where the link said. So spectax
 serves the runbook itself, behind the same web-config auth as `/metrics`. The Markdown
 files are the repository's own (`alerts/runbook.md`, `docs/economics.md`; `pages/` holds
-links to them, which a wheel carries as copies): one text, rendered once per process.
+links to them, which a wheel carries as copies): one text, rendered once per process, when
+it is first asked for (Markdown and the XML it builds with, ~1 MiB of a daemon's imports,
+are loaded only then).
 Headings get GitHub's anchors (`## SpeculationIsATax` -> `#speculationisatax`), which
 the alerts' `runbook_url` and the status page's links name.
 """
@@ -17,8 +19,6 @@ import re
 from html import escape
 from pathlib import Path
 from typing import Final
-
-import markdown
 
 PAGES_DIR: Final = Path(__file__).resolve().parent / "pages"
 #: The path spectax serves each page at -> its Markdown file and title.
@@ -54,6 +54,12 @@ def _slug(text: str, separator: str) -> str:
     return text.replace(" ", separator)
 
 
+def is_served(path: str) -> bool:
+    """Whether spectax serves a page at `path` (its Markdown file is in this install)."""
+    found = PAGES.get(path)
+    return found is not None and (PAGES_DIR / found[0]).is_file()
+
+
 @functools.cache
 def page_html(path: str) -> str | None:
     """The page served at `path` as a whole HTML document; None for a path spectax does not
@@ -66,6 +72,8 @@ def page_html(path: str) -> str | None:
         text = (PAGES_DIR / name).read_text(encoding="utf-8")
     except OSError:
         return None
+    import markdown  # here, not at the top: see the module's docstring
+
     body = markdown.markdown(
         text,
         extensions=["tables", "fenced_code", "toc"],
@@ -82,4 +90,4 @@ def page_html(path: str) -> str | None:
     )
 
 
-__all__ = ["ECONOMICS_PATH", "PAGES", "RUNBOOK_PATH", "page_html"]
+__all__ = ["ECONOMICS_PATH", "PAGES", "RUNBOOK_PATH", "is_served", "page_html"]
