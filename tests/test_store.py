@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,6 +12,7 @@ from builders import NGRAM_PAGES, monitor_of, ngram_settings, queued, store_page
 from recorded_pages import page
 from spectax.endpoint import EndpointMonitor
 from spectax.store import Store
+from spectax.store.rows import complete_row
 
 PAGES = NGRAM_PAGES
 WINDOW = 300.0
@@ -228,3 +230,50 @@ async def test_rows_spooled_before_an_upgrade_write_beside_newer_ones(
     assert old.output_tokens == old_rows[0]["output_tokens"]
     assert new.verdict_basis == new_write.rows[0]["verdict_basis"] is not None
     assert new.speedup_low_ratio == pytest.approx(new_write.rows[0]["speedup_low_ratio"])
+
+
+async def test_the_compiled_upserts_send_what_sqlalchemy_sends(store: Store) -> None:
+    """save_many executes its upserts through the driver, compiled once (issue 31): the
+    same SQL and the same bound values, row by row, as SQLAlchemy's own execute of the
+    statements, on each backend (a Decimal, a datetime, an int in a float column)."""
+    from sqlalchemy import event
+
+    from spectax.store.window_history import WindowStatements
+
+    monitor = new_monitor(settings())
+    monitor.observe_page(3000, page(PAGES[0]), 0.01)
+    monitor.observe_page(3100, page(PAGES[1]), 0.01)
+    write = queued(monitor.flush())
+    assert write is not None and write.cursor is not None
+    rows = [complete_row({**row, "restarts": 1, "seconds": 100}) for row in write.rows]
+    rows.append({**rows[0], "model": "other", "spend_usd": Decimal("0.123456789")})
+    due = [{"granularity": "hour", "endpoint": "ngram", "start": rows[0]["start"], "version": 1}]
+    cursors = [{"endpoint": "ngram", "observed_at": 3100, "sample": "{}"}]
+    statements = WindowStatements(store._insert, store._engine.dialect)
+    sent: list[tuple[str, list[tuple[Any, ...]]]] = []
+
+    def record(conn, cursor, statement, parameters, context, executemany) -> None:
+        many = parameters if executemany else [parameters]
+        sent.append((statement, [tuple(p) for p in many]))
+
+    event.listen(store._engine.sync_engine, "before_cursor_execute", record)
+    try:
+        for statement, values in (
+            (statements.windows, rows),
+            (statements.due, due),
+            (statements.cursors, cursors),
+        ):
+            for execute in (statement.execute, _through_sqlalchemy(statement)):
+                async with store._engine.connect() as connection:
+                    await execute(connection, values)
+                    await connection.rollback()
+            assert sent[-1] == sent[-2] and len(sent[-1][1]) == len(values)
+    finally:
+        event.remove(store._engine.sync_engine, "before_cursor_execute", record)
+
+
+def _through_sqlalchemy(statement: Any) -> Any:
+    async def execute(connection: Any, rows: list[dict[str, Any]]) -> None:
+        await connection.execute(statement.statement, rows)
+
+    return execute

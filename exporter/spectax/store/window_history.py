@@ -3,6 +3,7 @@ last run stopped, so that a restart neither loses nor double-counts."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from decimal import Decimal
@@ -10,6 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import func, select, true
+from sqlalchemy.engine import Dialect
 
 from spectax.engines.base import EngineSample
 from spectax.observed import Resume
@@ -18,6 +20,7 @@ from spectax.store.cursor import decode_sample, encode_sample
 from spectax.store.database import (
     WRITE_ERRORS,
     Database,
+    DriverStatement,
     StoreDataError,
     StoreError,
     excluded,
@@ -29,7 +32,7 @@ from spectax.store.database import (
 from spectax.store.models import Cursor, WindowRow
 from spectax.store.pending import PendingWrite
 from spectax.store.rollup import period_start, window_out_of_range
-from spectax.store.rows import complete_row, sum_usd, window_from_rows
+from spectax.store.rows import _DEFAULTS, complete_row, sum_usd, window_from_rows
 from spectax.units import from_timestamp
 
 # One write of closed windows: the endpoint, its window rows, and the cursor that goes with them.
@@ -37,7 +40,40 @@ from spectax.units import from_timestamp
 WindowWrite = tuple[str, Sequence[dict[str, Any]], tuple[float, EngineSample | str] | None]
 
 
+class WindowStatements:
+    """save_many's three upserts, compiled once for the store's dialect (DriverStatement)."""
+
+    def __init__(self, insert: Any, dialect: Dialect):
+        # A window only grows (a partial one resumed after a restart): never let a replayed,
+        # older version replace a newer one.
+        self.windows = DriverStatement(
+            upsert_statement(insert, WindowRow, only_if=WindowRow.seconds <= excluded("seconds")),
+            dialect,
+            list(_DEFAULTS),
+        )
+        self.due = DriverStatement(
+            mark_due_statement(insert), dialect, ["granularity", "endpoint", "start", "version"]
+        )
+        # The cursor only moves forward, so replaying an old write is harmless.
+        cursor = insert(Cursor)
+        self.cursors = DriverStatement(
+            cursor.on_conflict_do_update(
+                index_elements=["endpoint"],
+                set_={"observed_at": cursor.excluded.observed_at, "sample": cursor.excluded.sample},
+                where=Cursor.observed_at < cursor.excluded.observed_at,
+            ),
+            dialect,
+            ["endpoint", "observed_at", "sample"],
+        )
+
+
 class WindowHistory(Database):
+    @functools.cached_property
+    def _window_statements(self) -> WindowStatements:
+        """Compiled at the first write, once: compiling at every write (every second at
+        2,000 endpoints) was most of SQLAlchemy's part of it (issue 31)."""
+        return WindowStatements(self._insert, self._engine.dialect)
+
     async def save(
         self,
         endpoint: str,
@@ -76,43 +112,24 @@ class WindowHistory(Database):
             for endpoint, _, cursor in writes
             if cursor is not None
         ]
-        insert = self._insert
+        statements = self._window_statements
         try:
             async with self._sessions.begin() as session:
                 connection = await session.connection()
                 if self.write_guard is not None:
                     await self.write_guard(connection)
                 if windows:
-                    # A window only grows (a partial one resumed after a restart): never let
-                    # a replayed, older version replace a newer one.
-                    await connection.execute(
-                        upsert_statement(
-                            insert, WindowRow, only_if=WindowRow.seconds <= excluded("seconds")
-                        ),
-                        windows,
-                    )
+                    await statements.windows.execute(connection, windows)
                 if due:
-                    await connection.execute(
-                        mark_due_statement(insert),
+                    await statements.due.execute(
+                        connection,
                         [
                             {"granularity": "hour", "endpoint": e, "start": start, "version": 1}
                             for e, start in due
                         ],
                     )
                 if cursors:
-                    # The cursor only moves forward, so replaying an old write is harmless.
-                    statement = insert(Cursor)
-                    await connection.execute(
-                        statement.on_conflict_do_update(
-                            index_elements=["endpoint"],
-                            set_={
-                                "observed_at": statement.excluded.observed_at,
-                                "sample": statement.excluded.sample,
-                            },
-                            where=Cursor.observed_at < statement.excluded.observed_at,
-                        ),
-                        cursors,
-                    )
+                    await statements.cursors.execute(connection, cursors)
         except WRITE_ERRORS as exc:
             names = sorted({endpoint for endpoint, _, _ in writes})
             more = f" and {len(names) - 3} more" if len(names) > 3 else ""

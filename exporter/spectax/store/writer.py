@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -205,6 +206,12 @@ class StoreWriter:
                 await asyncio.wait({self._task}, timeout=0.5)
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+            # A write cancelled mid-statement leaves its session, cursor and statement in a
+            # reference cycle (the exception's traceback holds the frames holding them), and
+            # on SQLite they keep the file locked until the cycle collector frees them: no
+            # collection may come before the last write, which then waited out the grace and
+            # the open window was spooled (issue 31: what reverted 21bcb60).
+            gc.collect()
         if self._contending is not None:
             self._contending.cancel()
             with contextlib.suppress(asyncio.CancelledError):
