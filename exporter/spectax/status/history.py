@@ -2,10 +2,11 @@
 
 The page's chart needs recent figures that no snapshot keeps (a snapshot holds one
 window). Each endpoint keeps POINTS points, one per `step_seconds` at most, of its main
-model (the one with the most output tokens): time, acceptance, break-even and the
-speedup in force. Arrays, not tuples: 180 points measured 4.1 kB per endpoint (~8 MB at
+model (the one with the most output tokens): time, acceptance and break-even, what the
+chart draws. Arrays, not tuples: 180 points measured 4.1 kB per endpoint (~8 MB at
 2,000 endpoints), where a deque of tuples of floats measured 32.6 kB (~65 MB); with the
-times as whole seconds (a point a minute needs no finer), 3.4 kB.
+times as whole seconds (a point a minute needs no finer), 3.4 kB; without the speedup in
+force, which nothing drew, 2.6 kB (issue 31).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ class Point:
     at: float
     acceptance: float | None
     breakeven: float | None
-    speedup: float | None
 
 
 def main_assessment(snapshot: EndpointSnapshot) -> Assessment | None:
@@ -41,14 +41,14 @@ class _Ring:
 
     def __init__(self, points: int):
         self.times = array("I", bytes(4 * points))  # whole seconds: 32 bits reach 2106
-        self.values = array("f", bytes(4 * 3 * points))  # acceptance, break-even, speedup
+        self.values = array("f", bytes(4 * 2 * points))  # acceptance, break-even
         self.next = 0
         self.count = 0
 
-    def add(self, at: float, figures: tuple[float, float, float]) -> None:
+    def add(self, at: float, figures: tuple[float, float]) -> None:
         i = self.next
         self.times[i] = int(at)
-        self.values[3 * i : 3 * i + 3] = array("f", figures)
+        self.values[2 * i : 2 * i + 2] = array("f", figures)
         self.next = (i + 1) % len(self.times)
         self.count = min(self.count + 1, len(self.times))
 
@@ -61,7 +61,7 @@ class _Ring:
         start = (self.next - self.count) % size
         order = ((start + k) % size for k in range(self.count))
         return [
-            Point(self.times[i], *(_none(v) for v in self.values[3 * i : 3 * i + 3])) for i in order
+            Point(self.times[i], *(_none(v) for v in self.values[2 * i : 2 * i + 2])) for i in order
         ]
 
 
@@ -93,8 +93,7 @@ class StatusHistory:
         last = ring.last
         if last is not None and at - last < self.step_seconds:
             return
-        figures = (main.acceptance_ratio, main.breakeven_acceptance_ratio, main.speedup_in_force)
-        ring.add(at, (_nan(figures[0]), _nan(figures[1]), _nan(figures[2])))
+        ring.add(at, (_nan(main.acceptance_ratio), _nan(main.breakeven_acceptance_ratio)))
 
     def points(self, name: str) -> list[Point]:
         ring = self._rings.get(name)
