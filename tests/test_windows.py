@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,7 +15,13 @@ from spectax.engines.base import Histogram
 from spectax.pipeline.counts import Counts
 from spectax.pipeline.intervals import Interval, interval_between, restarted
 from spectax.pipeline.packing import pack_counts, unpack_counts
-from spectax.pipeline.windows import AlignedWindows, SlidingWindow, sum_intervals
+from spectax.pipeline.windows import (
+    AlignedWindows,
+    SlidingWindow,
+    Window,
+    interval_window,
+    sum_intervals,
+)
 from spectax.store.cursor import encode_sample
 from spectax.store.rows import pending_write
 
@@ -303,3 +311,95 @@ def test_the_open_window_a_scrape_hands_the_store_is_the_one_the_monitor_keeps()
         assert fresh.cursor is not None and kept.cursor is not None
         assert fresh.cursor[0] == kept.cursor[0]
         assert encode_sample(fresh.cursor[1]) == encode_sample(kept.cursor[1])
+
+
+BOUNDS = ((0.1, 1.0, float("inf")), (0.5, 2.0, 8.0, float("inf")))
+whole = st.integers(0, 10**6).map(float)
+# A shape (pipeline.packing): each histogram None, on one of two bound lists or without
+# buckets; which optional fields are None; how many positions.
+shapes = st.tuples(
+    st.sampled_from([None, 0, 1, "no buckets"]),
+    st.sampled_from([None, 0, 1, "no buckets"]),
+    st.booleans(),
+    st.booleans(),
+    st.booleans(),
+    st.integers(0, 3),
+)
+
+
+def _histogram(draw, kind) -> Histogram | None:
+    if kind is None:
+        return None
+    if kind == "no buckets":
+        return Histogram(draw(whole), draw(whole))
+    bounds = BOUNDS[kind]
+    cumulative = sorted(draw(st.lists(whole, min_size=len(bounds), max_size=len(bounds))))
+    return Histogram.of(draw(whole), cumulative[-1], bounds, cumulative)
+
+
+def _counts(draw, shape) -> Counts:
+    h1, h2, drafted, used, blocks, positions = shape
+    return Counts(
+        generation_tokens=draw(whole),
+        draft_tokens=draw(whole) if drafted else None,
+        accepted_per_position=tuple(draw(whole) for _ in range(positions)),
+        inter_token_latency=_histogram(draw, h1),
+        time_to_first_token=_histogram(draw, h2),
+        running_seconds=draw(st.floats(0, 1e4, allow_nan=False)),
+        kv_usage_seconds=draw(st.floats(0, 1e3, allow_nan=False)) if used else None,
+        kv_cache_blocks=draw(whole) if blocks else None,
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_windows_summed_packed_are_the_objects_sums_to_the_bit(data) -> None:
+    """The windows add and take out intervals on their packed doubles (pipeline.packing
+    `add_packed`, issue 31): the sums must be, double for double, what the objects'
+    arithmetic (Window.add, Window.remove) gives, whatever the shapes meet: fields None on
+    one side only, histograms with other bounds or none, per-position counts of another
+    length, settings, models coming and going. Each model mostly keeps its shape, as a
+    server's pages do, and now and then takes another."""
+    from decimal import Decimal
+
+    draw = data.draw
+    usual = {name: draw(shapes) for name in "ab"}
+    sliding, aligned = SlidingWindow(60), AlignedWindows(45)
+    sliding.REBUILD_EVERY = 1000  # the incremental path, as between two rebuilds
+    kept: list[Interval] = []
+    expected = expected_open = None
+    presence: dict[str, int] = {}
+    t = 1000.0
+    for _ in range(draw(st.integers(1, 24))):
+        models = {
+            name: _counts(draw, usual[name] if draw(st.integers(0, 5)) else draw(shapes))
+            for name in sorted(draw(st.sets(st.sampled_from("ab"))))
+        }
+        seconds = draw(st.floats(1, 40))
+        restart = draw(st.booleans())
+        interval = Interval(
+            t, t + seconds, models, restarted=restart, busy=bool(models), spend_usd=Decimal("0.1")
+        )
+        t += seconds
+        got = sliding.add(interval)
+        expected = interval_window(interval) if expected is None else expected.add(interval)
+        for name in models:
+            presence[name] = presence.get(name, 0) + 1
+        kept.append(interval)
+        while kept[0].end <= t - 60:
+            expected = expected.remove(kept.pop(0), presence)
+        assert got.models == expected.models
+        assert (got.seconds, got.busy_seconds, got.restarts, got.spend_usd) == (
+            expected.seconds,
+            expected.busy_seconds,
+            expected.restarts,
+            expected.spend_usd,
+        )
+        closed, open_window = aligned.add_keeping(interval)
+        if expected_open is None or closed:
+            expected_open = Window(start=open_window.start, end=open_window.end)
+        expected_open = expected_open.add(interval)
+        assert open_window == expected_open
+        assert aligned.open == open_window
+    assert expected is not None
+    assert sliding.total() == replace(expected, start=kept[0].start, end=kept[-1].end)

@@ -33,7 +33,7 @@ from spectax.health import LogOnce, ScrapeError
 from spectax.observed import Observed, Resume
 from spectax.pipeline.intervals import Interval, interval_between
 from spectax.pipeline.model_ledger import Admission, ModelLedger
-from spectax.pipeline.packing import Cursor
+from spectax.pipeline.packing import Cursor, interval_fields
 from spectax.pipeline.windows import AlignedWindows, SlidingWindow, Window
 from spectax.tariffs import gpu_named, tariff_of
 
@@ -318,7 +318,8 @@ class EndpointMonitor:
             interval, cold_start = self._restarted(interval, sample, self._resumed)
         self._resumed = False
         interval = economics.price_interval(interval, self._tariff, cold_start)
-        window = self._sliding.add(interval)
+        fields = interval_fields(interval)  # packed once, for both windows
+        window = self._sliding.add(interval, fields)
         totals = dict(self.snapshot.tokens_total)
         for model, counts in interval.models.items():
             before = totals.get(model, (0.0, 0.0, 0.0))
@@ -334,7 +335,7 @@ class EndpointMonitor:
             cold_starts_total=self.snapshot.cold_starts_total + int(interval.restarted),
             tokens_total=totals,
         )
-        closed, open_window = self._aligned.add_keeping(interval)
+        closed, open_window = self._aligned.add_keeping(interval, fields)
         self.counterfactual.calibrate(closed)
         return last, closed, window, open_window
 

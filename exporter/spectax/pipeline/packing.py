@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import marshal
 import math
+import operator
 import zlib
 from array import array
 from collections.abc import Callable, Sequence
@@ -82,25 +83,39 @@ _INTERVALS = Deflater()
 PackedInterval = bytes
 
 
-def pack_interval(interval: Interval) -> PackedInterval:
-    return _INTERVALS.pack(
-        (
-            interval.start,
-            interval.end,
-            interval.restarted,
-            interval.busy,
-            str(interval.spend_usd),
-            str(interval.cold_start_usd),
-            str(interval.draft_load_usd),
-            pack_models(interval.models),
-            interval.unobserved_seconds,
-        )
+#: An interval's fields as `pack_interval` marshals them (the tuple above, not deflated).
+IntervalFields = tuple[Any, ...]
+
+
+def interval_fields(interval: Interval) -> IntervalFields:
+    return (
+        interval.start,
+        interval.end,
+        interval.restarted,
+        interval.busy,
+        str(interval.spend_usd),
+        str(interval.cold_start_usd),
+        str(interval.draft_load_usd),
+        pack_models(interval.models),
+        interval.unobserved_seconds,
     )
+
+
+def pack_interval(interval: Interval) -> PackedInterval:
+    return pack_interval_fields(interval_fields(interval))
+
+
+def pack_interval_fields(fields: IntervalFields) -> PackedInterval:
+    return _INTERVALS.pack(fields)
+
+
+def unpack_interval_fields(packed: PackedInterval) -> IntervalFields:
+    return _INTERVALS.unpack(packed)
 
 
 def unpack_interval(packed: PackedInterval) -> Interval:
     start, end, restarted, busy, spend_usd, cold_start_usd, draft_load_usd, models, unobserved = (
-        _INTERVALS.unpack(packed)
+        unpack_interval_fields(packed)
     )
     return Interval(
         start=start,
@@ -170,30 +185,149 @@ class Cursor:
         return self.time, unpack_sample(self.packed)
 
 
-def pack_models(models: dict[str, Counts]) -> tuple[tuple[str, bytes], ...]:
-    return tuple((name, pack_counts(counts)) for name, counts in models.items())
+#: A model's counts packed: (the number of their shape, or -1: none; their doubles).
+PackedCounts = tuple[int, bytes]
+#: Each model's packed counts, in the models' order: (model, shape, doubles).
+PackedModels = tuple[tuple[str, int, bytes], ...]
 
 
-def unpack_models(packed: tuple[tuple[str, bytes], ...]) -> dict[str, Counts]:
-    return {name: unpack_counts(counts) for name, counts in packed}
+def pack_models(models: dict[str, Counts]) -> PackedModels:
+    return tuple((name, *packed_counts(counts)) for name, counts in models.items())
+
+
+def unpack_models(packed: PackedModels) -> dict[str, Counts]:
+    return {name: unpack_counts(counts) for name, _, counts in packed}
 
 
 def pack_counts(counts: Counts) -> bytes:
     """The counts as packed doubles, about a fifth of the memory of the object and its
     floats. Bytes rather than an array: the garbage collector does not track bytes."""
+    return packed_counts(counts)[1]
+
+
+def packed_counts(counts: Counts) -> PackedCounts:
+    """The counts as packed doubles, with the number of their shape (`add_packed`)."""
     chunks: list[bytes] = []
     numbers: list[float] = []
+    shape: list[object] = []
     for put, value in zip(_PUTS, _in_layout_order(counts), strict=True):
-        if put is _put_histogram and value is not None:
+        if put is _put_histogram:
+            if value is None:
+                shape.append(None)
+                numbers += (_NAN, _NAN, 0.0)
+                continue
             # its counts are doubles already: their bytes go in as they are, not as ~20
             # floats each made and packed again (15 -> 11 us a vLLM window, issue 31)
-            numbers.extend(_histogram_head(value))
+            head = _histogram_head(value)
+            shape.append(head[2:4] if len(head) == 4 else _INLINE_BOUNDS)
+            numbers.extend(head)
             chunks += (array("d", numbers).tobytes(), value.counts)
             numbers = []
-        else:
-            numbers.extend(put(value))
+        elif put is _put_number:
+            numbers.append(value)
+        elif put is _put_optional:
+            shape.append(value is None)
+            numbers.append(_NAN if value is None else value)
+        else:  # the per-position counter, last
+            shape.append(len(value))
+            numbers.extend(value)
     chunks.append(array("d", numbers).tobytes())
-    return b"".join(chunks)
+    return _shape_number(tuple(shape)), b"".join(chunks)
+
+
+# ---------------------------------------------------------------- arithmetic, packed
+#
+# The windows add each scrape's interval to their sums and take the leaving one out
+# (spectax.pipeline.windows). Done on the objects, each sum was unpacked into ~6 objects
+# per model, added histogram by histogram, bucket by bucket, and packed again. Two counts
+# of one shape (the same fields None, each histogram's bounds, as many positions) lie in
+# the same places of their doubles, and each rule of `spectax.pipeline.counts` is then
+# the doubles' own: plain, optional (both None: NaN and NaN) and histograms (same bounds:
+# sum, count, bucket by bucket) add and subtract as numbers; only a histogram's number of
+# buckets and of its bound list stay as they are, and a setting is the later span's
+# (adding) or the sum's own (taking out). So one `map` over the doubles gives, double for
+# double, what the objects' arithmetic gives (tests/test_windows.py holds them equal).
+# Counts of different shapes go through the objects.
+
+MAX_SHAPES = 1024  # a page inventing bounds or models' layouts: past this, the objects
+_INLINE_BOUNDS = "inline"  # a histogram whose bounds are inline has no shape of its own
+_SHAPES: dict[tuple[object, ...], int] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """Where, among a shape's doubles, the arithmetic is not the numbers' own."""
+
+    heads: tuple[int, ...]  # each histogram's number of buckets and of its bound list
+    settings: tuple[int, ...]  # the engine's settings (counts.GAUGES' "setting")
+
+
+_PLANS: list[_Plan] = []
+
+
+def _shape_number(shape: tuple[object, ...]) -> int:
+    number = _SHAPES.get(shape)
+    if number is not None:
+        return number
+    if len(_SHAPES) >= MAX_SHAPES or _INLINE_BOUNDS in shape:
+        return -1
+    number = _SHAPES[shape] = len(_PLANS)
+    _PLANS.append(_plan(shape))
+    return number
+
+
+def _plan(shape: tuple[object, ...]) -> _Plan:
+    """Walk the layout as `packed_counts` wrote it, noting the offsets of heads and settings."""
+    heads: list[int] = []
+    settings: list[int] = []
+    at = 0
+    described = iter(shape)
+    for put, kind in zip(_PUTS, _KINDS, strict=True):
+        if put is _put_histogram:
+            head = next(described)
+            if head is None:
+                at += 3
+            else:
+                buckets = int(head[0])  # type: ignore[index]
+                heads += (at + 2, at + 3)
+                at += 4 + buckets
+        elif put is _put_number:
+            at += 1
+        elif put is _put_optional:
+            next(described)
+            if kind == "setting":
+                settings.append(at)
+            at += 1
+        else:
+            at += int(next(described))  # type: ignore[call-overload]
+    return _Plan(tuple(heads), tuple(settings))
+
+
+def add_packed(a: PackedCounts, b: PackedCounts) -> PackedCounts:
+    """`a + b` (Counts.__add__), packed: b is the later span."""
+    shape = a[0]
+    if shape < 0 or shape != b[0]:
+        return packed_counts(unpack_counts(a[1]) + unpack_counts(b[1]))
+    x, y = memoryview(a[1]).cast("d"), memoryview(b[1]).cast("d")
+    out = array("d", map(operator.add, x, y))
+    plan = _PLANS[shape]
+    for i in plan.heads:
+        out[i] = x[i]
+    for i in plan.settings:
+        out[i] = y[i]
+    return shape, out.tobytes()
+
+
+def subtract_packed(a: PackedCounts, b: PackedCounts) -> PackedCounts:
+    """`a - b` (Counts.__sub__: b a part of the sum a), packed."""
+    shape = a[0]
+    if shape < 0 or shape != b[0]:
+        return packed_counts(unpack_counts(a[1]) - unpack_counts(b[1]))
+    x, y = memoryview(a[1]).cast("d"), memoryview(b[1]).cast("d")
+    out = array("d", map(operator.sub, x, y))
+    for i in _PLANS[shape].heads + _PLANS[shape].settings:
+        out[i] = x[i]
+    return shape, out.tobytes()
 
 
 def unpack_counts(data: bytes) -> Counts:
@@ -291,7 +425,7 @@ _LAYOUT: dict[SpanKind, tuple[Put, Take, bool]] = {
 }
 
 
-def _layout() -> tuple[list[str], list[Put], list[tuple[Take, int]]]:
+def _layout() -> tuple[list[str], list[Put], list[tuple[Take, int]], list[SpanKind]]:
     """The fields in layout order with their puts and their (take, index among Counts'
     fields): the per-position counter, which takes all that is left, last."""
     fields: list[tuple[str, SpanKind]] = [(c.name, c.kind) for c in COUNTERS]
@@ -302,8 +436,8 @@ def _layout() -> tuple[list[str], list[Put], list[tuple[Take, int]]]:
     index = {name: i for i, (name, _) in enumerate(fields)}
     puts = [_LAYOUT[kind][0] for _, kind in in_layout]
     takes = [(_LAYOUT[kind][1], index[name]) for name, kind in in_layout]
-    return [name for name, _ in in_layout], puts, takes
+    return [name for name, _ in in_layout], puts, takes, [kind for _, kind in in_layout]
 
 
-_ORDER, _PUTS, _TAKES = _layout()
+_ORDER, _PUTS, _TAKES, _KINDS = _layout()
 _in_layout_order = attrgetter(*_ORDER)

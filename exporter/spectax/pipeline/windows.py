@@ -11,17 +11,22 @@ import math
 from array import array
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import Any
 
 from spectax.pipeline.counts import Counts
 from spectax.pipeline.intervals import Interval
 from spectax.pipeline.packing import (
     Deflater,
+    IntervalFields,
     PackedInterval,
-    pack_interval,
+    add_packed,
+    interval_fields,
+    pack_interval_fields,
     pack_models,
-    unpack_interval,
+    subtract_packed,
+    unpack_interval_fields,
     unpack_models,
 )
 
@@ -102,30 +107,39 @@ class Window:
 
 _WINDOWS = Deflater()
 
+#: A window as `pack_window` marshals it: (start, end, seconds, busy_seconds, restarts,
+#: spend_usd, cold_start_usd, draft_load_usd, models, unobserved_seconds), the money as the
+#: Decimals' exact text, the models packed (spectax.pipeline.packing.PackedModels).
+WindowFields = tuple[Any, ...]
+
 
 def pack_window(window: Window) -> bytes:
     """A window as one bytes object (spectax.pipeline.packing): ~0.2 KB, not ~2.5 KB of
     objects, and nothing for the garbage collector to walk."""
-    return _WINDOWS.pack(
-        (
-            window.start,
-            window.end,
-            window.seconds,
-            window.busy_seconds,
-            window.restarts,
-            str(window.spend_usd),
-            str(window.cold_start_usd),
-            str(window.draft_load_usd),
-            pack_models(window.models),
-            window.unobserved_seconds,
-        )
-    )
+    return _WINDOWS.pack(window_fields(window))
 
 
 def unpack_window(packed: bytes) -> Window:
-    start, end, seconds, busy, restarts, spend, cold_start, draft_load, models, unobserved = (
-        _WINDOWS.unpack(packed)
+    return window_of(_WINDOWS.unpack(packed))
+
+
+def window_fields(window: Window) -> WindowFields:
+    return (
+        window.start,
+        window.end,
+        window.seconds,
+        window.busy_seconds,
+        window.restarts,
+        str(window.spend_usd),
+        str(window.cold_start_usd),
+        str(window.draft_load_usd),
+        pack_models(window.models),
+        window.unobserved_seconds,
     )
+
+
+def window_of(fields: WindowFields) -> Window:
+    start, end, seconds, busy, restarts, spend, cold_start, draft_load, models, unobserved = fields
     return Window(
         start=start,
         end=end,
@@ -152,6 +166,70 @@ def sum_intervals(intervals: Iterable[Interval]) -> Window:
     return window
 
 
+# ---------------------------------------------------------------- sums, packed
+#
+# The windows below keep their sums packed between scrapes, and add and take out intervals
+# packed too (spectax.pipeline.packing.add_packed): the same operations in the same order
+# as Window.add and Window.remove, on the marshalled fields, so the same numbers; the
+# objects are built once a scrape, for whoever reads the sum.
+
+
+def _empty_fields(start: float, end: float) -> WindowFields:
+    return (start, end, 0.0, 0.0, 0, "0", "0", "0", (), 0.0)
+
+
+def _plus(window: WindowFields, interval: IntervalFields) -> WindowFields:
+    """Window.add, packed."""
+    start, end, seconds, busy, restarts, spend, cold, draft, models, unobserved = window
+    i_start, i_end, i_restarted, i_busy, i_spend, i_cold, i_draft, i_models, i_unobserved = interval
+    i_seconds = i_end - i_start
+    summed = {name: (shape, data) for name, shape, data in models}
+    for name, shape, data in i_models:
+        kept = summed.get(name)
+        summed[name] = (shape, data) if kept is None else add_packed(kept, (shape, data))
+    return (
+        start,
+        end,
+        seconds + i_seconds,
+        busy + (i_seconds if i_busy else 0.0),
+        restarts + int(i_restarted),
+        str(Decimal(spend) + Decimal(i_spend)),
+        str(Decimal(cold) + Decimal(i_cold)),
+        str(Decimal(draft) + Decimal(i_draft)),
+        tuple((name, *packed) for name, packed in summed.items()),
+        unobserved + i_unobserved,
+    )
+
+
+def _minus(
+    window: WindowFields, interval: IntervalFields, presence: dict[str, int]
+) -> WindowFields:
+    """Window.remove, packed."""
+    start, end, seconds, busy, restarts, spend, cold, draft, models, unobserved = window
+    i_start, i_end, i_restarted, i_busy, i_spend, i_cold, i_draft, i_models, i_unobserved = interval
+    i_seconds = i_end - i_start
+    summed = {name: (shape, data) for name, shape, data in models}
+    for name, shape, data in i_models:
+        presence[name] -= 1
+        if presence[name] <= 0:
+            del presence[name]
+            summed.pop(name, None)
+        elif (kept := summed.get(name)) is not None:
+            summed[name] = subtract_packed(kept, (shape, data))
+    return (
+        start,
+        end,
+        seconds - i_seconds,
+        busy - (i_seconds if i_busy else 0.0),
+        restarts - int(i_restarted),
+        str(Decimal(spend) - Decimal(i_spend)),
+        str(Decimal(cold) - Decimal(i_cold)),
+        str(Decimal(draft) - Decimal(i_draft)),
+        tuple((name, *packed) for name, packed in summed.items()),
+        unobserved - i_unobserved,
+    )
+
+
 class SlidingWindow:
     """The last `length` seconds of intervals, for the live gauges.
 
@@ -175,30 +253,35 @@ class SlidingWindow:
         self._presence: dict[str, int] = {}
         self._changes = 0
 
-    def add(self, interval: Interval) -> Window:
-        """Take in the newest interval; returns the new sum (as `total()` would)."""
-        self._intervals.append(pack_interval(interval))
+    def add(self, interval: Interval, fields: IntervalFields | None = None) -> Window:
+        """Take in the newest interval (`fields`: its `interval_fields`, if made already);
+        returns the new sum (as `total()` would)."""
+        fields = fields or interval_fields(interval)
+        self._intervals.append(pack_interval_fields(fields))
         self._starts.append(interval.start)
         self._ends.append(interval.end)
-        total = (
-            interval_window(interval)
+        total = _plus(
+            _empty_fields(interval.start, interval.end)
             if self._total is None
-            else unpack_window(self._total).add(interval)
+            else _WINDOWS.unpack(self._total),
+            fields,
         )
         for model in interval.models:
             self._presence[model] = self._presence.get(model, 0) + 1
         horizon = interval.end - self.length
         while self._intervals and self._ends[0] <= horizon:
-            leaving = unpack_interval(self._intervals.popleft())
+            leaving = unpack_interval_fields(self._intervals.popleft())
             del self._starts[0], self._ends[0]  # a window's few dozen: shifting them is cheap
-            total = total.remove(leaving, self._presence)
+            total = _minus(total, leaving, self._presence)
         self._changes += 1
         if self._changes >= self.REBUILD_EVERY:
             self._changes = 0
-            total = sum_intervals(unpack_interval(kept) for kept in self._intervals)
-        total = replace(total, start=self._starts[0], end=self._ends[-1])
-        self._total = pack_window(total)
-        return total
+            total = _empty_fields(0.0, 0.0)
+            for kept in self._intervals:
+                total = _plus(total, unpack_interval_fields(kept))
+        total = (self._starts[0], self._ends[-1], *total[2:])
+        self._total = _WINDOWS.pack(total)
+        return window_of(total)
 
     def total(self) -> Window | None:
         """The sum of the intervals in the window, unpacked anew at each call."""
@@ -235,22 +318,25 @@ class AlignedWindows:
         """Add `interval`; returns the windows it closed."""
         return self.add_keeping(interval)[0]
 
-    def add_keeping(self, interval: Interval) -> tuple[list[Window], Window]:
-        """Add `interval`; returns the windows it closed and the open window it is now in,
-        as built (a scrape's flush reads it at once: unpacking it again cost ~20 µs)."""
+    def add_keeping(
+        self, interval: Interval, fields: IntervalFields | None = None
+    ) -> tuple[list[Window], Window]:
+        """Add `interval` (`fields`: its `interval_fields`, if made already); returns the
+        windows it closed and the open window it is now in, as built (a scrape's flush
+        reads it at once: unpacking it again cost ~20 µs)."""
         start = aligned_start(interval.end, self.length)
         if interval.end == start and interval.seconds > 0:
             start -= self.length  # an interval ending on the boundary belongs to the earlier window
         closed: list[Window] = []
-        current = self.open
-        if current is not None and current.start != start:
-            closed.append(current)
+        current = _WINDOWS.unpack(self._open) if self._open is not None else None
+        if current is not None and current[0] != start:
+            closed.append(window_of(current))
             current = None
         if current is None:
-            current = Window(start=start, end=start + self.length)
-        kept = current.add(interval)
-        self._keep(kept)
-        return closed, kept
+            current = _empty_fields(start, start + self.length)
+        kept = _plus(current, fields or interval_fields(interval))
+        self._open, self._open_end = _WINDOWS.pack(kept), kept[1]
+        return closed, window_of(kept)
 
     def due(self, now: float) -> list[Window]:
         """Close the open window once its end has passed, even when no scrape arrives."""
