@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from promstack import LATENCY_FAMILIES, binary, histogram_quantiles
@@ -146,5 +146,40 @@ def test_a_histograms_quantiles_are_those_of_its_buckets_as_pairs(
     found = quantiles(histogram)
     expected = [_located(q, histogram.buckets) for _, q in QUANTILES]
     assert found is not None  # it has buckets and observations
+    assert [found.p50, found.p95, found.p99] == [value for value, _ in expected]
+    assert list(found.buckets) == [bucket for _, bucket in expected]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from([0.0, 7.0, 1e6, 99_999_999_999.0, 2e12]),
+    st.lists(
+        st.tuples(_bound, st.sampled_from([0.0, 1.0, 2.0, 0.5, 1e-3, -1.0])),
+        min_size=1,
+        max_size=12,
+    ),
+    st.booleans(),
+)
+@example(2e12, [(1.0, 0.0), (2.0, 1.0), (math.inf, 0.0)], True)  # a step of 1 within tolerance
+@example(7.0, [(1.0, 0.0), (2.0, 1e-3), (math.inf, 0.0)], True)  # not whole
+def test_whole_counts_skip_no_fix_the_rule_would_make(
+    base: float, steps: list[tuple[float, float]], ascending: bool
+) -> None:
+    """Whole counts that never fall skip the rule's two fixes (`_already_prepared`): the same
+    numbers as the rule over the pairs, for counts from a base with small steps: whole or
+    not, under 1e11 and past 1e12 (where a step of 1 is within the rule's float tolerance),
+    and falling."""
+    if ascending:
+        steps = sorted(dict(steps).items())
+    pairs, count = [], base
+    for bound, step in steps:
+        count += step
+        pairs.append((bound, count))
+    histogram = Histogram(1.0, max(n for _, n in pairs) or 1.0, pairs)
+    found = quantiles(histogram)
+    expected = [_located(q, histogram.buckets) for _, q in QUANTILES]
+    if found is None:
+        assert all(value is None for value, _ in expected)
+        return
     assert [found.p50, found.p95, found.p99] == [value for value, _ in expected]
     assert list(found.buckets) == [bucket for _, bucket in expected]

@@ -89,8 +89,9 @@ def _prepared_histogram(histogram: Histogram) -> tuple[list[float], list[float]]
     if bounds[-1] != math.inf:
         return None
     counts = list(histogram.bucket_counts())
-    _correct_precision(counts)
-    _ensure_monotonic(counts)
+    if not _already_prepared(counts):
+        _correct_precision(counts)
+        _ensure_monotonic(counts)
     if len(bounds) < 2 or counts[-1] == 0:
         return None
     return list(bounds), counts
@@ -211,6 +212,22 @@ def _coalesced(ordered: Sequence[tuple[float, float]]) -> tuple[list[float], lis
             bounds.append(bound)
             counts.append(count)
     return bounds, counts
+
+
+def _already_prepared(counts: list[float]) -> bool:
+    """Whether neither fix below would change `counts`, checked in C: counts that never fall,
+    from 0 to under 1e11, all whole (what engines count, and their sums): two whole counts
+    that differ do so by 1 or more, over 1e-11 of anything under 1e11. The counts of the
+    live gauges' window, at every scrape, skip two loops in Python (issue 31)."""
+    return (
+        counts[0] >= 0
+        and counts[-1] < _WHOLE_UNDER
+        and counts == sorted(counts)
+        and all(map(float.is_integer, counts))
+    )
+
+
+_WHOLE_UNDER = 1e11  # whole counts under it differ by over 1e-11 of each, far over _PRECISION
 
 
 def _correct_precision(counts: list[float]) -> None:
