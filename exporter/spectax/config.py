@@ -29,6 +29,7 @@ from spectax.billing.prices import PriceTable, PriceTableError
 from spectax.billing.registry import BillingConfig, SourceSpec, resolve_billing
 from spectax.credentials import (
     TargetAuth,
+    TLSContexts,
     build_target_auth,
     register_secret,
     resolve,
@@ -248,9 +249,14 @@ def _validate(raw: Any, source: str, secrets: set[str]) -> Settings:
         elif pricing.usd_per_hour is not None:
             usd_per_hour[endpoint.name] = pricing.usd_per_hour
     target_auth: dict[str, TargetAuth] = {}
+    contexts: TLSContexts = {}  # endpoints with equal `tls` blocks share one context
     for i, endpoint in zip(valid.endpoints, config.endpoints, strict=True):
         auth, auth_problems = build_target_auth(
-            endpoint.bearer_token, endpoint.bearer_token_file, endpoint.basic_auth, endpoint.tls
+            endpoint.bearer_token,
+            endpoint.bearer_token_file,
+            endpoint.basic_auth,
+            endpoint.tls,
+            contexts,
         )
         problems += [f"endpoints[{i}].{key}: {message}" for key, message in auth_problems]
         target_auth[endpoint.name] = auth

@@ -127,13 +127,20 @@ def register_secret(value: str, what: str = "the secret") -> str:
     return value
 
 
+# TLS settings -> the client context made of them, or the problem: one per configuration load.
+TLSContexts = dict[TLSClientConfig, tuple[ssl.SSLContext | None, tuple[str, str] | None]]
+
+
 def build_target_auth(
     bearer_token: SecretStr | None,
     bearer_token_file: str | None,
     basic_auth: BasicAuthConfig | None,
     tls: TLSClientConfig | None,
+    contexts: TLSContexts | None = None,
 ) -> tuple[TargetAuth, list[tuple[str, str]]]:
-    """The auth of one endpoint, and its problems as (key, message) pairs."""
+    """The auth of one endpoint, and its problems as (key, message) pairs. Endpoints given
+    the same `contexts` share one TLS context per equal `tls` block: a context with the
+    system's CAs is ~0.8 MiB, 1.6 GB for 2,000 endpoints that each made their own."""
     problems: list[tuple[str, str]] = []
     headers: dict[str, str] = {}
     if (bearer_token is not None or bearer_token_file is not None) and basic_auth is not None:
@@ -159,7 +166,12 @@ def build_target_auth(
             problems.append(("basic_auth.username", "must not contain ':'"))
     context: ssl.SSLContext | None = None
     if tls is not None:
-        context, problem = _client_context(tls)
+        made = contexts.get(tls) if contexts is not None else None
+        if made is None:
+            made = _client_context(tls)
+            if contexts is not None:
+                contexts[tls] = made
+        context, problem = made
         if problem:
             problems.append(problem)
     return TargetAuth(headers, context), problems
