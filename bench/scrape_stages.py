@@ -18,7 +18,8 @@ whose counters grow between scrapes), each stage timed alone over --endpoints en
                  behind the gauges and the status page)
     open window  the open history window assessed and encoded as the store's rows
                  (written every second, so a kill -9 loses a second of scrapes)
-    exposition   the endpoint's /metrics lines formatted
+    exposition   the endpoint's /metrics lines formatted, as the daemon does after a scrape
+                 (SnapshotCollector.prerender: its settings families only when changed)
     whole        the monitor's own path for the same scrapes (all but fetch), for a check
                  that the stages add up
 
@@ -43,8 +44,7 @@ from spectax import economics
 from spectax.config import validate
 from spectax.endpoint import EndpointMonitor
 from spectax.engines import get_parser
-from spectax.exposition.collector import endpoint_samples
-from spectax.exposition.text import TextEncoder
+from spectax.exposition import SnapshotCollector, StoreStatus
 from spectax.pipeline.intervals import interval_between
 from spectax.pipeline.packing import Cursor
 from spectax.pipeline.windows import AlignedWindows, SlidingWindow
@@ -199,31 +199,41 @@ class Stages:
         return len(self.open_windows)
 
 
-def run_exposition(endpoints: int, scrapes: int) -> int:
+def collector() -> SnapshotCollector:
+    return SnapshotCollector(dict, lambda: StoreStatus(0, 0))
+
+
+def exposition(endpoints: int, scrapes: int) -> Callable[[], int]:
+    """The daemon's prerender of each endpoint's snapshot, `scrapes` times, as if each were
+    new (monitors that have seen three pages, made before, not timed)."""
     watched = monitors(endpoints)
     for k, row in enumerate(pages(endpoints, 3)):
         for monitor, text in zip(watched, row, strict=True):
             monitor.observe_page(T0 + k * INTERVAL, text, 0.01)
-    encoder = TextEncoder(endpoint_samples)
-    for _ in range(scrapes):
-        for monitor in watched:
-            encoder._fragments_by_endpoint.clear()
-            encoder.fragments(monitor.config.name, monitor.snapshot)
-    return endpoints * scrapes
+    daemon = collector()
+
+    def run() -> int:
+        for _ in range(scrapes):
+            for monitor in watched:
+                daemon._text._fragments_by_endpoint.clear()  # a new snapshot at each scrape
+                daemon.prerender(monitor.config.name, monitor.snapshot)
+        return endpoints * scrapes
+
+    return run
 
 
 def run_whole(texts: list[list[str]]) -> int:
     """The monitor's own path: observe_page (and flush, where the monitor has one), then the
     endpoint's lines, as the daemon does for each scrape."""
     watched = monitors(len(texts[0]))
-    encoder = TextEncoder(endpoint_samples)
+    daemon = collector()
     for k, row in enumerate(texts):
         for monitor, text in zip(watched, row, strict=True):
             monitor.observe_page(T0 + k * INTERVAL, text, 0.01)
             flush = getattr(monitor, "flush", None)
             if flush is not None:
                 flush()
-            encoder.fragments(monitor.config.name, monitor.snapshot)
+            daemon.prerender(monitor.config.name, monitor.snapshot)
     return sum(map(len, texts))
 
 
@@ -294,7 +304,7 @@ def main() -> None:
         "aligned": stages.run_aligned,
         "assessment": stages.run_assessment,
         "open window": stages.run_open_window,
-        "exposition": lambda: run_exposition(args.endpoints, args.scrapes),
+        "exposition": exposition(args.endpoints, args.scrapes),
     }
     for name, run in timed.items():
         figures[name] = best_of(args.repeat, run)

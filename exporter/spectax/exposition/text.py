@@ -7,13 +7,21 @@ kept as bytes; a request only joins them under their families' headers, and
 while nothing changed it gets the same bytes again. The collector's
 `collect()` stays the reference (OpenMetrics goes through it); tests check
 that both say the same, sample for sample.
+
+An endpoint's lines are the same label sets scrape after scrape, only their values
+change: its samples are recorded, and while their names and labels are those of the last
+scrape, they fill the same template (its lines as `%`-formats, a family at a time, with
+holes for the values and the endpoint's name) in a few C-level calls, rather than a
+Python call, a lookup and a format per line (issue 31).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 
 from spectax.endpoint import EndpointSnapshot
 from spectax.exposition.families import FAMILIES, AddSample, Family
@@ -39,7 +47,10 @@ LINE_TEMPLATES = {name: line_template(family) for name, family in FAMILIES.items
 # An endpoint's lines are kept as a tuple in this order (None: no line in that family):
 # a dict per endpoint cost ~1 KB more, ~2 MB at 2,000 endpoints.
 FAMILY_NAMES = tuple(FAMILIES)
+FAMILY_INDEX = {name: index for index, name in enumerate(FAMILY_NAMES)}
 Fragments = tuple[bytes | None, ...]
+# A sample as an endpoint's walk adds it: its family, its label values, its value.
+Sample = tuple[str, tuple[str, ...], float]
 _NOTHING_FORMATTED: Mapping[str, bytes] = {}
 FAMILIES_PER_PART = 6  # how much of the page a worker joins and compresses at a time
 
@@ -52,6 +63,53 @@ class Settings:
     samples: EndpointSamples
     key: Callable[[EndpointSnapshot], tuple[object, ...]]
     same: Callable[[tuple[object, ...], tuple[object, ...]], bool]
+
+
+@dataclass(frozen=True, slots=True, weakref_slot=True)
+class Template:
+    """The lines of an endpoint's samples, for the names and labels they had, with holes:
+    `families` are (family's index in FAMILY_NAMES, its lines as one `%`-format, its first
+    and last hole), and `holes` picks the hole's texts, in order, from the samples' values
+    formatted, the endpoint's name escaped after them. Endpoints whose samples differ only
+    by their name share one."""
+
+    families: tuple[tuple[int, str, int, int], ...]
+    holes: Callable[[Sequence[str]], tuple[str, ...]]
+    # The families' formats joined by NUL, to fill in one call and split the encoded page at
+    # the NULs (half the cost of a call per family); None if a label value holds a NUL.
+    joined: str | None
+
+
+def _joined(families: Sequence[tuple[int, str, int, int]]) -> str | None:
+    formats = [template for _, template, _, _ in families]
+    return None if any(map(_has_nul, formats)) else "\x00".join(formats)
+
+
+def _has_nul(text: str) -> bool:
+    return "\x00" in text
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """What an endpoint's last samples were (their family names and label values, without
+    the values), the template they fill, and the endpoint's name escaped."""
+
+    names: tuple[str, ...]
+    labels: tuple[tuple[str, ...], ...]
+    template: Template
+    escaped_name: str
+    joined: str | None  # the template's, unless the endpoint's name holds a NUL
+
+    @classmethod
+    def of(
+        cls,
+        names: tuple[str, ...],
+        labels: tuple[tuple[str, ...], ...],
+        template: Template,
+        endpoint: str,
+    ) -> Shape:
+        escaped = escape_label_value(endpoint)
+        return cls(names, labels, template, escaped, None if _has_nul(escaped) else template.joined)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +134,12 @@ class TextEncoder:
         self._settings = settings
         self._fragments_by_endpoint: dict[str, tuple[EndpointSnapshot, Fragments]] = {}
         # each endpoint's settings families, encoded, with the key they were formatted at
-        self._settings_by_endpoint: dict[str, tuple[tuple[object, ...], dict[str, bytes]]] = {}
+        self._settings_by_endpoint: dict[str, tuple[tuple[object, ...], SettingsLines]] = {}
+        self._shapes: dict[str, Shape] = {}
+        # by family names and label values (None where the endpoint's name is)
+        self._templates: weakref.WeakValueDictionary[tuple[object, ...], Template] = (
+            weakref.WeakValueDictionary()
+        )
         self._last_key: tuple[str, Mapping[str, bytes], list[EndpointSnapshot]] | None = None
         # Pages of one generation are the same: what a cache of the page's gzip compares,
         # so that it need not hold the page itself.
@@ -110,6 +173,8 @@ class TextEncoder:
                 for name, _ in by_name
                 if name in self._settings_by_endpoint
             }
+        if len(self._shapes) > len(by_name):
+            self._shapes = {name: self._shapes[name] for name, _ in by_name if name in self._shapes}
         last = self._last_key
         if (
             last is None
@@ -139,29 +204,114 @@ class TextEncoder:
         # at the next read (in direct mode every scrape changes one, and the key would keep
         # 2,000 old snapshots alive until then).
         self._last_key = None
-        lines: dict[str, list[str]] = {}
-        self._endpoint_samples(line_writer(lines), name, snap)
-        settings = self._settings_lines(name, snap)
-        fragment = tuple(
-            settings.get(family)
-            or ("".join(text).encode() if (text := lines.get(family)) else None)
-            for family in FAMILY_NAMES
-        )
+        samples: list[Sample] = []
+        self._endpoint_samples(recorder(samples), name, snap)
+        lines = self._lines(name, samples)
+        for index, text in self._settings_lines(name, snap):
+            lines[index] = text
+        fragment = tuple(lines)
         self._fragments_by_endpoint[name] = (snap, fragment)
         return fragment
 
-    def _settings_lines(self, name: str, snap: EndpointSnapshot) -> Mapping[str, bytes]:
+    def _lines(self, name: str, samples: list[Sample]) -> list[bytes | None]:
+        """The endpoint's samples as lines, by family: the template of their names and labels
+        filled with their values (`format_value`'s text: repr, Go's infinities)."""
+        lines: list[bytes | None] = [None] * len(FAMILY_NAMES)
+        if not samples:
+            return lines
+        names, labels, values = zip(*samples, strict=True)
+        shape = self._shapes.get(name)
+        if shape is None or shape.names != names or shape.labels != labels:
+            shape = Shape.of(names, labels, self._template(name, names, labels), name)
+            self._shapes[name] = shape
+        texts = list(map(repr, map(float, values)))
+        if math.inf in values or -math.inf in values:
+            texts = list(map(format_value, values))
+        texts.append(shape.escaped_name)
+        filled = shape.template.holes(texts)
+        families = shape.template.families
+        if shape.joined is not None:
+            pieces = (shape.joined % filled).encode().split(b"\x00")
+            for (index, _, _, _), piece in zip(families, pieces, strict=True):
+                lines[index] = piece
+        else:
+            for index, template, start, stop in families:
+                lines[index] = (template % filled[start:stop]).encode()
+        return lines
+
+    def _template(
+        self, endpoint: str, names: tuple[str, ...], labels: tuple[tuple[str, ...], ...]
+    ) -> Template:
+        """The template of these samples, shared by the endpoints whose samples have the same
+        names and labels but for their own name (a fleet's replicas of a model)."""
+        key = (names, tuple(tuple(None if v == endpoint else v for v in ls) for ls in labels))
+        template = self._templates.get(key)
+        if template is None:
+            template = self._templates[key] = template_of(*key)
+        return template
+
+    def _settings_lines(self, name: str, snap: EndpointSnapshot) -> SettingsLines:
         """The endpoint's settings families, encoded: formatted again only when changed."""
         if self._settings is None:
-            return _NOTHING_FORMATTED
+            return ()
         key = self._settings.key(snap)
         kept = self._settings_by_endpoint.get(name)
         if kept is None or not self._settings.same(kept[0], key):
             lines: dict[str, list[str]] = {}
             self._settings.samples(line_writer(lines), name, snap)
-            kept = (key, {family: "".join(text).encode() for family, text in lines.items()})
+            encoded = tuple(
+                (FAMILY_INDEX[family], "".join(text).encode()) for family, text in lines.items()
+            )
+            kept = (key, encoded)
             self._settings_by_endpoint[name] = kept
         return kept[1]
+
+
+# An endpoint's settings families as (index in FAMILY_NAMES, their lines encoded).
+SettingsLines = tuple[tuple[int, bytes], ...]
+
+
+def recorder(samples: list[Sample]) -> AddSample:
+    """An `AddSample` that keeps the samples it is given (None and NaN: none) in `samples`."""
+    append = samples.append
+
+    def add(name: str, labels: tuple[str, ...], value: float | None) -> None:
+        if value is not None and value == value:  # noqa: PLR0124 (False for NaN alone)
+            append((name, labels, value))
+
+    return add
+
+
+def template_of(names: tuple[str, ...], labels: tuple[tuple[str | None, ...], ...]) -> Template:
+    """The template of samples with these family names and label values, None where the
+    endpoint's name goes: a family's lines in the order they came, the families in
+    FAMILY_NAMES' order. Hole k < len(names) is the k-th sample's value, hole len(names)
+    the endpoint's name."""
+    name_hole = len(names)
+    by_family: dict[int, list[tuple[str, list[int]]]] = {}
+    for k, (name, values) in enumerate(zip(names, labels, strict=True)):
+        family = FAMILIES[name]
+        pairs = ",".join(
+            f'{key}="%s"'
+            if value is None
+            else f'{key}="{escape_label_value(value).replace("%", "%%")}"'
+            for key, value in zip(family.labels, values, strict=True)
+        )
+        line = f"{name}{{{pairs}}} %s\n" if pairs else f"{name} %s\n"
+        holes = [name_hole for value in values if value is None]
+        holes.append(k)
+        by_family.setdefault(FAMILY_INDEX[name], []).append((line, holes))
+    families: list[tuple[int, str, int, int]] = []
+    order: list[int] = []
+    for index, lines in sorted(by_family.items()):
+        start = len(order)
+        for _, holes in lines:
+            order.extend(holes)
+        families.append((index, "".join(line for line, _ in lines), start, len(order)))
+    if len(order) == 1:
+        only = order[0]
+        return Template(tuple(families), lambda texts: (texts[only],), _joined(families))
+    return Template(tuple(families), itemgetter(*order), _joined(families))
 
 
 def _parts(heads: list[tuple[bytes, bytes]], fragments: list[Fragments]) -> Iterator[bytes]:
