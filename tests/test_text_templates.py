@@ -110,3 +110,29 @@ def test_a_value_that_turns_to_none_or_back_changes_the_lines_it_is_on() -> None
     for samples in (present, absent, present, nan, present):
         assert walks.fragments("e", samples) == reference(samples)
     assert walks.fragments("e", []) == (None,) * len(FAMILY_NAMES)
+
+
+def test_a_page_keeps_its_generation_until_spectax_own_lines_or_a_snapshot_change() -> None:
+    walks = Walks()
+    walks.samples["e"] = [("spectax_endpoint_up", ("e",), 1.0)]
+    snap = cast(EndpointSnapshot, object())
+    rows = {"e": 0.0, "": 1.0}
+
+    def own(add: AddSample) -> None:
+        add("spectax_store_up", (), 1.0)
+        for name, count in rows.items():
+            add("spectax_store_quarantined_rows_total", (name,), count)
+
+    first = walks.encoder.render(own, {"e": snap})
+    body = b"".join(first.parts)
+    expected = reference([("spectax_store_up", (), 1.0)])[FAMILY_NAMES.index("spectax_store_up")]
+    assert expected is not None and expected in body
+    assert b'spectax_store_quarantined_rows_total{endpoint=""} 1.0\n' in body
+    again = walks.encoder.render(own, {"e": snap})
+    assert again.generation == first.generation and b"".join(again.parts) == body
+    rows["e"] = 3.0
+    later = walks.encoder.render(own, {"e": snap})
+    assert later.generation == first.generation + 1
+    assert b'spectax_store_quarantined_rows_total{endpoint="e"} 3.0\n' in b"".join(later.parts)
+    newer = walks.encoder.render(own, {"e": cast(EndpointSnapshot, object())})
+    assert newer.generation == later.generation + 1
