@@ -237,10 +237,12 @@ _WHOLE_LINES: Final = re.compile(
 _SMALL_PAGE: Final = 16384
 #: A relevant line, at the start of a line: `_WHOLE_LINES`' rule.
 _RELEVANT: Final = re.compile(r"[ \t]*+(?:" + trie(sorted(_FAMILIES)) + r")(?![a-zA-Z0-9_:])")
-#: Templates (`_Template`), the last one a page matched first. Bounded: each holds ~90 KB.
+#: Templates (`_Template`), the last one a page matched first. Bounded: each holds 90-170
+#: KB (16: ~2.7 MB at most), and a page adds nothing to one.
 _TEMPLATES: list[_Template] = []
-_UNCACHED_COMPILE: Final = importlib.import_module("re._compiler").compile
 _MAX_TEMPLATES: Final = 16
+#: `re.compile` without its cache, which would keep up to 512 templates' patterns alive.
+_UNCACHED_COMPILE: Final = importlib.import_module("re._compiler").compile
 #: A layout gets a template on its third page read through `_through_known_layout` (a
 #: template costs ~70 ms to compile: a layout seen twice does not get one), at most
 #: twice in its life (a server whose page keeps changing keeps reading as before).
@@ -435,7 +437,7 @@ class _Template:
 
 def _make_template(text: str, layout: _Layout, raws: list[str]) -> None:
     """Give `layout` the template of its page `text` (whose relevant values are `raws`),
-    when there is room: `_MAX_TEMPLATES`, each ~90 KB (pattern and stretches of a 56 KB
+    when there is room: `_MAX_TEMPLATES`, each 90-170 KB (pattern and stretches of a 56-71 KB
     page) and ~70 ms to compile, once a layout's `_TEMPLATE_AFTER`th page."""
     if len(_TEMPLATES) >= _MAX_TEMPLATES or not text.endswith("\n") or "\n " in text:
         return
