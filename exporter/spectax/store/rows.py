@@ -33,48 +33,55 @@ def pending_write(observed: Observed) -> PendingWrite:
 
 
 def window_rows(endpoint: str, closed: AssessedWindow) -> list[dict[str, Any]]:
-    """The rows for one window: one per model, or one with model "" when the page had none."""
+    """The rows for one window: one per model, or one with model "" when the page had none.
+    Each row's values are listed in its columns' order (_ROW_COLUMNS) and zipped into its
+    dict at once: the open window's rows are made at every scrape (issue 31)."""
     window = closed.window
     models = window.models or {"": Counts()}
+    start, end = _utc(window.start), _utc(window.end)
+    step = closed.step_model
     rows = []
     for model, counts in models.items():
-        assessment = closed.assessments.get(model)
+        values: list[Any] = [
+            endpoint,
+            model,
+            start,
+            end,
+            window.seconds,
+            window.busy_seconds,
+            window.restarts,
+            window.unobserved_seconds,
+        ]
+        values += _counter_values(counts)
         spend = closed.spend.get(model)
-        rows.append(
-            {
-                "endpoint": endpoint,
-                "model": model,
-                "start": _utc(window.start),
-                "end": _utc(window.end),
-                "seconds": window.seconds,
-                "busy_seconds": window.busy_seconds,
-                "restarts": window.restarts,
-                "unobserved_seconds": window.unobserved_seconds,
-                **counter_columns(counts),
-                "spend_usd": spend.spend_usd if spend else None,
-                "busy_spend_usd": spend.busy_usd if spend else None,
-                "cold_start_usd": spend.cold_start_usd if spend else None,
-                "draft_load_usd": spend.draft_load_usd if spend else None,
-                "concurrency_requests": window.concurrency(model),
-                "acceptance_ratio": assessment.acceptance_ratio if assessment else None,
-                "breakeven_acceptance_ratio": (
-                    assessment.breakeven_acceptance_ratio if assessment else None
-                ),
-                "speedup_ratio": assessment.speedup_ratio if assessment else None,
-                "ridge_batch_requests": closed.step_model.ridge_batch,
-                "ridge_batch_source": closed.step_model.source,
-                "draft_cost_ratio": closed.draft_cost_ratio,
-                "speculation_savings_usd": (
-                    assessment.speculation_savings_usd if assessment else None
-                ),
-                "verdict": assessment.verdict if assessment else "no_traffic",
-                "speedup_low_ratio": assessment.speedup_low_ratio if assessment else None,
-                "speedup_high_ratio": assessment.speedup_high_ratio if assessment else None,
-                "step_overhead_ratio": assessment.step_overhead_ratio if assessment else None,
-                "verdict_basis": assessment.verdict_basis if assessment else None,
-                **assessed_sums(window.busy_seconds, assessment),
-            }
-        )
+        if spend:
+            values += (spend.spend_usd, spend.busy_usd, spend.cold_start_usd, spend.draft_load_usd)
+        else:
+            values += (None, None, None, None)
+        values.append(window.concurrency(model))
+        assessment = closed.assessments.get(model)
+        if assessment:
+            values += (
+                assessment.acceptance_ratio,
+                assessment.breakeven_acceptance_ratio,
+                assessment.speedup_ratio,
+            )
+        else:
+            values += (None, None, None)
+        values += (step.ridge_batch, step.source, closed.draft_cost_ratio)
+        if assessment:
+            values += (
+                assessment.speculation_savings_usd,
+                assessment.verdict,
+                assessment.speedup_low_ratio,
+                assessment.speedup_high_ratio,
+                assessment.step_overhead_ratio,
+                assessment.verdict_basis,
+            )
+        else:
+            values += (None, "no_traffic", None, None, None, None)
+        values += _assessed_values(window.busy_seconds, assessment)
+        rows.append(dict(zip(_ROW_COLUMNS, values, strict=True)))
     return rows
 
 
@@ -82,13 +89,25 @@ def assessed_sums(busy_seconds: float, assessment: Assessment | None) -> dict[st
     """The assessment's conclusions as columns that add up (store.models.Sums, 0009): the
     report divides their sums, so an hour's speedup is its windows' own, at the h and B*
     each was assessed with, never one recomputed from the hour's counters."""
+    return dict(zip(_ASSESSED_COLUMNS, _assessed_values(busy_seconds, assessment), strict=True))
+
+
+def _assessed_values(busy_seconds: float, assessment: Assessment | None) -> tuple[Any, ...]:
     speedup = assessment.speedup_in_force if assessment else None
-    return {
-        "plain_busy_seconds": busy_seconds * speedup if speedup is not None else None,
-        "assessed_busy_seconds": busy_seconds if speedup is not None else 0.0,
-        "draft_compute_usd": assessment.draft_compute_usd if assessment else None,
-        "rejected_usd": assessment.rejected_usd if assessment else None,
-    }
+    return (
+        busy_seconds * speedup if speedup is not None else None,
+        busy_seconds if speedup is not None else 0.0,
+        assessment.draft_compute_usd if assessment else None,
+        assessment.rejected_usd if assessment else None,
+    )
+
+
+_ASSESSED_COLUMNS = (
+    "plain_busy_seconds",
+    "assessed_busy_seconds",
+    "draft_compute_usd",
+    "rejected_usd",
+)
 
 
 def complete_row(row: dict[str, Any]) -> dict[str, Any]:
@@ -125,15 +144,18 @@ def counter_columns(counts: Counts) -> dict[str, Any]:
     """A model's counter deltas as the windows table spells them (counts rounded: they are
     whole numbers, summed from float-valued pages), in the table's column order: the order
     the spool's rows have always had."""
-    columns = _unordered_columns(counts)
-    return {name: columns[name] for name in _COUNTER_ORDER}
+    return dict(zip(_COUNTER_ORDER, _counter_values(counts), strict=True))
 
 
-def _unordered_columns(counts: Counts) -> dict[str, Any]:
-    columns: dict[str, Any] = {name: getattr(counts, name) for name, _ in GAUGES}
-    for counter in COUNTERS:
-        columns.update(_ENCODE[counter.kind](counter.column, getattr(counts, counter.name)))
-    return columns
+def _counter_values(counts: Counts) -> list[Any]:
+    """counter_columns' values, in its order: each declared counter by the rule of its kind
+    (_ENCODE), each gauge as it is."""
+    values: list[Any] = [None] * len(_COUNTER_ORDER)
+    for name, slot in _GAUGE_SLOTS:
+        values[slot] = getattr(counts, name)
+    for encode, name, slots in _COUNTER_SLOTS:
+        encode(values, slots, getattr(counts, name))
+    return values
 
 
 def counts_from_row(row: WindowRow) -> Counts:
@@ -149,22 +171,22 @@ def sum_usd(values: Iterable[Decimal | None]) -> Decimal:
 # ---------------------------------------------------------------- per kind: columns and back
 
 
-def _number_column(column: str, value: float) -> dict[str, Any]:
+def _number_column(values: list[Any], slots: tuple[int, ...], value: float) -> None:
     # Only vLLM's FLOP and byte estimates (Float columns) pass 2**53; rounded, they could
     # overflow a database integer, and a whole FLOP means nothing.
-    return {column: round(value) if value < 2**53 else value}
+    values[slots[0]] = round(value) if value < 2**53 else value
 
 
-def _optional_column(column: str, value: float | None) -> dict[str, Any]:
-    return {column: None if value is None else round(value)}
+def _optional_column(values: list[Any], slots: tuple[int, ...], value: float | None) -> None:
+    values[slots[0]] = None if value is None else round(value)
 
 
-def _histogram_columns(column: str, value: Histogram | None) -> dict[str, Any]:
-    return {
-        f"{column}_sum": value.sum if value else None,
-        f"{column}_count": value.count if value else None,
-        f"{column}_buckets": _histogram_buckets(value) if value and value.bounds else None,
-    }
+def _histogram_columns(values: list[Any], slots: tuple[int, ...], value: Histogram | None) -> None:
+    """Its sum, count and buckets (None when unknown; left None in `values`)."""
+    if value:
+        total, count, buckets = slots
+        values[total], values[count] = value.sum, value.count
+        values[buckets] = _histogram_buckets(value) if value.bounds else None
 
 
 def _histogram_buckets(histogram: Histogram) -> str:
@@ -213,8 +235,8 @@ def _remembered_bound_text(le: float) -> str:
     return text
 
 
-def _positions_column(column: str, value: tuple[float, ...]) -> dict[str, Any]:
-    return {column: json.dumps([round(a) for a in value])}
+def _positions_column(values: list[Any], slots: tuple[int, ...], value: tuple[float, ...]) -> None:
+    values[slots[0]] = json.dumps([round(a) for a in value])
 
 
 def _number_of(row: WindowRow, column: str) -> float:
@@ -243,7 +265,7 @@ _DEFAULTS: dict[str, Any] = {
     for column in WindowRow.__table__.columns
     if column.name != "id"
 }
-_ENCODE: dict[CounterKind, Callable[[str, Any], dict[str, Any]]] = {
+_ENCODE: dict[CounterKind, Callable[[list[Any], tuple[int, ...], Any], None]] = {
     "plain": _number_column,
     "speculation": _optional_column,
     "histogram": _histogram_columns,
@@ -256,6 +278,55 @@ _DECODE: dict[CounterKind, Callable[[WindowRow, str], Any]] = {
     "per_position": _positions_of,
 }
 
+_KIND_COLUMNS: dict[CounterKind, tuple[str, ...]] = {
+    "plain": ("",),
+    "speculation": ("",),
+    "histogram": ("_sum", "_count", "_buckets"),
+    "per_position": ("",),
+}
 #: counter_columns' columns in the table's order: every call gives the same columns, so they
 #: are sorted once here, not for every row (issue 31).
-_COUNTER_ORDER = sorted(_unordered_columns(Counts()), key=_TABLE_ORDER.__getitem__)
+_COUNTER_ORDER = sorted(
+    [name for name, _ in GAUGES]
+    + [c.column + suffix for c in COUNTERS for suffix in _KIND_COLUMNS[c.kind]],
+    key=_TABLE_ORDER.__getitem__,
+)
+_GAUGE_SLOTS = tuple((name, _COUNTER_ORDER.index(name)) for name, _ in GAUGES)
+_COUNTER_SLOTS = tuple(
+    (
+        _ENCODE[c.kind],
+        c.name,
+        tuple(_COUNTER_ORDER.index(c.column + suffix) for suffix in _KIND_COLUMNS[c.kind]),
+    )
+    for c in COUNTERS
+)
+#: window_rows' columns, in the order its rows have always had (the spool keeps them so).
+_ROW_COLUMNS = (
+    "endpoint",
+    "model",
+    "start",
+    "end",
+    "seconds",
+    "busy_seconds",
+    "restarts",
+    "unobserved_seconds",
+    *_COUNTER_ORDER,
+    "spend_usd",
+    "busy_spend_usd",
+    "cold_start_usd",
+    "draft_load_usd",
+    "concurrency_requests",
+    "acceptance_ratio",
+    "breakeven_acceptance_ratio",
+    "speedup_ratio",
+    "ridge_batch_requests",
+    "ridge_batch_source",
+    "draft_cost_ratio",
+    "speculation_savings_usd",
+    "verdict",
+    "speedup_low_ratio",
+    "speedup_high_ratio",
+    "step_overhead_ratio",
+    "verdict_basis",
+    *_ASSESSED_COLUMNS,
+)
