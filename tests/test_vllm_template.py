@@ -152,6 +152,7 @@ def test_templates_are_bounded_and_go_with_their_layout(monkeypatch: pytest.Monk
         for i in range(4):
             _templated(text.replace("tiny-llama", f"model-{i}"))
         assert len(vllm._TEMPLATES) == 2
+        assert {t.probe.count("model-3") + t.probe.count("model-2") for t in vllm._TEMPLATES} == {1}
         for template in list(vllm._TEMPLATES):
             vllm._drop_template(template.layout)
         assert not vllm._TEMPLATES

@@ -436,15 +436,18 @@ class _Template:
 
 
 def _make_template(text: str, layout: _Layout, raws: list[str]) -> None:
-    """Give `layout` the template of its page `text` (whose relevant values are `raws`),
-    when there is room: `_MAX_TEMPLATES`, each 90-170 KB (pattern and stretches of a 56-71 KB
-    page) and ~70 ms to compile, once a layout's `_TEMPLATE_AFTER`th page."""
-    if len(_TEMPLATES) >= _MAX_TEMPLATES or not text.endswith("\n") or "\n " in text:
+    """Give `layout` the template of its page `text` (whose relevant values are `raws`), in
+    place of the one matched longest ago when there are `_MAX_TEMPLATES` (each 90-170 KB:
+    pattern and stretches of a 56-71 KB page; ~70 ms to compile), on a layout's
+    `_TEMPLATE_AFTER`th page read through it, at most `_TEMPLATES_A_LAYOUT` times."""
+    if not text.endswith("\n") or "\n " in text:
         return
     layout.templates_built += 1
     template = _Template(text, layout)
-    if template.layout is not layout or template.raws(text) != tuple(raws):
+    if template.raws(text) != tuple(raws):
         return  # (a line the scan and the split read otherwise: not a template's page)
+    if len(_TEMPLATES) >= _MAX_TEMPLATES:  # the one matched longest ago goes
+        _drop_template(_TEMPLATES[-1].layout)
     layout.template = template
     _TEMPLATES.insert(0, template)
 
