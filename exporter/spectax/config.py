@@ -8,6 +8,7 @@ are collected, not raised one by one, so `spectax check-config` lists everything
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -248,18 +249,7 @@ def _validate(raw: Any, source: str, secrets: set[str]) -> Settings:
             problems.append(f"{where}.price: {pricing.problem}")
         elif pricing.usd_per_hour is not None:
             usd_per_hour[endpoint.name] = pricing.usd_per_hour
-    target_auth: dict[str, TargetAuth] = {}
-    contexts: TLSContexts = {}  # endpoints with equal `tls` blocks share one context
-    for i, endpoint in zip(valid.endpoints, config.endpoints, strict=True):
-        auth, auth_problems = build_target_auth(
-            endpoint.bearer_token,
-            endpoint.bearer_token_file,
-            endpoint.basic_auth,
-            endpoint.tls,
-            contexts,
-        )
-        problems += [f"endpoints[{i}].{key}: {message}" for key, message in auth_problems]
-        target_auth[endpoint.name] = auth
+    target_auth = _target_auth(valid.endpoints, config.endpoints, problems)
     try:
         url = resolve(
             SecretStr(config.storage_url) if config.storage_url else None,
@@ -365,6 +355,26 @@ _PLACEHOLDERS: dict[str, dict[str, Any]] = {
 }
 _DEPENDS = {"gpu": ("price",)}  # a dropped gpu: the price looked up for it is not checked
 _LISTS = ("endpoints", "billing", "sources")
+
+
+def _target_auth(
+    indexes: Iterable[int], endpoints: Iterable[EndpointConfig], problems: list[str]
+) -> dict[str, TargetAuth]:
+    """Each endpoint's credentials and TLS context, by name; what is wrong with them into
+    `problems`, under the endpoint's index in the file."""
+    target_auth: dict[str, TargetAuth] = {}
+    contexts: TLSContexts = {}  # endpoints with equal `tls` blocks share one context
+    for i, endpoint in zip(indexes, endpoints, strict=True):
+        auth, auth_problems = build_target_auth(
+            endpoint.bearer_token,
+            endpoint.bearer_token_file,
+            endpoint.basic_auth,
+            endpoint.tls,
+            contexts,
+        )
+        problems += [f"endpoints[{i}].{key}: {message}" for key, message in auth_problems]
+        target_auth[endpoint.name] = auth
+    return target_auth
 
 
 def _validate_fields(raw: dict[str, Any], problems: list[str]) -> tuple[Config | None, _Validated]:
