@@ -244,10 +244,10 @@ _MAX_TEMPLATES: Final = 16
 #: `re.compile` without its cache, which would keep up to 512 templates' patterns alive.
 _UNCACHED_COMPILE: Final = importlib.import_module("re._compiler").compile
 #: A layout gets a template on its third page read through `_through_known_layout` (a
-#: template costs ~70 ms to compile: a layout seen twice does not get one), at most
-#: twice in its life (a server whose page keeps changing keeps reading as before).
+#: template costs ~70 ms to compile: a layout seen twice does not get one); each later one
+#: (its pages changed: a series came or went) after four times as many pages as the last
+#: (12, 48, ...), so a server whose page keeps changing compiles ever more rarely.
 _TEMPLATE_AFTER: Final = 3
-_TEMPLATES_A_LAYOUT: Final = 2
 _TEMPLATE_MISSES: Final = 4
 
 # (model, index in _BUCKETED) -> le -> count summed over ranks.
@@ -360,7 +360,7 @@ def _through_known_layout(lines: list[str], text: str) -> EngineSample | None:
             _drop_template(layout)
     elif sample is not None:
         layout.edge_reads += 1
-        if layout.edge_reads == _TEMPLATE_AFTER and layout.templates_built < _TEMPLATES_A_LAYOUT:
+        if layout.edge_reads == _TEMPLATE_AFTER << 2 * layout.templates_built:
             _make_template(text, layout, raws)
     return sample
 
@@ -439,7 +439,7 @@ def _make_template(text: str, layout: _Layout, raws: list[str]) -> None:
     """Give `layout` the template of its page `text` (whose relevant values are `raws`), in
     place of the one matched longest ago when there are `_MAX_TEMPLATES` (each 90-170 KB:
     pattern and stretches of a 56-71 KB page; ~70 ms to compile), on a layout's
-    `_TEMPLATE_AFTER`th page read through it, at most `_TEMPLATES_A_LAYOUT` times."""
+    `_TEMPLATE_AFTER`th page read through it (4 times as many for each one built before)."""
     if not text.endswith("\n") or "\n " in text:
         return
     layout.templates_built += 1
