@@ -245,8 +245,9 @@ _MAX_TEMPLATES: Final = 16
 _UNCACHED_COMPILE: Final = importlib.import_module("re._compiler").compile
 #: A layout gets a template on its third page read through `_through_known_layout` (a
 #: template costs ~70 ms to compile: a layout seen twice does not get one); each later one
-#: (its pages changed: a series came or went) after four times as many pages as the last
-#: (12, 48, ...), so a server whose page keeps changing compiles ever more rarely.
+#: (its pages changed: a series came or went, or servers with other lines share the layout)
+#: after four times as many pages as the last (12, 48, ... 3,072 at most), so a layout
+#: whose pages keep changing compiles ever more rarely (at worst ~23 us a page on average).
 _TEMPLATE_AFTER: Final = 3
 _TEMPLATE_MISSES: Final = 4
 
@@ -360,7 +361,7 @@ def _through_known_layout(lines: list[str], text: str) -> EngineSample | None:
             _drop_template(layout)
     elif sample is not None:
         layout.edge_reads += 1
-        if layout.edge_reads == _TEMPLATE_AFTER << 2 * layout.templates_built:
+        if layout.edge_reads == _TEMPLATE_AFTER << min(2 * layout.templates_built, 10):
             _make_template(text, layout, raws)
     return sample
 
