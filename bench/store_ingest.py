@@ -21,6 +21,12 @@ is the CPU share at 133 scrapes a second.
 
 PostgreSQL gets a throwaway database (created, then dropped); unreachable, it
 is left out with a note. It prints numbers, never fails on them.
+
+With --path SECONDS, only the store's whole path for a scrape's open window, on SQLite: its
+rows encoded (`pending_write`), queued (`WriteQueue`, merged per endpoint) and written as
+the writer does once a second (`save_many`, the cursor encoded there), for SECONDS seconds
+of 2,000 endpoints every 15 s; it prints the CPU per scrape of every thread (aiosqlite's
+too). Under callgrind, diff the instructions of --path 3 and --path 0 (issue 31).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import platform
 import tempfile
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +47,10 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from spectax.config import validate
 from spectax.endpoint import EndpointMonitor
+from spectax.observed import Observed
 from spectax.store import Store, WindowWrite
 from spectax.store.rows import pending_write
+from spectax.store.spool import WriteQueue
 from spectax.store.writer import OPEN_WINDOW_SECONDS, STORE_BATCH_ROWS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -105,6 +114,75 @@ def one_endpoint_open_write() -> WindowWrite:
     assert observed is not None
     write = pending_write(observed)
     return (write.endpoint, write.rows, write.cursor)
+
+
+def open_window_progress(scrapes: int) -> list[Observed]:
+    """What one endpoint's monitor hands the store after each of `scrapes` scrapes (its
+    open window assessed, and the cursor), from recorded pages."""
+    settings = validate(
+        {
+            "window": "5m",
+            "endpoints": [
+                {
+                    "name": "x",
+                    "url": "http://127.0.0.1:1/metrics",
+                    "gpu": "H100 SXM",
+                    "price": {"usd_per_hour": 3.99},
+                    "speculation": {"method": "draft_model", "draft_cost_ratio": 0.1},
+                }
+            ],
+        }
+    )
+    monitor = EndpointMonitor(settings.config.endpoints[0], settings.usd_per_hour["x"], WINDOW)
+    pages = [
+        (PAGES / name).read_text()
+        for name in ("spec_draft_0_before_traffic.txt", "spec_draft_2_mid.txt")
+    ]
+    t = 1_798_761_600.0 + 30 * 86400.0
+    monitor.observe_page(t, pages[0], 0.01)
+    progress = []
+    for step in range(1, scrapes + 1):
+        monitor.observe_page(t + 15.0 * step, pages[step % 2], 0.01)
+        observed = monitor.flush()
+        if observed is not None and observed.open_window is not None:
+            progress.append(observed)
+    return progress
+
+
+async def store_path(url: str, endpoints: int, seconds: int) -> None:
+    """The store's path for `seconds` seconds of open windows (a second's more first, to
+    warm up): encoded, queued, and written once a second, as the daemon does."""
+    progress = open_window_progress(10)
+    per_second = max(1, round(endpoints / 15))
+    scrapes = [
+        [
+            replace(progress[k % len(progress)], endpoint=f"replica-{k % endpoints:05d}")
+            for k in range(second * per_second, (second + 1) * per_second)
+        ]
+        for second in range(seconds + 1)
+    ]
+    store = await Store.open(url)
+    with tempfile.TemporaryDirectory(prefix="spectax-path-") as spool:
+        queue = WriteQueue(Path(spool) / "spool.jsonl", 10**6)
+        try:
+            cpu0 = 0.0
+            for second, observed in enumerate(scrapes):
+                if second == 1:
+                    cpu0 = time.process_time()
+                for each in observed:
+                    queue.append(pending_write(each))
+                while queue:
+                    writes = queue.peek(STORE_BATCH_ROWS)
+                    await store.save_many([(w.endpoint, w.rows, w.stored_cursor) for w in writes])
+                    queue.pop(writes)
+            if seconds:
+                cpu = time.process_time() - cpu0
+                print(
+                    f"the store's path: {1e6 * cpu / (seconds * per_second):.0f} us of CPU a"
+                    f" scrape ({per_second} scrapes a second, {seconds} s, all threads)"
+                )
+        finally:
+            await store.close()
 
 
 async def open_windows(url: str, write: WindowWrite, endpoints: int, seconds: int) -> None:
@@ -222,7 +300,12 @@ async def main() -> None:
     parser.add_argument(
         "--postgres", default="postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
     )
+    parser.add_argument("--path", type=int, default=None, metavar="SECONDS")
     args = parser.parse_args()
+    if args.path is not None:
+        with tempfile.TemporaryDirectory(prefix="spectax-path-") as work:
+            await store_path(f"sqlite+aiosqlite:///{work}/path.sqlite", args.endpoints, args.path)
+        return
     boundaries = fleet(one_endpoint_writes(args.boundaries), args.endpoints)
     print(
         f"machine: {platform.platform()}; {os.cpu_count()} CPUs; Python {platform.python_version()}"
