@@ -119,3 +119,58 @@ async def test_windows_that_could_overflow_a_day_are_quarantined_and_the_rest_ro
     finally:
         await writer.stop([], 5)
         await writer.close()
+
+
+def _refused_by_the_rule(row: dict) -> str | None:
+    """window_out_of_range's rule as written before its shortcut: every column's bound."""
+    from decimal import Decimal
+
+    from spectax.store.rollup import _DAY_SECONDS, _LIMITS
+
+    length = max((row["end"] - row["start"]).total_seconds(), float(row.get("seconds") or 0))
+    for name, limit in _LIMITS.items():
+        value = row.get(name)
+        if value is None:
+            continue
+        bound = limit * max(length, 1.0) / _DAY_SECONDS
+        if abs(Decimal(value).scaleb(9) if isinstance(value, Decimal) else value) > bound:
+            return name
+    return None
+
+
+def test_a_window_is_refused_exactly_as_the_rule_says() -> None:
+    """window_out_of_range skips the bound of every value far under any window's (issue 31:
+    it runs on every row of every scrape): around each column's bound, for windows of 0.5 s
+    to a day, with numbers and Decimal dollars, it refuses what the rule refuses, and names
+    the same column."""
+    from datetime import UTC, datetime
+    from decimal import Decimal
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from spectax.store.rollup import _DAY_SECONDS, _LIMITS, window_out_of_range
+
+    names = sorted(_LIMITS)
+    start = datetime(2026, 12, 1, tzinfo=UTC)
+
+    def near_bound(name: str, seconds: float) -> st.SearchStrategy:
+        bound = _LIMITS[name] * max(seconds, 1.0) / _DAY_SECONDS
+        factor = st.sampled_from([0.0, 1e-9, 0.5, 0.999999, 1.0, 1.000001, 2.0])
+        sign = st.sampled_from([1, -1])
+        numbers = st.builds(lambda f, s: s * int(bound * f), factor, sign)
+        dollars = st.builds(lambda f, s: s * Decimal(int(bound * f)).scaleb(-9), factor, sign)
+        return st.none() | numbers | dollars | st.sampled_from([float("inf"), float("nan")])
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.data(), st.sampled_from([0.5, 1.0, 15.0, 300.0, 86_400.0]))
+    def check(data, seconds: float) -> None:
+        row = {"start": start, "end": start + timedelta(seconds=seconds), "seconds": seconds}
+        for name in data.draw(st.lists(st.sampled_from(names), max_size=4, unique=True)):
+            row[name] = data.draw(near_bound(name, seconds))
+        problem = window_out_of_range(row)
+        expected = _refused_by_the_rule(row)
+        assert (problem is None) == (expected is None)
+        assert problem is None or problem.startswith(f"{expected} ")
+
+    check()
