@@ -168,3 +168,17 @@ def test_a_template_whose_pages_stop_matching_is_dropped() -> None:
             assert parse(changed) == reference(changed), value
         assert not vllm._TEMPLATES
         assert template.layout.template is None
+
+
+@pytest.mark.parametrize("bad", ["1e19", "-1.0", "NaN", "1_168.0", "0x10"])
+def test_a_bad_value_on_a_templated_page_names_its_line(bad: str) -> None:
+    text = (FIXTURES / "spec_ngram_2_mid.txt").read_text(encoding="utf-8")
+    line = 'vllm:generation_tokens_total{engine="0",model_name="tiny-llama"} 1168.0'
+    damaged = text.replace(line, line.replace("1168.0", bad))
+    with _nothing_learnt():
+        _templated(text)
+        assert vllm._TEMPLATES
+        read = _reading(damaged)
+        assert isinstance(read, str)
+        assert f"line {text[: text.index(line)].count(chr(10)) + 1}:" in read
+        assert read == _line_by_line(damaged)
