@@ -182,3 +182,21 @@ def test_a_bad_value_on_a_templated_page_names_its_line(bad: str) -> None:
         assert isinstance(read, str)
         assert f"line {text[: text.index(line)].count(chr(10)) + 1}:" in read
         assert read == _line_by_line(damaged)
+
+
+@pytest.mark.parametrize("indent", [" ", "\t ", "\t"])
+def test_a_page_with_an_indented_line_gets_no_template(indent: str) -> None:
+    """The line-by-line reading strips a line's indent and may find a series after it; a
+    template would skip all but the indented line's first word. So a page with an indented
+    line is never a template: a later page hiding a series there (here a second running
+    gauge, a duplicate) is refused as line by line refuses it, not read with the series
+    missed."""
+    text = PAGES[0].read_text(encoding="utf-8")
+    model = next(iter(parse(text).models))
+    with _nothing_learnt():
+        _templated(text + indent + "1\n")
+        assert not vllm._TEMPLATES
+        series = f'vllm:num_requests_running{{engine="0",model_name="{model}"}} 1000'
+        later = text + indent + series + "\n"
+        assert _reading(later) == _line_by_line(later)
+        assert isinstance(_reading(later), str)  # the duplicate series, named

@@ -436,13 +436,22 @@ class _Template:
         return cast(tuple[str, ...], self.values_of(groups))
 
 
+_INDENTS = (" ", "\t")  # what the line-by-line reading strips before a line's name
+_INDENTED = tuple("\n" + indent for indent in _INDENTS)
+
+
 def _make_template(text: str, layout: _Layout, raws: list[str]) -> None:
     """Give `layout` the template of its page `text` (whose relevant values are `raws`), in
     place of the one matched longest ago when there are `_MAX_TEMPLATES` (each 90-170 KB:
     pattern and stretches of a 56-71 KB page; ~70 ms to compile), on a layout's
     `_TEMPLATE_AFTER`th page read through it (4 times as many for each one built before)."""
-    if not text.endswith("\n") or "\n " in text:
-        return
+    if (
+        not text.endswith("\n")
+        or text.startswith(_INDENTS)
+        or any(map(text.__contains__, _INDENTED))
+    ):
+        return  # an indented line: the template skips what follows its first word, but the
+        # line-by-line reading strips the indent and may find a series there
     layout.templates_built += 1
     template = _Template(text, layout)
     if template.raws(text) != tuple(raws):
