@@ -226,7 +226,9 @@ def packed_counts(counts: Counts) -> PackedCounts:
         elif put is _put_number:
             numbers.append(value)
         elif put is _put_optional:
-            shape.append(value is None)
+            # a NaN is packed as None is, and unpacks as None: its shape says so, so that
+            # adding it to a number gives the number, as the objects' rule does with None
+            shape.append(value is None or value != value)  # noqa: PLR0124 (NaN's test)
             numbers.append(_NAN if value is None else value)
         else:  # the per-position counter, last
             shape.append(len(value))
