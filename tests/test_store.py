@@ -277,3 +277,18 @@ def _through_sqlalchemy(statement: Any) -> Any:
         await connection.execute(statement.statement, rows)
 
     return execute
+
+
+def test_a_complete_row_is_passed_as_is_and_an_old_one_completed() -> None:
+    """complete_row: a row with every column (window_rows') is the same object, not a copy
+    merged at every write; a row spooled before an upgrade, even one as long because it
+    holds a column since dropped, gets the missing columns at their defaults."""
+    from spectax.store.rows import _DEFAULTS
+
+    full = {name: None for name in _DEFAULTS}
+    assert complete_row(full) is full
+    old = {name: 1 for name in list(_DEFAULTS)[:-1]} | {"a_dropped_column": 1}
+    completed = complete_row(old)
+    assert completed.keys() >= _DEFAULTS.keys()
+    last = list(_DEFAULTS)[-1]
+    assert completed[last] == _DEFAULTS[last]

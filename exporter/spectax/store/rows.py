@@ -118,7 +118,7 @@ def complete_row(row: dict[str, Any]) -> dict[str, Any]:
     an old one would fail the batch ("a value is required") or make the newer
     rows' new columns silently drop. Completed, every row has the same columns.
     """
-    if len(row) == len(_DEFAULTS) + 1:  # every column but the id: the common case, as is
+    if row.keys() == _DEFAULTS.keys():  # every column but the id: the common case, as is
         return row
     return {**_DEFAULTS, **row}
 
