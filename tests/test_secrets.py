@@ -235,6 +235,10 @@ async def test_daemon_never_shows_a_secret(tmp_path: Path, certs: Certs, log_for
         _, outputs["/metrics"] = await spectax.get("/metrics")
         _, outputs["landing page"] = await spectax.get("/")
         assert "malformed /metrics page" in str(outputs["landing page"])
+        # The runbook, rendered on its first read: Markdown logs at debug level as it loads,
+        # which the check below relies on (spectax itself says little at debug)
+        status, outputs["runbook"] = await spectax.get("/runbook")
+        assert status == 200
         spectax.auth = basic_auth_header("prometheus", "CANARY-wrong-password")
         status, outputs["/metrics, wrong password"] = await spectax.get("/metrics")
         assert status == 401
