@@ -58,28 +58,33 @@ PAGES = ROOT / "tests" / "fixtures" / "vllm-0.32.0"
 WINDOW = 300.0
 
 
-def one_endpoint_writes(boundaries: int) -> list[WindowWrite]:
-    """`boundaries` closed 5-minute windows of one endpoint, from recorded pages."""
-    settings = validate(
-        {
-            "window": "5m",
-            "endpoints": [
-                {
-                    "name": "x",
-                    "url": "http://127.0.0.1:1/metrics",
-                    "gpu": "H100 SXM",
-                    "price": {"usd_per_hour": 3.99},
-                    "speculation": {"method": "draft_model", "draft_cost_ratio": 0.1},
-                }
-            ],
-        }
-    )
-    endpoint = settings.config.endpoints[0]
-    monitor = EndpointMonitor(endpoint, settings.usd_per_hour["x"], WINDOW)
-    pages = [
+def _monitor(speculating: bool = True) -> EndpointMonitor:
+    """Endpoint `x`: an H100 at 3.99 USD an hour, 5-minute windows, a drafter if
+    `speculating`."""
+    endpoint: dict[str, object] = {
+        "name": "x",
+        "url": "http://127.0.0.1:1/metrics",
+        "gpu": "H100 SXM",
+        "price": {"usd_per_hour": 3.99},
+    }
+    if speculating:
+        endpoint["speculation"] = {"method": "draft_model", "draft_cost_ratio": 0.1}
+    settings = validate({"window": "5m", "endpoints": [endpoint]})
+    return EndpointMonitor(settings.config.endpoints[0], settings.usd_per_hour["x"], WINDOW)
+
+
+def _pages() -> list[str]:
+    """Before traffic, then mid-traffic: the pages the endpoint serves in turn."""
+    return [
         (PAGES / name).read_text()
         for name in ("spec_draft_0_before_traffic.txt", "spec_draft_2_mid.txt")
     ]
+
+
+def one_endpoint_writes(boundaries: int) -> list[WindowWrite]:
+    """`boundaries` closed 5-minute windows of one endpoint, from recorded pages."""
+    monitor = _monitor()
+    pages = _pages()
     writes: list[WindowWrite] = []
     t = 1_798_761_600.0  # 2027-01-01, aligned
     monitor.observe_page(t, pages[0], 0.01)
@@ -93,23 +98,10 @@ def one_endpoint_writes(boundaries: int) -> list[WindowWrite]:
 
 def one_endpoint_open_write() -> WindowWrite:
     """One endpoint's open window half-way through, as the daemon queues it after a scrape."""
-    settings = validate(
-        {
-            "window": "5m",
-            "endpoints": [
-                {
-                    "name": "x",
-                    "url": "http://127.0.0.1:1/metrics",
-                    "gpu": "H100 SXM",
-                    "price": {"usd_per_hour": 3.99},
-                }
-            ],
-        }
-    )
-    monitor = EndpointMonitor(settings.config.endpoints[0], settings.usd_per_hour["x"], WINDOW)
+    monitor = _monitor(speculating=False)
     t = 1_798_761_600.0 + 30 * 86400.0
-    for step, name in enumerate(("spec_draft_0_before_traffic.txt", "spec_draft_2_mid.txt")):
-        monitor.observe_page(t + 15.0 * step, (PAGES / name).read_text(), 0.01)
+    for step, page in enumerate(_pages()):
+        monitor.observe_page(t + 15.0 * step, page, 0.01)
     observed = monitor.flush()
     assert observed is not None
     write = pending_write(observed)
@@ -119,25 +111,8 @@ def one_endpoint_open_write() -> WindowWrite:
 def open_window_progress(scrapes: int) -> list[Observed]:
     """What one endpoint's monitor hands the store after each of `scrapes` scrapes (its
     open window assessed, and the cursor), from recorded pages."""
-    settings = validate(
-        {
-            "window": "5m",
-            "endpoints": [
-                {
-                    "name": "x",
-                    "url": "http://127.0.0.1:1/metrics",
-                    "gpu": "H100 SXM",
-                    "price": {"usd_per_hour": 3.99},
-                    "speculation": {"method": "draft_model", "draft_cost_ratio": 0.1},
-                }
-            ],
-        }
-    )
-    monitor = EndpointMonitor(settings.config.endpoints[0], settings.usd_per_hour["x"], WINDOW)
-    pages = [
-        (PAGES / name).read_text()
-        for name in ("spec_draft_0_before_traffic.txt", "spec_draft_2_mid.txt")
-    ]
+    monitor = _monitor()
+    pages = _pages()
     t = 1_798_761_600.0 + 30 * 86400.0
     monitor.observe_page(t, pages[0], 0.01)
     progress = []
