@@ -162,6 +162,7 @@ async def drive_many(
     seed: int = 0,
     kinds: Sequence[str] = ("repetitive", "random"),
     temperatures: Sequence[float] = (0.0, 1.0),
+    max_tokens: Sequence[int] = (48, 96),
 ) -> list[Result]:
     """The same seeded workload against several servers at once, one driver each."""
     return list(
@@ -173,7 +174,7 @@ async def drive_many(
                     concurrency=concurrency,
                     seconds=seconds,
                     max_requests=max_requests,
-                    requests=mix(seed, kinds, temperatures),
+                    requests=mix(seed, kinds, temperatures, max_tokens),
                 )
                 for url, model in targets
             )
