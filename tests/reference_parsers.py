@@ -53,6 +53,7 @@ _VLLM_HIST = {  # histogram family -> ModelSample field
     "vllm:time_per_output_token_seconds": "v0_time_per_output_token",
     "vllm:time_to_first_token_seconds": "time_to_first_token",
     "vllm:e2e_request_latency_seconds": "e2e_request_latency",
+    "vllm:request_prefill_time_seconds": "prefill_time",  # its _sum alone is read
 }
 #: The histograms whose buckets spectax reads (quantiles); the others' buckets are skipped.
 _VLLM_BUCKETED = {
@@ -149,6 +150,7 @@ def vllm_reference(text: str) -> EngineSample:
             kv_cache_bytes=cache.get("kv_cache_bytes"),
             legacy_acceptance_rate=v.get("legacy_acceptance_rate"),
             legacy_efficiency=v.get("legacy_efficiency"),
+            prefill_seconds=v.get("prefill_time_sum"),
         )
     return EngineSample(engine="vllm", models=models, process_start_time_seconds=start)
 

@@ -2,10 +2,10 @@
 a load curve, and the K schedule that follows (issue 34).
 
 The pages are real recorded vLLM 0.32.0 pages (tests/fixtures/vllm-0.32.0: the ngram
-server's four pages, the draft-model server's three), every counter as recorded. They were
-all taken with no request running, so each series sets one line per page, the
-`vllm:num_requests_running` gauge, to put its windows at chosen loads: a window's load is
-the mean of its two pages' gauges (flooring at 1 request aside).
+server's four pages, the draft-model server's three), every counter as recorded but one:
+each series sets one line per page, vLLM's `vllm:request_prefill_time_seconds_sum`, to put
+its windows at chosen loads: a window's load is the time the engine spent on requests
+between its two pages (decode and prefill) over its seconds (flooring at 1 request aside).
 """
 
 from __future__ import annotations
@@ -41,20 +41,34 @@ NGRAM = (
     "spec_ngram_2_mid.txt",
     "spec_ngram_3_after.txt",
 )
-#: The gauges that put the ngram pages' three windows at 1, 8 and 64 running requests.
-NGRAM_RUNNING = (1, 1, 15, 113)
+#: The loads the ngram pages' three windows are put at, in running requests.
 NGRAM_LOADS = (1.0, 8.0, 64.0)
 DRAFT = ("spec_draft_0_before_traffic.txt", "spec_draft_2_mid.txt", "spec_draft_3_after.txt")
 NGRAM_ARGS = ("--method", "ngram", "--seconds", "60", "--usd-per-hour", "3.99")
 DRAFT_ARGS = ("--method", "draft_model", "--draft-cost-ratio", "0.3", "--seconds", "60")
-RUNNING = re.compile(r"^(vllm:num_requests_running\{[^}]*\}) \S+$", flags=re.MULTILINE)
+PREFILL_TIME = re.compile(
+    r"^(vllm:request_prefill_time_seconds_sum\{[^}]*\}) (\S+)$", flags=re.MULTILINE
+)
 
 
-def at_load(tmp_path: Path, names: tuple[str, ...], running: tuple[int, ...]) -> list[str]:
-    """The recorded pages with their running-requests gauge set, as files in a series."""
+def at_load(
+    tmp_path: Path, names: tuple[str, ...], loads: tuple[float, ...], seconds: float = 60.0
+) -> list[str]:
+    """The recorded pages as files in a series whose windows of `seconds` ran `loads`
+    requests on average: each page's prefill time is set so that, with its recorded decode
+    time (the inter-token latencies' sum), the time spent on requests since the first page
+    is the loads' request-seconds."""
+    assert len(loads) == len(names) - 1
+    decoded = [
+        reference_values(page(name))["vllm:inter_token_latency_seconds_sum"][MODEL]
+        for name in names
+    ]
+    first = float(PREFILL_TIME.search(page(names[0])).group(2))  # type: ignore[union-attr]
+    ran = itertools.accumulate((load * seconds for load in loads), initial=0.0)
     paths = []
-    for i, (name, value) in enumerate(zip(names, running, strict=True)):
-        text, found = RUNNING.subn(lambda m, v=value: f"{m.group(1)} {v}.0", page(name))
+    for i, (name, total) in enumerate(zip(names, ran, strict=True)):
+        prefill = first + total - (decoded[i] - decoded[0])
+        text, found = PREFILL_TIME.subn(lambda m, t=prefill: f"{m.group(1)} {t!r}", page(name))
         assert found == 1, name
         path = tmp_path / f"page{i}.txt"
         path.write_text(text)
@@ -93,7 +107,7 @@ def rows(text: str, *header: str) -> list[list[str]]:
 
 
 def test_a_series_bins_each_window_by_its_mean_running_requests(capsys, tmp_path) -> None:
-    pages = at_load(tmp_path, NGRAM, NGRAM_RUNNING)
+    pages = at_load(tmp_path, NGRAM, NGRAM_LOADS)
     data = as_json(capsys, *pages, *NGRAM_ARGS)
     curve = data["load_curve"]
     assert [w["pages"] for w in curve["windows"]] == [[1, 2], [2, 3], [3, 4]]
@@ -128,7 +142,7 @@ def test_a_series_bins_each_window_by_its_mean_running_requests(capsys, tmp_path
 
 def test_each_window_is_assessed_as_its_two_pages_alone(capsys, tmp_path) -> None:
     """A window of the series concludes what `spectax assess` of its two pages does."""
-    pages = at_load(tmp_path, NGRAM, NGRAM_RUNNING)
+    pages = at_load(tmp_path, NGRAM, NGRAM_LOADS)
     windows = as_json(capsys, *pages, *NGRAM_ARGS)["load_curve"]["windows"]
     for i, window in enumerate(windows):
         alone = as_json(capsys, pages[i], pages[i + 1], *NGRAM_ARGS)
@@ -138,7 +152,7 @@ def test_each_window_is_assessed_as_its_two_pages_alone(capsys, tmp_path) -> Non
 
 
 def test_the_headline_stays_the_first_page_to_the_last(capsys, tmp_path) -> None:
-    pages = at_load(tmp_path, NGRAM, NGRAM_RUNNING)
+    pages = at_load(tmp_path, NGRAM, NGRAM_LOADS)
     series = as_json(capsys, *pages, *NGRAM_ARGS)
     span = ["--method", "ngram", "--seconds", "180", "--usd-per-hour", "3.99"]
     two = as_json(capsys, pages[0], pages[-1], *span)
@@ -152,7 +166,7 @@ def test_the_k_schedule_and_its_stake_over_the_span_and_a_month(capsys, tmp_path
     """The draft-model server (acceptance 0.31, c = 0.3) at 1 and 128 running requests: K 1
     where it ran 3 at one request and 0 at 128, written as vLLM's list, the dollars at
     stake over the 120 s span and carried on to 30 days."""
-    pages = at_load(tmp_path, DRAFT, (1, 1, 255))
+    pages = at_load(tmp_path, DRAFT, (1.0, 128.0))
     priced = (*DRAFT_ARGS, "--usd-per-hour", "3.99")
     data = as_json(capsys, *pages, *priced)
     schedule = data["k_schedule"]
@@ -205,14 +219,16 @@ def test_a_schedule_run_assesses_each_window_at_its_k_and_flags_straddling_bins(
     capsys, tmp_path
 ) -> None:
     """K 4 up to batch 9, 2 from 10: bin 8-15 holds both sides of the change."""
-    pages = at_load(tmp_path, NGRAM, NGRAM_RUNNING)
+    pages = at_load(tmp_path, NGRAM, NGRAM_LOADS)
     ranges = [[1, 9, 4], [10, 1024, 2]]
     schedule = ("--schedule", json.dumps(ranges))
     data = as_json(capsys, *pages, *NGRAM_ARGS, *schedule)
     curve = data["load_curve"]
-    # The headline, from 1 to 113 running requests (a mean of 57): K = 2, and it ran two K.
+    # The headline, first page to last: the three loads' mean, 24.3 running requests: K = 2,
+    # and it ran two K.
     [note] = [n for n in data["notes"] if n.startswith("assessed at K")]
-    assert note.startswith("assessed at K = 2, the K --schedule runs at 57 running requests;")
+    assert sum(NGRAM_LOADS) / 3 == pytest.approx(24.3333, abs=1e-4)
+    assert note.startswith("assessed at K = 2, the K --schedule runs at 24.3333 running requests;")
     assert "the span ran two of its K" in note and data["speculative_tokens"] == 2
     ks = [w["scheduled_speculative_tokens"] for w in curve["windows"]]
     assert ks == [k_at_load(ranges, load) for load in NGRAM_LOADS] == [4, 4, 2]
@@ -249,7 +265,7 @@ def test_a_bad_schedule_is_refused_in_one_line(capsys, schedule, problem) -> Non
 
 
 def test_a_page_out_of_order_in_a_series_is_named(capsys, tmp_path) -> None:
-    pages = at_load(tmp_path, NGRAM, NGRAM_RUNNING)
+    pages = at_load(tmp_path, NGRAM, NGRAM_LOADS)
     code, out, err = run(capsys, pages[0], pages[2], pages[1], pages[3], *NGRAM_ARGS)
     assert code == 1 and out == ""
     assert err.startswith("spectax assess: pages 2 and 3: AFTER holds fewer output tokens")
@@ -323,7 +339,7 @@ def test_a_crossover_its_tax_and_a_stall_are_said_in_text_and_json() -> None:
 
 def test_the_same_url_given_n_times_is_fetched_n_times_seconds_apart(capsys, tmp_path) -> None:
     """A loopback server hands out the series' pages in turn, one per GET."""
-    served = [Path(p).read_text() for p in at_load(tmp_path, NGRAM, NGRAM_RUNNING)]
+    served = [Path(p).read_text() for p in at_load(tmp_path, NGRAM, NGRAM_LOADS)]
     times: list[float] = []
 
     class Pages(BaseHTTPRequestHandler):
@@ -353,7 +369,10 @@ def test_the_same_url_given_n_times_is_fetched_n_times_seconds_apart(capsys, tmp
     assert len(times) == len(served)
     assert min(b - a for a, b in itertools.pairwise(times)) >= 0.2
     windows = data["load_curve"]["windows"]
-    assert [w["concurrency_requests"] for w in windows] == pytest.approx(NGRAM_LOADS)
+    # the pages' request-seconds are 60 s windows' at NGRAM_LOADS, here over 0.2 s each
+    assert [w["concurrency_requests"] for w in windows] == pytest.approx(
+        [load * 60 / 0.2 for load in NGRAM_LOADS]
+    )
     assert [w["seconds"] for w in windows] == pytest.approx([0.2] * 3)
     assert code == 1 and "give --seconds to fetch the same URL 4 times" in err
 

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from builders import monitors_of
-from recorded_pages import page
+from recorded_pages import page, reference_values
 from spectax.config import validate
 from spectax.economics import MIN_STEP_OVERHEAD_RATIO
 from spectax.endpoint import EndpointMonitor
@@ -104,7 +104,15 @@ def test_values_and_absences() -> None:
     ]
     assert len(verdicts) == 1  # one verdict, on the default basis: no control, no profile
     assert get("spectax_model_info", endpoint="idle", source="configured", profile="") == 1
-    assert get("spectax_concurrency_requests", **idle) == pytest.approx(1.0)  # (2 + 0) / 2
+    # the time vLLM spent on its requests between the pages (decode and prefill), over 60 s
+    ran = [
+        sum(
+            reference_values(page(name))[f"vllm:{sums}_seconds_sum"]["tiny-llama"]
+            for sums in ("inter_token_latency", "request_prefill_time")
+        )
+        for name in ("spec_ngram_inflight_running_waiting.txt", "spec_ngram_inflight_after.txt")
+    ]
+    assert get("spectax_concurrency_requests", **idle) == pytest.approx((ran[1] - ran[0]) / 60)
     assert get("spectax_store_pending_windows") == 3
     assert get("spectax_store_write_errors_total") == 1
 

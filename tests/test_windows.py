@@ -80,14 +80,55 @@ def test_new_model_in_same_process_has_no_delta_yet() -> None:
     assert interval_between(same_process, first, 0, 15).models == {}
 
 
-def test_concurrency_is_the_time_average_of_running_requests() -> None:
-    busy = sample("spec_ngram_inflight_running_waiting.txt")
+ITL_SUM = "vllm:inter_token_latency_seconds_sum"
+PREFILL_SUM = "vllm:request_prefill_time_seconds_sum"
+
+
+def running_time(name: str) -> float:
+    """A recorded page's decode and prefill time, by prometheus_client."""
+    values = reference_values(page(name))
+    return values[ITL_SUM][M] + values[PREFILL_SUM][M]
+
+
+def test_concurrency_is_the_time_the_engine_spent_on_its_requests() -> None:
+    """Where vLLM times its requests, an interval's running request-seconds are the decode
+    time its tokens came out over (the inter-token latencies' sum) plus the prefill time of
+    the requests that finished, whatever the running gauge read at the two pages (2, 0)."""
+    before, after = "spec_ngram_inflight_running_waiting.txt", "spec_ngram_inflight_after.txt"
+    busy = sample(before)
     assert busy.models[M].requests_running == 2
-    after = sample("spec_ngram_inflight_after.txt")
+    interval = interval_between(busy, sample(after), 0.0, 10.0)
+    ran = running_time(after) - running_time(before)
+    assert ran > 1.0  # the requests running at the first page finished by the second
+    assert interval.models[M].running_seconds == pytest.approx(ran, rel=1e-12)
+    assert interval.busy
+
+
+def test_without_the_engines_timing_concurrency_is_the_gauges_trapezoid() -> None:
+    """An engine that keeps no prefill time (or a page without vLLM's histogram): the
+    running gauge integrated between the two pages, (2 + 0) / 2 over 10 s."""
+
+    def without_prefill_time(name: str):
+        text = page(name)
+        lines = [ln for ln in text.splitlines(True) if not ln.startswith(PREFILL_SUM)]
+        assert len(lines) < len(text.splitlines())
+        return get_parser("vllm")("".join(lines))
+
+    busy = without_prefill_time("spec_ngram_inflight_running_waiting.txt")
+    after = without_prefill_time("spec_ngram_inflight_after.txt")
+    assert busy.models[M].prefill_seconds is None
     interval = interval_between(busy, after, 0.0, 10.0)
-    # trapezoid: (2 + 0) / 2 over 10 s
     assert interval.models[M].running_seconds == pytest.approx(10.0)
     assert interval.busy
+
+
+def test_a_restart_counts_the_new_process_time_from_zero() -> None:
+    """Across a restart the running time is the new process's own sums, as every counter."""
+    before, fresh = "spec_ngram_3_after.txt", "spec_ngram_restart_3_after.txt"
+    interval = interval_between(sample(before), sample(fresh), 0.0, 30.0)
+    assert interval.restarted
+    assert interval.models[M].running_seconds == pytest.approx(running_time(fresh), rel=1e-12)
+    assert interval.models[M].running_seconds > 0
 
 
 def _interval(start: float, end: float, tokens: float) -> Interval:

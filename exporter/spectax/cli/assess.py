@@ -2,7 +2,9 @@
 
 For someone who just ran curl twice against their server. Only two
 snapshots are seen, so the whole span counts as busy (ECONOMICS.md §4) and
-concurrency is the mean of the two pages' running requests, floored at 1.
+concurrency is the span's mean running requests as the daemon counts them (the engine's
+running time over the span, where it keeps one), or without a span the mean of the two
+pages' running gauges; floored at 1.
 Two more pages from a control (the same model without speculation) give the
 measured speedup: the control's time per output token over ours.
 """
@@ -209,9 +211,13 @@ def _judge(
     interval = interval_between(before, after, start, start + seconds)
     if not interval.models:
         raise AssessError("the pages share no model: were they taken from the same server?")
-    # The user's B, or the pages' mean running requests; either floored at 1 request (a step
-    # serves at least one; a note says so), as the formulas take it.
+    # The user's B, or the span's mean running requests (the daemon's: pipeline.intervals);
+    # without a span, the running time has nothing to be divided by: the two pages' running
+    # gauges, as read. Either floored at 1 request (a step serves at least one; a note says
+    # so), as the formulas take it.
     given = {m: c.running_seconds / seconds for m, c in interval.models.items()}
+    if options.seconds is None:
+        given = {m: _mean_running(before, after, m) for m in given}
     if options.concurrency is not None:
         given = dict.fromkeys(given, options.concurrency)
     models = {

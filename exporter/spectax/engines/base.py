@@ -270,6 +270,13 @@ class ModelSample(Counters):
     #: Draft time over step time as the engine measured it (TensorRT-LLM's
     #: `trtllm_spec_decode_draft_overhead`); None where the engine does not time the drafter.
     draft_overhead: float | None = None
+    #: Seconds the finished requests spent in prefill (scheduled to first token), summed since
+    #: the process started (vLLM's `request_prefill_time_seconds_sum`). With the inter-token
+    #: latencies' sum (each request's decode time, as its tokens come out) it gives an
+    #: interval's running requests (pipeline.intervals) instead of the running gauge read at
+    #: two scrapes, which a server can answer only in the moments it shows none running
+    #: (docs/economics.md, "Running requests"). None where the engine keeps no such sum.
+    prefill_seconds: float | None = None
 
     @property
     def speculating(self) -> bool:

@@ -149,8 +149,9 @@ _LARGEST_FLOAT: Final = sys.float_info.max
     _PREEMPTIONS,
     _KV_USAGE,  # summed over ranks; divided by _KV_USAGE_SERIES: the ranks' mean
     _KV_USAGE_SERIES,
+    _PREFILL_TIME,
     _N_SLOTS,
-) = range(28)
+) = range(29)
 _PER_POS: Final = -1
 _PROCESS_START: Final = -2
 _CACHE_CONFIG: Final = -3
@@ -189,6 +190,9 @@ _FAMILIES: Final[dict[str, tuple[int, int]]] = {
     "vllm:time_to_first_token_seconds_count": (_TTFT_COUNT, _CUMULATIVE),
     "vllm:e2e_request_latency_seconds_sum": (_E2E_SUM, _CUMULATIVE),
     "vllm:e2e_request_latency_seconds_count": (_E2E_COUNT, _CUMULATIVE),
+    # The finished requests' prefill time (scheduled to first token), summed: with the
+    # inter-token latencies' sum, the running requests' integral (ModelSample.prefill_seconds).
+    "vllm:request_prefill_time_seconds_sum": (_PREFILL_TIME, _CUMULATIVE),
     # Non-zero only with --enable-mfu-metrics (vLLM 0.32+; v1/metrics/perf.py).
     "vllm:estimated_flops_per_gpu_total": (_FLOPS, _ESTIMATE),
     "vllm:estimated_read_bytes_per_gpu_total": (_READ_BYTES, _ESTIMATE),
@@ -1011,6 +1015,7 @@ def _sample(accumulated: _Accumulated, built: _Built | None = None) -> EngineSam
             kv_cache_bytes=cache_config.memory_bytes,
             legacy_acceptance_rate=acc[_LEGACY_RATE],
             legacy_efficiency=acc[_LEGACY_EFF],
+            prefill_seconds=acc[_PREFILL_TIME],
         )
     return EngineSample(engine=ENGINE, models=out, process_start_time_seconds=process_start)
 
@@ -1037,7 +1042,9 @@ CAPABILITIES: Final = {
     "per_position": Capability("exact"),
     "step_time": Capability("exact", "vllm:iteration_tokens_total, inter-token latency"),
     "time_per_output_token": Capability("exact"),
-    "requests_running": Capability("exact"),
+    "requests_running": Capability(
+        "exact", "inter-token latency and request_prefill_time_seconds sums, not the gauge"
+    ),
     "draft_overhead": Capability("absent", "vLLM does not time the drafter apart"),
     "restart": Capability("exact", "process_start_time_seconds"),
 }

@@ -48,6 +48,7 @@ from spectax.sources.matrix import MatrixDecoder, MatrixError
 from spectax.sources.promql import (
     ESTIMATES,
     KIND,
+    PREFILL_TIME,
     RUNNING,
     SERIES,
     CounterQueries,
@@ -58,6 +59,7 @@ from spectax.sources.promql import (
 )
 
 _NAME = re.compile(r"[^A-Za-z0-9_.-]")
+_ITL_SUM = f"{SERIES['inter_token_latency']}_sum"
 log = logging.getLogger("spectax.fleet")
 
 
@@ -85,7 +87,26 @@ class _Sums:
 
     values: dict[str, float] = field(default_factory=dict)
     positions: dict[int, float] = field(default_factory=dict)
-    running_seconds: float = 0.0
+    gauge_running_seconds: float = 0.0  # the running gauge's samples integrated
+    prefill_time: float | None = None  # PREFILL_TIME's growth, where the replicas have it
+
+    @property
+    def running_seconds(self) -> float:
+        """The running requests' integral as pipeline.intervals takes it: the inter-token
+        latencies' sum plus the prefill time where both were read, else the gauge's."""
+        decoding = self.values.get(_ITL_SUM)
+        if decoding is None or self.prefill_time is None:
+            return self.gauge_running_seconds
+        return decoding + self.prefill_time
+
+    @property
+    def busy(self) -> bool:
+        """Tokens came out or a request ran, by either reading (as pipeline.intervals)."""
+        return (
+            self.values.get(SERIES["generation_tokens"], 0.0) > 0
+            or self.gauge_running_seconds > 0
+            or self.running_seconds > 0
+        )
 
     def counts(self) -> Counts:
         args: dict[str, Any] = {}
@@ -184,7 +205,9 @@ class WindowSums:
         if model_sums is None:
             model_sums = self._sums[i][found] = _Sums()
         if name == RUNNING:
-            model_sums.running_seconds += grown
+            model_sums.gauge_running_seconds += grown
+        elif name == PREFILL_TIME:
+            model_sums.prefill_time = (model_sums.prefill_time or 0.0) + grown
         elif position is not None:
             model_sums.positions[position] = model_sums.positions.get(position, 0.0) + grown
         else:
@@ -206,17 +229,18 @@ class WindowSums:
         bounds, out = self.bounds, {}
         for i, window in enumerate(self._sums):
             models: dict[str, dict[str, Counts]] = {}
+            busy: set[str] = set()
             for (endpoint, model), model_sums in window.items():
                 models.setdefault(endpoint, {})[model] = model_sums.counts()
+                if model_sums.busy:
+                    busy.add(endpoint)
             out[bounds[i + 1]] = {
                 endpoint: Interval(
                     start=bounds[i],
                     end=bounds[i + 1],
                     models=by_model,
                     restarted=endpoint in self._resets[i],
-                    busy=any(
-                        c.generation_tokens > 0 or c.running_seconds > 0 for c in by_model.values()
-                    ),
+                    busy=endpoint in busy,
                 )
                 for endpoint, by_model in models.items()
             }

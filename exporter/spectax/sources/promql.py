@@ -58,6 +58,10 @@ assert set(SERIES) == {c.name for c in COUNTERS}, "a declared counter has no vLL
 KIND = {c.name: c.kind for c in COUNTERS}
 ESTIMATES = {SERIES["estimated_flops"], SERIES["estimated_read_bytes"]}
 RUNNING = "vllm:num_requests_running"  # a gauge: integrated over time, as the scrapes do
+#: The finished requests' prefill time, read as a counter: where a replica has it, the
+#: running requests' integral is the inter-token latencies' sum plus it, as a direct scrape
+#: takes it (pipeline.intervals).
+PREFILL_TIME = "vllm:request_prefill_time_seconds_sum"
 #: What a window's sum is grouped by besides the endpoint's labels: a series' model, and
 #: the per-position counter's position (a label a series lacks groups as empty).
 GROUP = ("model_name", "position")
@@ -73,7 +77,7 @@ _LEGACY_LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
 def names() -> list[str]:
     """The series names read: one query (or two) each for the whole fleet."""
-    out = [RUNNING]
+    out = [RUNNING, PREFILL_TIME]
     for counter, series in SERIES.items():
         histogram = KIND[counter] == "histogram"
         out += [f"{series}_sum", f"{series}_count"] if histogram else [series]
