@@ -50,17 +50,10 @@ PAGE = ROOT / "tests" / "fixtures" / "vllm-0.32.0" / "spec_draft_3_after.txt"
 sys.path.insert(0, str(ROOT / "bench"))
 
 from scale import cpu_times, free_port, machine, peak_rss_mb  # noqa: E402
+from spectax.sources.promql import names  # noqa: E402
 
-# The series spectax's queries read (spectax.sources.promql.queries), as on the page.
-READ = re.compile(
-    r"^(vllm:(?:generation_tokens_total|prompt_tokens_total|request_success_total|"
-    r"spec_decode_num_drafts_total|spec_decode_num_draft_tokens_total|"
-    r"spec_decode_num_accepted_tokens_total|spec_decode_num_accepted_tokens_per_pos_total|"
-    r"estimated_flops_per_gpu_total|estimated_read_bytes_per_gpu_total|num_requests_running|"
-    r"(?:iteration_tokens_total|inter_token_latency_seconds|"
-    r"request_time_per_output_token_seconds)_(?:sum|count)))\{([^}]*)\} (\S+)$",
-    re.M,
-)
+# The series spectax's queries read (spectax.sources.promql.names), as on the page.
+READ = re.compile(r"^(" + "|".join(map(re.escape, names())) + r")\{([^}]*)\} (\S+)$", re.M)
 TARGETS = {"cpu": 0.10, "lateness": 30.0, "rss": 300.0}
 
 

@@ -85,22 +85,40 @@ def test_only_windows_without_speculation_are_plain_points() -> None:
         running_seconds=1200.0,
         time_per_output_token=Histogram(sum=0.4, count=20),
     )
-    window = Window(start=0, end=300, seconds=300, models={"m": plain})
+    window = Window(start=0, end=300, seconds=300, busy_seconds=300, models={"m": plain})
     assert plain_point(window) == StepPoint(tokens_per_step=4.0 * 1.5, step_seconds=0.02)
+    # Busy a third of its span, it ran the same steps: the batch of its busy seconds,
+    # not the time-average over the idle ones too (4 / 3, which floors to one request).
+    third = Window(start=0, end=900, seconds=900, busy_seconds=300, models={"m": plain})
+    assert third.concurrency("m") == pytest.approx(4 / 3)
+    assert plain_point(third) == StepPoint(tokens_per_step=4.0 * 1.5, step_seconds=0.02)
     speculating = Counts(
         generation_tokens=1000,
         draft_tokens=800,
         accepted_tokens=600,
         time_per_output_token=Histogram(sum=0.4, count=20),
     )
-    assert plain_point(Window(start=0, end=300, seconds=300, models={"m": speculating})) is None
+    assert (
+        plain_point(
+            Window(start=0, end=300, seconds=300, busy_seconds=300, models={"m": speculating})
+        )
+        is None
+    )
     # SGLang and TGI count verify steps but no drafted tokens: they speculate all the same
     steps_only = Counts(
         generation_tokens=1000, drafts=300, time_per_output_token=Histogram(sum=0.4, count=20)
     )
-    assert plain_point(Window(start=0, end=300, seconds=300, models={"m": steps_only})) is None
+    assert (
+        plain_point(
+            Window(start=0, end=300, seconds=300, busy_seconds=300, models={"m": steps_only})
+        )
+        is None
+    )
     few = Counts(generation_tokens=10, time_per_output_token=Histogram(sum=0.1, count=3))
-    assert plain_point(Window(start=0, end=300, seconds=300, models={"m": few})) is None
+    assert (
+        plain_point(Window(start=0, end=300, seconds=300, busy_seconds=300, models={"m": few}))
+        is None
+    )
 
 
 def monitor(billing_mode: str = "serverless", **endpoint: object) -> EndpointMonitor:
@@ -167,7 +185,9 @@ def plain_window(i: int, batch: float, a: float, b: float) -> Window:
         running_seconds=batch * 300,
         time_per_output_token=Histogram(sum=(a + b * batch) * 20, count=20),
     )
-    return Window(start=i * 300, end=(i + 1) * 300, seconds=300, models={"m": counts})
+    return Window(
+        start=i * 300, end=(i + 1) * 300, seconds=300, busy_seconds=300, models={"m": counts}
+    )
 
 
 def curve_of(m: EndpointMonitor) -> PlainCurve | None:

@@ -139,7 +139,7 @@ def plain_window(i: int, batch: float, a: float, b: float):
         running_seconds=batch * 60,
         time_per_output_token=Histogram(sum=(a + b * batch) * 20, count=20),
     )
-    return Window(start=i * 60, end=(i + 1) * 60, seconds=60, models={"m": counts})
+    return Window(start=i * 60, end=(i + 1) * 60, seconds=60, busy_seconds=60, models={"m": counts})
 
 
 async def test_a_baseline_outlives_the_day_of_windows_a_restart_restores(store) -> None:

@@ -136,6 +136,7 @@ def test_every_measured_source_wins_over_the_roofline() -> None:
             start=i * 60,
             end=(i + 1) * 60,
             seconds=60,
+            busy_seconds=60,
             models={
                 "m": Counts(
                     generation_tokens=1000,

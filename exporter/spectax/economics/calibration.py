@@ -1,10 +1,14 @@
 """Calibrating the plain curve from an endpoint's own windows without speculation (§3b).
 
 Each history window in which nothing speculated gives one point: the tokens a
-plain step carried (`plain_tokens_per_step`: running requests, plus the prompt
-tokens prefilled alongside) against the mean time per output token (from
-`vllm:request_time_per_output_token_seconds` sum/count), which for plain
-decoding is the step time. A line `a + b*n` through them (Theil-Sen, so a few
+plain step carried (`plain_tokens_per_step`: running requests while the endpoint was
+busy, plus the prompt tokens prefilled alongside) against the mean time per output
+token (from `vllm:request_time_per_output_token_seconds` sum/count), which for plain
+decoding is the step time. Both are the busy time's: a window idle for part of its
+span ran its steps at the batch of its busy seconds, not at the time-average that
+counts the idle ones (which, floored at one request, put a window of one request and
+one of eight busy a third of the time at 3.0 and 4.2 tokens per step: a live control's
+loads then did not spread enough to fit). A line `a + b*n` through them (Theil-Sen, so a few
 odd windows cannot drag it: `fit_plain_curve`) is the counterfactual for a
 speculative endpoint: this endpoint's own, before speculation was turned on
 (`baseline`), or its control's (`control`). B* = a/b.
@@ -77,7 +81,7 @@ def plain_point(window: Window, min_requests: int = MIN_REQUESTS) -> StepPoint |
             return None  # speculating (SGLang and TGI count drafts but no drafted tokens)
         output += counts.generation_tokens
         prompt += counts.prompt_tokens
-        running += window.concurrency(model)
+        running += window.busy_concurrency(model)
         if counts.time_per_output_token is not None:
             tpot_sum += counts.time_per_output_token.sum
             tpot_count += counts.time_per_output_token.count

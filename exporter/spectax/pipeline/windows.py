@@ -61,6 +61,14 @@ class Window:
             return 0.0
         return counts.running_seconds / self.seconds
 
+    def busy_concurrency(self, model: str) -> float:
+        """Mean running requests for `model` over the busy seconds only (0 when never
+        busy): the batch its steps ran, where the time-average counts idle time too."""
+        counts = self.models.get(model)
+        if counts is None or self.busy_seconds <= 0:
+            return 0.0
+        return counts.running_seconds / self.busy_seconds
+
     def remove(self, interval: Interval, presence: dict[str, int]) -> Window:
         """This window without `interval`; `presence` counts each model's intervals."""
         models = dict(self.models)
