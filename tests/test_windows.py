@@ -122,6 +122,19 @@ def test_without_the_engines_timing_concurrency_is_the_gauges_trapezoid() -> Non
     assert interval.busy
 
 
+def test_a_decode_time_missing_from_the_earlier_page_is_not_taken_as_zero() -> None:
+    """An earlier page without the inter-token histogram (cut, or another engine version)
+    is no zero to count the process's whole decode time from: the gauges' trapezoid."""
+    name = "spec_ngram_inflight_running_waiting.txt"
+    lines = page(name).splitlines(True)
+    kept = [ln for ln in lines if not ln.startswith("vllm:inter_token_latency_seconds")]
+    assert len(kept) < len(lines)
+    before = get_parser("vllm")("".join(kept))
+    assert before.models[M].inter_token_latency is None
+    interval = interval_between(before, sample(name), 0.0, 10.0)
+    assert interval.models[M].running_seconds == pytest.approx((2 + 2) / 2 * 10.0)
+
+
 def test_a_restart_counts_the_new_process_time_from_zero() -> None:
     """Across a restart the running time is the new process's own sums, as every counter."""
     before, fresh = "spec_ngram_3_after.txt", "spec_ngram_restart_3_after.txt"

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
-from spectax.engines.base import EngineSample, ModelSample
+from spectax.engines.base import EngineSample, Histogram, ModelSample
 from spectax.pipeline.counts import Counts, any_counter_down, delta
 
 
@@ -74,29 +74,40 @@ def _gauges(before: ModelSample, after: ModelSample, seconds: float) -> tuple[ob
 
 
 def _running_seconds(before: ModelSample, after: ModelSample, seconds: float) -> float:
-    """The span's request-seconds of running: where the engine times its requests (vLLM),
-    the decode time its requests' tokens came out over (the inter-token latencies' sum: each
-    request's gaps between tokens add up to its decode time, as it runs) plus the prefill
-    time of the requests that finished (`ModelSample.prefill_seconds`); else the running
-    gauge's trapezoid between the two pages.
+    """The span's request-seconds of running: the larger of two readings, each of which
+    misses running requests in its own way and neither of which counts one that did not
+    run (docs/economics.md, "Running requests").
 
-    The gauge is a guess from two instants, and a biased one where the server answers
-    /metrics only between its busy stretches: vLLM 0.32 running its K schedule read 0 at 20
-    of 21 pages while it ran 3.5 requests on average (docs/economics.md, "Running
-    requests"). The sums are exact for a span whose requests finished in it, and follow
-    the load as it moves: only the prefill (short) waits for its request's end."""
-    itl = after.inter_token_latency
-    if itl is not None and after.prefill_seconds is not None and before.prefill_seconds is not None:
-        earlier = before.inter_token_latency
-        decoding = itl.sum - (earlier.sum if earlier is not None else 0.0)
-        prefilling = after.prefill_seconds - before.prefill_seconds
-        if decoding >= 0.0 and prefilling >= 0.0:
-            return decoding + prefilling
-    return (before.requests_running + after.requests_running) / 2 * seconds
+    - The running gauge's trapezoid between the two pages: a guess from two instants, and
+      a low one where the server answers /metrics only between its busy stretches (vLLM
+      0.32 running its K schedule read 0 at 20 of 21 pages while it ran 3.5 requests).
+    - Where the engine times its requests (vLLM), the time it spent on them: the decode
+      time its tokens came out over (the inter-token latencies' sum: a request's gaps add
+      up to its decode time, as it runs) plus the prefill time of the requests that
+      finished (`ModelSample.prefill_seconds`). Low while prompts are still prefilling
+      (counted when their request ends): a burst of 96 long prompts read near 0 at first.
+    """
+    gauge = (before.requests_running + after.requests_running) / 2 * seconds
+    itl, earlier = after.inter_token_latency, before.inter_token_latency
+    if earlier is None and before is _FRESH:  # a new process: its decode time from zero
+        earlier = _NO_DECODING
+    if (
+        itl is None
+        or earlier is None
+        or after.prefill_seconds is None
+        or before.prefill_seconds is None
+    ):
+        return gauge
+    decoding = itl.sum - earlier.sum
+    prefilling = after.prefill_seconds - before.prefill_seconds
+    if decoding < 0.0 or prefilling < 0.0:
+        return gauge
+    return max(gauge, decoding + prefilling)
 
 
 #: The base of a fresh process's deltas: every counter from zero, its prefill time too.
 _FRESH = ModelSample(prefill_seconds=0.0)
+_NO_DECODING = Histogram(0.0, 0.0)
 
 
 def interval_between(

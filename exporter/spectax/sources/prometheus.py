@@ -92,12 +92,13 @@ class _Sums:
 
     @property
     def running_seconds(self) -> float:
-        """The running requests' integral as pipeline.intervals takes it: the inter-token
-        latencies' sum plus the prefill time where both were read, else the gauge's."""
+        """The running requests' integral as pipeline.intervals takes it: the larger of the
+        gauge's and, where both were read, the inter-token latencies' sum plus the prefill
+        time."""
         decoding = self.values.get(_ITL_SUM)
         if decoding is None or self.prefill_time is None:
             return self.gauge_running_seconds
-        return decoding + self.prefill_time
+        return max(self.gauge_running_seconds, decoding + self.prefill_time)
 
     @property
     def busy(self) -> bool:
