@@ -115,14 +115,27 @@ class Spectax:
     async def start_demo(self, cwd: Path, listen_flag: str = "--web.listen-address") -> None:
         """`spectax demo` (the embedded default: simulated servers, SQLite under `cwd`) on
         this instance's port, named by `listen_flag` (or its `--listen` alias), its output
-        in the log."""
-        with self.stderr.open("wb") as log:
-            self.process = await asyncio.create_subprocess_exec(
-                *spectax_command("demo", listen_flag, f"127.0.0.1:{self.port}"),
-                cwd=cwd,
-                stdout=log,
-                stderr=asyncio.subprocess.STDOUT,
-            )
+        in the log.
+
+        The demo's simulated servers bind ephemeral ports before spectax listens, and one
+        can take the port `free_port` found free (CI: "address already in use", 1 run in
+        4): then the demo is started again on another port, at most three times."""
+        for _ in range(3):
+            with self.stderr.open("wb") as log:
+                self.process = await asyncio.create_subprocess_exec(
+                    *spectax_command("demo", listen_flag, f"127.0.0.1:{self.port}"),
+                    cwd=cwd,
+                    stdout=log,
+                    stderr=asyncio.subprocess.STDOUT,
+                )
+            for _ in range(600):  # until it listens (its guide is printed then) or exits
+                if self.process.returncode is not None or "spectax status page" in self.log:
+                    break
+                await asyncio.sleep(0.1)
+            if self.process.returncode is None or "address already in use" not in self.log:
+                return
+            self.port = free_port()
+            self.url = f"http://127.0.0.1:{self.port}"
 
     @property
     def log(self) -> str:
