@@ -98,8 +98,15 @@ def _running_seconds(before: ModelSample, after: ModelSample, seconds: float) ->
         or before.prefill_seconds is None
     ):
         return gauge
-    decoding = itl.sum - earlier.sum
-    prefilling = after.prefill_seconds - before.prefill_seconds
+    return larger_running(
+        gauge, itl.sum - earlier.sum, after.prefill_seconds - before.prefill_seconds
+    )
+
+
+def larger_running(gauge: float, decoding: float, prefilling: float) -> float:
+    """The running requests' integral from its two readings (`_running_seconds`; fleet mode
+    sums the same series from Prometheus): the larger, the gauge's alone when the engine's
+    sums went down (a reset no other counter showed)."""
     if decoding < 0.0 or prefilling < 0.0:
         return gauge
     return max(gauge, decoding + prefilling)
@@ -121,15 +128,12 @@ def interval_between(
     reset = restarted(previous, current)
     seconds = max(end - start, 0.0)
     models: dict[str, Counts] = {}
-    running_seen = False  # a page showed a request running: busy, whatever finished
     for name, now in current.models.items():
         then = previous.models.get(name)
         if then is None and not reset:
             continue
         base = _FRESH if reset or then is None else then
         models[name] = delta(base, now, _gauges(base, now, seconds))
-        running_seen = running_seen or base.requests_running + now.requests_running > 0
-    busy = (running_seen and seconds > 0) or any(
-        c.generation_tokens > 0 or c.running_seconds > 0 for c in models.values()
-    )
+    # running_seconds is at least the gauge's: a page that showed a request running is busy
+    busy = any(c.generation_tokens > 0 or c.running_seconds > 0 for c in models.values())
     return Interval(start=start, end=end, models=models, restarted=reset, busy=busy)

@@ -40,7 +40,7 @@ from spectax import logs
 from spectax.engines.base import Histogram
 from spectax.engines.vllm import MAX_MODEL_NAME, MAX_VALUE
 from spectax.pipeline.counts import Counts
-from spectax.pipeline.intervals import Interval
+from spectax.pipeline.intervals import Interval, larger_running
 from spectax.scrape import redact
 from spectax.source_config import PrometheusSource
 from spectax.sources.deltas import deltas
@@ -98,16 +98,7 @@ class _Sums:
         decoding = self.values.get(_ITL_SUM)
         if decoding is None or self.prefill_time is None:
             return self.gauge_running_seconds
-        return max(self.gauge_running_seconds, decoding + self.prefill_time)
-
-    @property
-    def busy(self) -> bool:
-        """Tokens came out or a request ran, by either reading (as pipeline.intervals)."""
-        return (
-            self.values.get(SERIES["generation_tokens"], 0.0) > 0
-            or self.gauge_running_seconds > 0
-            or self.running_seconds > 0
-        )
+        return larger_running(self.gauge_running_seconds, decoding, self.prefill_time)
 
     def counts(self) -> Counts:
         args: dict[str, Any] = {}
@@ -230,18 +221,17 @@ class WindowSums:
         bounds, out = self.bounds, {}
         for i, window in enumerate(self._sums):
             models: dict[str, dict[str, Counts]] = {}
-            busy: set[str] = set()
             for (endpoint, model), model_sums in window.items():
                 models.setdefault(endpoint, {})[model] = model_sums.counts()
-                if model_sums.busy:
-                    busy.add(endpoint)
             out[bounds[i + 1]] = {
                 endpoint: Interval(
                     start=bounds[i],
                     end=bounds[i + 1],
                     models=by_model,
                     restarted=endpoint in self._resets[i],
-                    busy=endpoint in busy,
+                    busy=any(
+                        c.generation_tokens > 0 or c.running_seconds > 0 for c in by_model.values()
+                    ),
                 )
                 for endpoint, by_model in models.items()
             }
