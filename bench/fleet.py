@@ -3,7 +3,8 @@
 The replicas are simulated as bench/scale.py simulates them: each serves the series
 spectax reads from a recorded vLLM page (tests/fixtures/vllm-0.32.0/spec_draft_3_after.txt:
 tokens, drafts, accepted tokens per position, finished requests by reason, the three
-histograms' sums and counts, the FLOP estimates, running requests — 22 series a replica),
+histograms' sums and counts, the FLOP estimates, running requests: every series the fleet
+queries name, `promql.names()`, 28 a replica of that page),
 counters growing at a rate of the replica's own, one sample every --interval seconds.
 Prometheus does not scrape them live: the samples are written as OpenMetrics and turned
 into TSDB blocks by `promtool tsdb create-blocks-from openmetrics`, from
@@ -291,7 +292,8 @@ def report(
         f"(1 min, {os.cpu_count()} CPUs)"
     )
     print(
-        f"{args.replicas} replicas as {endpoints} endpoints, 22 series each, a sample every "
+        f"{args.replicas} replicas as {endpoints} endpoints, {len(page_series())} series each, "
+        f"a sample every "
         f"{args.interval} s; {samples / 1e6:.1f} M samples written in {generated:.0f} s, "
         f"blocks made in {blocks:.0f} s"
     )
