@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 from decimal import Decimal
+from operator import mul
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from builders import closed_window
 from spectax.economics import Parameters, StepModel
@@ -20,6 +23,7 @@ from spectax.economics.assessment import AssessedWindow, assess_window
 from spectax.economics.draft_schedule import VLLM_SCHEDULE_KEY, batch_schedule, draft_schedule
 from spectax.economics.formulas import (
     best_speculative_tokens,
+    best_speculative_tokens_at,
     modelled_speedup,
     speedup_at_draft_length,
 )
@@ -395,3 +399,85 @@ def test_a_dip_still_faster_than_its_control_is_not_a_stall() -> None:
         "basis": "measured",
     }
     assert load_curve(collapsed_at_8(**slower)).stalls == (8,)
+
+
+def by_definition(
+    ratios: tuple[float, ...], b: float, b_star: float, c: float, h: float, f: float, fill: float
+) -> tuple[int, float]:
+    """The best K at one load as `best_speculative_tokens` defines it: every observed K priced
+    by `speedup_at_draft_length`, the fastest kept if it beats plain decoding."""
+    best = (0, 1.0)
+    for k in range(1, len(ratios) + 1):
+        s = speedup_at_draft_length(ratios, k, b, b_star, c, h, f, fill)
+        if s is not None and s > best[1]:
+            best = (k, s)
+    return best
+
+
+@given(
+    st.lists(st.floats(0.0, 1.0), max_size=8).map(tuple),
+    st.lists(st.floats(0.0, 2048.0), min_size=1, max_size=20),
+    st.floats(0.5, 500.0),
+    st.floats(0.0, 0.5),
+    st.floats(0.0, 20.0),
+    st.floats(0.01, 1.0),
+    st.one_of(st.just(1.0), st.floats(0.0, 1.5)),
+)
+def test_the_best_k_at_many_loads_is_the_definition_at_each_double_for_double(
+    ratios: tuple[float, ...],
+    loads: list[float],
+    b_star: float,
+    c: float,
+    h: float,
+    f: float,
+    fill: float,
+) -> None:
+    """A K schedule prices ~1,000 batch sizes a curve, each K's terms made once (issue 31):
+    the same K and the same speedup as pricing each load on its own."""
+    expected = [by_definition(ratios, b, b_star, c, h, f, fill) for b in loads]
+    assert best_speculative_tokens_at(ratios, loads, b_star, c, h, f, fill) == expected
+    assert [best_speculative_tokens(ratios, b, b_star, c, h, f, fill) for b in loads] == expected
+
+
+@given(
+    st.lists(
+        st.tuples(st.floats(0.3, 700.0), st.lists(st.floats(0.05, 1.0), min_size=3, max_size=3)),
+        min_size=1,
+        max_size=12,
+    ),
+    st.sampled_from([1, 9, 256, 1024]),
+)
+def test_every_batch_no_window_ran_at_is_priced_with_the_acceptance_and_h_of_the_bin_below(
+    windows: list[tuple[float, list[float]]], largest: int
+) -> None:
+    """The schedule batch by batch, as draft_schedule's docstring states the rule, on curves
+    whose bins differ in acceptance (each window's per-position counts scaled its own way)."""
+    found = [
+        replace(s, accepted_per_position=tuple(map(mul, s.accepted_per_position, scale)))
+        for s, (_, scale) in zip(samples(*(load for load, _ in windows)), windows, strict=True)
+    ]
+    curve = load_curve(found)
+    schedule = draft_schedule(curve, engine="vllm", max_num_seqs=largest)
+    chosen = {x.bin.low: x for x in schedule.lengths if x.k is not None}
+
+    def k_at(b: int) -> int:
+        edge = bin_edge(b)
+        if edge in chosen:
+            return chosen[edge].k or 0
+        below = [low for low in chosen if low <= edge]
+        lender = chosen[max(below) if below else min(chosen)]
+        load, h = lender.bin, lender.step_overhead
+        if h is None:
+            return lender.k or 0
+        return best_speculative_tokens(
+            load.position_acceptance,
+            b,
+            curve.ridge_batch,
+            curve.draft_cost_ratio,
+            h,
+            load.drafts / (load.output_tokens - load.accepted_tokens),
+            load.draft_tokens / (load.drafts * len(load.position_acceptance)),
+        )[0]
+
+    assert chosen  # every window here drafted and has a speedup
+    assert schedule.ranges == batch_schedule([k_at(b) for b in range(1, largest + 1)])

@@ -33,7 +33,7 @@ tells, never the speculative endpoint's own step times.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 # Draft cost ratio `c` by speculative method (ECONOMICS.md §5). A separate
 # draft model has no default: its cost depends on its size.
@@ -234,10 +234,21 @@ def speedup_per_step(
     """
     if speculative_tokens <= 0:
         return 1.0
-    r = relative_batch(ridge_batch, concurrency)
+    terms = _step_terms(acceptance_length, speculative_tokens, c, h, drafting_share)
+    return _per_step(*terms, relative_batch(ridge_batch, concurrency))
+
+
+def _step_terms(
+    acceptance_length: float, speculative_tokens: float, c: float, h: float, drafting_share: float
+) -> tuple[float, float, float, float]:
+    """The parts of `speedup_per_step` that do not depend on the load: e, 1 + h, f*K, c*f*K."""
     k, f = speculative_tokens, drafting_share
-    emitted = 1.0 + f * (acceptance_length - 1.0)
-    return emitted * (r + 1.0) / (r * (1.0 + h) + 1.0 + f * k + c * f * k * (r + 1.0))
+    return 1.0 + f * (acceptance_length - 1.0), 1.0 + h, f * k, c * f * k
+
+
+def _per_step(emitted: float, overhead: float, drafted: float, priced: float, r: float) -> float:
+    """S = e*(r + 1) / (r*(1 + h) + 1 + f*K + c*f*K*(r + 1)), from `_step_terms` and r."""
+    return emitted * (r + 1.0) / (r * overhead + 1.0 + drafted + priced * (r + 1.0))
 
 
 def speedup_at_draft_length(
@@ -280,14 +291,44 @@ def best_speculative_tokens(
     highest predicted speedup (`speedup_at_draft_length`), and that speedup; (0, 1.0) when
     none beats plain decoding. Each K is priced whole, with the overhead h it pays per
     step, not position by position against a bar."""
-    best, best_speedup = 0, 1.0
-    for k in range(1, len(position_acceptance_ratios) + 1):
-        s = speedup_at_draft_length(
-            position_acceptance_ratios, k, concurrency, ridge_batch, c, h, drafting_share, fill
-        )
-        if s is not None and s > best_speedup:
-            best, best_speedup = k, s
-    return best, best_speedup
+    [best] = best_speculative_tokens_at(
+        position_acceptance_ratios, [concurrency], ridge_batch, c, h, drafting_share, fill
+    )
+    return best
+
+
+def best_speculative_tokens_at(
+    position_acceptance_ratios: Sequence[float],
+    concurrencies: Iterable[float],
+    ridge_batch: float,
+    c: float,
+    h: float,
+    drafting_share: float,
+    fill: float = 1.0,
+) -> list[tuple[int, float]]:
+    """`best_speculative_tokens` at each of `concurrencies`, each K's acceptance length
+    summed once rather than at every load: a K schedule prices every batch size up to the
+    engine's largest (~1,000) for each endpoint's curve at every refresh, ~3 ms a curve
+    when each went through `speedup_at_draft_length` (issue 31). The same speedups, double for
+    double: each is `speedup_per_step`'s formula, its load-free terms made once per K."""
+    ratios = position_acceptance_ratios
+    # Per K, what its speedup needs but the load (a K that drafts nothing is speculation off,
+    # 1: never above the plain speedup it must beat).
+    terms = [
+        (k, _step_terms(1.0 + sum(ratios[:k]), k * fill, c, h, drafting_share))
+        for k in range(1, len(ratios) + 1)
+        if k * fill > 0
+    ]
+    found = []
+    for concurrency in concurrencies:
+        r = relative_batch(ridge_batch, concurrency)
+        best, best_speedup = 0, 1.0
+        for k, (emitted, overhead, drafted, priced) in terms:
+            s = _per_step(emitted, overhead, drafted, priced, r)
+            if s > best_speedup:
+                best, best_speedup = k, s
+        found.append((best, best_speedup))
+    return found
 
 
 def breakeven_acceptance(

@@ -1,0 +1,105 @@
+"""The load curves' refresh (issue 34's curves, issue 31's CPU): what the daemon's job does
+every `load_curve.refresh_interval` (5 minutes) in a worker thread, for every endpoint and
+model that speculated: bin its windows by load (`load_curve`) and derive the K schedule
+over batch sizes 1 to vLLM's largest (`draft_schedule`), i.e. `curve_book.speculating_curves`.
+The store's read of the windows is not in it (`bench/store_ingest.py` has the store).
+
+Each endpoint has a day of 5-minute windows (288) of one model, assessed by the real
+assessment (`assess_window`) from the counts of the worked example of docs/economics.md
+(EAGLE, K = 3, c = 0.05, B* = 32), at loads spread over 1 to 200 running requests, each
+endpoint's acceptance its own. The work is Python holding the GIL: while it runs, the
+event loop's scrapes and `/metrics` reads wait their turn.
+
+    PYTHONPATH=exporter python bench/load_curves.py [--endpoints 2000]
+
+It prints numbers, never fails on them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from decimal import Decimal
+
+from spectax.curve_book import speculating_curves
+from spectax.economics import Parameters, StepModel
+from spectax.economics.assessment import AssessedWindow, assess_window
+from spectax.economics.load_curve import LoadSample, sample_of
+from spectax.economics.pricing import ModelSpend
+from spectax.pipeline.counts import Counts
+from spectax.pipeline.windows import Window
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+SPEND = Decimal("2.50") * 300 / 3600
+PARAMS = Parameters(
+    draft_cost_ratio=0.05,
+    step_model=StepModel(
+        ridge_batch=32.0,
+        step_overhead_ratio=0.1,
+        source="sweep",
+        relative_error=0.0,
+        overhead_known=True,
+    ),
+)
+LOADS = (1.0, 1.5, 3.0, 6.0, 12.0, 24.0, 48.0, 96.0, 200.0)
+
+
+def day(rng: random.Random) -> list[LoadSample]:
+    """A day of one endpoint's windows: the worked example's counts, its own acceptance."""
+    share = rng.uniform(0.6, 1.0)
+    found = []
+    for i in range(288):
+        counts = Counts(
+            generation_tokens=2800.0,
+            drafts=1000.0,
+            draft_tokens=3000.0,
+            accepted_tokens=1800.0 * share,
+            accepted_per_position=(800.0 * share, 600.0 * share, 400.0 * share),
+            running_seconds=rng.choice(LOADS) * 300.0,
+        )
+        start = 300.0 * i
+        spend = {
+            MODEL: ModelSpend(
+                spend_usd=SPEND,
+                busy_usd=SPEND,
+                draft_load_usd=Decimal(0),
+                cold_start_usd=Decimal(0),
+            )
+        }
+        window = Window(start, start + 300.0, 300.0, 300.0, spend_usd=SPEND, models={MODEL: counts})
+        assessed = AssessedWindow(
+            window,
+            assess_window(window, PARAMS, spend, latency=False),
+            spend,
+            PARAMS.step_model,
+            0.05,
+        )
+        sample = sample_of(assessed, MODEL)
+        assert sample is not None
+        found.append(sample)
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--endpoints", type=int, default=2000)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    rng = random.Random(31)
+    one = [day(rng) for _ in range(20)]  # 20 endpoints' days, each reused 1 in 20
+    samples = {(f"replica-{i}", MODEL): one[i % len(one)] for i in range(args.endpoints)}
+    best = float("inf")
+    for _ in range(args.repeat):
+        started = time.process_time()
+        curves = speculating_curves(samples)
+        best = min(best, time.process_time() - started)
+    print(
+        f"{args.endpoints} endpoints, {len(one[0])} windows each: a refresh takes {best:.2f} s "
+        f"of CPU (best of {args.repeat}), {best / args.endpoints * 1e3:.2f} ms an endpoint; "
+        f"{len(curves.curves)} curves"
+    )
+
+
+if __name__ == "__main__":
+    main()
