@@ -7,8 +7,11 @@ The store's read of the windows is not in it (`bench/store_ingest.py` has the st
 Each endpoint has a day of 5-minute windows (288) of one model, assessed by the real
 assessment (`assess_window`) from the counts of the worked example of docs/economics.md
 (EAGLE, K = 3, c = 0.05, B* = 32), at loads spread over 1 to 200 running requests, each
-endpoint's acceptance its own. The work is Python holding the GIL: while it runs, the
-event loop's scrapes and `/metrics` reads wait their turn.
+endpoint's acceptance its own. (The daemon reads a day as the rolled hours' bins and the
+windows not rolled up yet, `store.load_samples`: 24 to ~230 samples an endpoint, so the
+binning here is at the top of its range; the K schedule costs the same either way.) The
+work is Python holding the GIL: while it runs, the event loop's scrapes and `/metrics`
+reads wait their turn.
 
     PYTHONPATH=exporter python bench/load_curves.py [--endpoints 2000]
 
