@@ -6,8 +6,10 @@ PostgreSQL."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
+import threading
 from dataclasses import fields, is_dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -21,10 +23,12 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from builders import monitor_of, ngram_settings, rows_of
 from report_history import report_of
+from spectax import curve_book
 from spectax.config import validate
 from spectax.curve_book import CurveBook, speculating_curves
 from spectax.economics.load_curve import LoadCurve, LoadSample, load_curve
 from spectax.exposition import SnapshotCollector, StoreStatus
+from spectax.exposition import collector as collector_module
 from spectax.exposition.collector import LoadCurves
 from spectax.report.load_curve_table import load_curve_table
 from spectax.report.period import Month
@@ -207,6 +211,62 @@ async def test_the_curve_from_bins_and_unrolled_windows_is_the_windows_curve(
     watched = {"x": monitor_of(ngram_settings("x")).snapshot}
     await book.refresh(store, NOW, (NOW - since).total_seconds(), watched)
     assert_same_metrics(book.current, speculating_curves(want))
+
+
+async def test_the_refresh_lets_the_event_loop_run_between_curves(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon's refresh makes each endpoint's curve and K schedule, and each curve's
+    lines, on the event loop with a turn of the loop between every two: scrapes and /metrics
+    reads run in between. (In a worker thread it held the GIL for ~3.5 s at 2,000 endpoints,
+    and the loop's every socket call waited the interpreter's switch interval to get it back:
+    bench/README.) What it makes is what `speculating_curves` makes of the same samples."""
+    first = NOW - timedelta(hours=2)
+    names = [f"e{n}" for n in range(4)]
+    await save(
+        store,
+        [
+            r
+            for n in names
+            for i in range(12)
+            for r in window(first + timedelta(minutes=5 * i), i, n)
+        ],
+    )
+    events: list[tuple[str, int]] = []
+    made_curve = curve_book.load_curve
+    real_lines = collector_module.load_curve_samples
+
+    def load_curve_logged(samples: Any) -> LoadCurve:
+        events.append(("curve", threading.get_ident()))
+        return made_curve(samples)
+
+    def lines_logged(*args: Any) -> None:
+        events.append(("lines", threading.get_ident()))
+        real_lines(*args)
+
+    monkeypatch.setattr(curve_book, "load_curve", load_curve_logged)
+    monkeypatch.setattr(collector_module, "load_curve_samples", lines_logged)
+    refreshing = True
+
+    async def loop_turns() -> None:
+        while refreshing:
+            events.append(("turn", threading.get_ident()))
+            await asyncio.sleep(0)
+
+    turns = asyncio.create_task(loop_turns())
+    book = CurveBook()
+    watched = {n: monitor_of(ngram_settings(n)).snapshot for n in names}
+    await book.refresh(store, NOW, 3 * 3600.0, watched)
+    refreshing = False
+    await turns
+
+    steps = [i for i, (kind, _) in enumerate(events) if kind != "turn"]
+    assert [events[i][0] for i in steps] == ["curve"] * 4 + ["lines"] * 4
+    assert {ident for _, ident in events} == {threading.get_ident()}  # all on the loop's thread
+    assert all(events[i + 1][0] == "turn" for i in steps[:-1])  # the loop ran after each
+    samples = await store.load_samples(first - timedelta(hours=1), names)
+    assert book.current.lines == speculating_curves(samples).lines
+    assert sorted(book.current.curves) == [(n, MODEL) for n in names]
 
 
 async def due_hours(store: Store) -> list[datetime]:

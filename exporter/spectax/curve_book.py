@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from datetime import datetime, timedelta
 
-from spectax.economics.draft_schedule import draft_schedule
+from spectax.economics.draft_schedule import DraftSchedule, draft_schedule
 from spectax.economics.k_schedule import schedule_boundaries
-from spectax.economics.load_curve import LoadSample, load_curve
+from spectax.economics.load_curve import LoadCurve, LoadSample, load_curve
 from spectax.endpoint import EndpointSnapshot
-from spectax.exposition.collector import LoadCurves
+from spectax.exposition.collector import LoadCurves, drained
 from spectax.store import Store, StoreError
 
 log = logging.getLogger(__name__)
@@ -54,15 +54,25 @@ class CurveBook:
         if self._failing:
             log.info("load curves: the store is read again")
         self._failing = False
-        boundaries, engines = {}, {}
+        boundaries: dict[str, tuple[int, ...]] = {}
+        engines: dict[str, tuple[str, str | None]] = {}
         for name, snapshot in endpoints.items():
             speculation = snapshot.config.speculation
             if speculation is not None and speculation.schedule is not None:
                 boundaries[name] = schedule_boundaries(speculation.schedule)
             engines[name] = (snapshot.config.engine, speculation.method if speculation else None)
-        # In a worker thread: at 2,000 endpoints binning and formatting the curves took
-        # ~0.8 s of CPU, which on the event loop would hold every scrape and /metrics read.
-        self.current = await asyncio.to_thread(speculating_curves, samples, boundaries, engines)
+        # On the event loop, a step at a time: at 2,000 endpoints the curves, their K
+        # schedules and their lines are ~3.5 s of CPU. In a worker thread they held the GIL,
+        # and every socket call of the loop's scrapes and reads then waited for the
+        # interpreter's switch interval (5 ms) to get it back. A step is ~2 ms at most.
+        making = _making(samples, boundaries, engines)
+        while True:
+            try:
+                next(making)
+            except StopIteration as done:
+                self.current = done.value
+                return
+            await asyncio.sleep(0)
 
 
 def speculating_curves(
@@ -73,12 +83,24 @@ def speculating_curves(
     """The curves of the (endpoint, model) pairs whose samples speculated (a bin with a
     speedup), ready for /metrics, with the boundaries of the endpoints' K schedules and the
     K schedule each curve implies (`draft_schedule`, for the endpoint's engine and method
-    in `engines`: vLLM's, when not given)."""
-    made = {key: load_curve(found) for key, found in samples.items()}
-    curves = {key: c for key, c in made.items() if any(b.speedup is not None for b in c.bins)}
-    engines = engines or {}
-    schedules = {}
-    for (endpoint, model), curve in curves.items():
-        engine, method = engines.get(endpoint, ("vllm", None))
-        schedules[(endpoint, model)] = draft_schedule(curve, engine=engine, method=method)
-    return LoadCurves.of(curves, boundaries, schedules)
+    in `engines`: vLLM's, when not given). What `CurveBook.refresh` makes, in one go."""
+    return drained(_making(samples, boundaries or {}, engines or {}))
+
+
+def _making(
+    samples: Mapping[tuple[str, str], Sequence[LoadSample]],
+    boundaries: Mapping[str, tuple[int, ...]],
+    engines: Mapping[str, tuple[str, str | None]],
+) -> Generator[None, None, LoadCurves]:
+    """`speculating_curves`, yielding after each pair's curve and K schedule and each
+    curve's lines."""
+    curves: dict[tuple[str, str], LoadCurve] = {}
+    schedules: dict[tuple[str, str], DraftSchedule] = {}
+    for key, found in samples.items():
+        curve = load_curve(found)
+        if any(b.speedup is not None for b in curve.bins):
+            engine, method = engines.get(key[0], ("vllm", None))
+            curves[key] = curve
+            schedules[key] = draft_schedule(curve, engine=engine, method=method)
+        yield
+    return (yield from LoadCurves.formatting(curves, boundaries, schedules))

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import math
 import platform
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -30,6 +31,8 @@ from spectax.exposition.families import FAMILIES, AddSample, Family
 from spectax.exposition.text import Page, Settings, TextEncoder, line_writer
 from spectax.health import REASONS
 from spectax.pipeline.model_ledger import DROP_REASONS
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -157,11 +160,36 @@ class LoadCurves:
         boundaries: Mapping[str, tuple[int, ...]] | None = None,
         schedules: Mapping[tuple[str, str], DraftSchedule] | None = None,
     ) -> LoadCurves:
+        return drained(cls.formatting(curves, boundaries, schedules))
+
+    @classmethod
+    def formatting(
+        cls,
+        curves: Mapping[tuple[str, str], LoadCurve],
+        boundaries: Mapping[str, tuple[int, ...]] | None = None,
+        schedules: Mapping[tuple[str, str], DraftSchedule] | None = None,
+    ) -> Generator[None, None, LoadCurves]:
+        """`of`, a curve's lines at a time: it yields after each (~150 µs), so that the
+        daemon's event loop can run its scrapes in between (`curve_book`), and returns the
+        curves with their lines."""
         boundaries, schedules = boundaries or {}, schedules or {}
         lines: dict[str, list[str]] = {}
-        load_curve_samples(line_writer(lines), curves, boundaries, schedules)
+        add = line_writer(lines)
+        for key in sorted(curves):  # the order `load_curve_samples` gives all at once
+            load_curve_samples(add, {key: curves[key]}, boundaries, schedules)
+            yield
         text = {family: "".join(found).encode() for family, found in lines.items()}
         return cls(curves, text, boundaries, schedules)
+
+
+def drained(steps: Generator[None, None, T]) -> T:
+    """What a generator of steps (`LoadCurves.formatting`) returns, its steps run in one go."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            value: T = done.value
+            return value
 
 
 def load_curve_samples(
