@@ -15,15 +15,19 @@ reads wait their turn.
 
     PYTHONPATH=exporter python bench/load_curves.py [--endpoints 2000]
 
-It prints numbers, never fails on them.
+It prints numbers, never fails on them: the CPU of a refresh, and the memory its curves
+keep and need while they are made (traced by tracemalloc: Python's own blocks, not RSS).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import random
 import time
+import tracemalloc
 from decimal import Decimal
+from itertools import chain
 
 from spectax.curve_book import speculating_curves
 from spectax.economics import Parameters, StepModel
@@ -101,6 +105,19 @@ def main() -> None:
         f"{args.endpoints} endpoints, {len(one[0])} windows each: a refresh takes {best:.2f} s "
         f"of CPU (best of {args.repeat}), {best / args.endpoints * 1e3:.2f} ms an endpoint; "
         f"{len(curves.curves)} curves"
+    )
+    del curves
+    gc.collect()
+    tracemalloc.start()
+    curves = speculating_curves(samples)
+    gc.collect()
+    kept, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    lines = sum(map(len, chain.from_iterable(curves.lines.values())))
+    print(
+        f"memory (tracemalloc): the curves kept {kept / 1e6:.1f} MB, their /metrics lines "
+        f"{lines / 1e6:.1f} MB of it; {peak / 1e6:.1f} MB at the refresh's peak (the last "
+        "curves, which /metrics serves meanwhile, come on top)"
     )
 
 

@@ -28,7 +28,7 @@ from spectax.economics.load_curve import LoadCurve
 from spectax.endpoint import EndpointSnapshot
 from spectax.engines import not_exposed
 from spectax.exposition.families import FAMILIES, AddSample, Family
-from spectax.exposition.text import Page, Settings, TextEncoder, line_writer
+from spectax.exposition.text import Formatted, Page, Settings, TextEncoder, line_writer
 from spectax.health import REASONS
 from spectax.pipeline.model_ledger import DROP_REASONS
 
@@ -147,7 +147,8 @@ class LoadCurves:
     they are up to ~100,000 lines, too many to format at every read."""
 
     curves: Mapping[tuple[str, str], LoadCurve] = field(default_factory=dict)
-    lines: Mapping[str, bytes] = field(default_factory=dict)
+    #: By family, its lines: a piece of bytes per curve, in the curves' order.
+    lines: Formatted = field(default_factory=dict)
     #: By endpoint, the batch sizes where its configured K schedule changes K.
     boundaries: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     #: The K schedule each curve implies (`economics.draft_schedule`), by endpoint and model.
@@ -171,14 +172,18 @@ class LoadCurves:
     ) -> Generator[None, None, LoadCurves]:
         """`of`, a curve's lines at a time: it yields after each (~150 µs), so that the
         daemon's event loop can run its scrapes in between (`curve_book`), and returns the
-        curves with their lines."""
+        curves with their lines. Each curve's lines of a family are one piece of bytes, kept
+        as they are: joining them all, as str and then encoded, tripled the lines' ~18 MB
+        at 2,000 endpoints for the time of a refresh (`bench/load_curves.py`)."""
         boundaries, schedules = boundaries or {}, schedules or {}
-        lines: dict[str, list[str]] = {}
-        add = line_writer(lines)
+        pieces: dict[str, list[bytes]] = {}
         for key in sorted(curves):  # the order `load_curve_samples` gives all at once
-            load_curve_samples(add, {key: curves[key]}, boundaries, schedules)
+            lines: dict[str, list[str]] = {}
+            load_curve_samples(line_writer(lines), {key: curves[key]}, boundaries, schedules)
+            for family, found in lines.items():
+                pieces.setdefault(family, []).append("".join(found).encode())
             yield
-        text = {family: "".join(found).encode() for family, found in lines.items()}
+        text = {family: tuple(found) for family, found in pieces.items()}
         return cls(curves, text, boundaries, schedules)
 
 

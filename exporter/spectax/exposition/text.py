@@ -51,7 +51,9 @@ FAMILY_INDEX = {name: index for index, name in enumerate(FAMILY_NAMES)}
 Fragments = tuple[bytes | None, ...]
 # A sample as an endpoint's walk adds it: its family, its label values, its value.
 Sample = tuple[str, tuple[str, ...], float]
-_NOTHING_FORMATTED: Mapping[str, bytes] = {}
+#: Lines formatted elsewhere, by family (the load curves'), in pieces of bytes.
+Formatted = Mapping[str, tuple[bytes, ...]]
+_NOTHING_FORMATTED: Formatted = {}
 FAMILIES_PER_PART = 6  # how much of the page a worker joins and compresses at a time
 
 
@@ -140,7 +142,7 @@ class TextEncoder:
         self._templates: weakref.WeakValueDictionary[tuple[object, ...], Template] = (
             weakref.WeakValueDictionary()
         )
-        self._last_key: tuple[str, Mapping[str, bytes], list[EndpointSnapshot]] | None = None
+        self._last_key: tuple[str, Formatted, list[EndpointSnapshot]] | None = None
         # Pages of one generation are the same: what a cache of the page's gzip compares,
         # so that it need not hold the page itself.
         self.generation = 0
@@ -149,7 +151,7 @@ class TextEncoder:
         self,
         spectax_samples: Callable[[AddSample], None],
         snapshots: Mapping[str, EndpointSnapshot],
-        formatted: Mapping[str, bytes] | None = None,
+        formatted: Formatted | None = None,
     ) -> Page:
         """The whole page: spectax's own samples (`spectax_samples`, cheap, formatted every
         time), lines formatted once elsewhere (`formatted`, by family: the load curves, a
@@ -189,7 +191,7 @@ class TextEncoder:
         heads = [
             (
                 HEADERS[family] + "".join(spectax_lines.get(family, ())).encode(),
-                formatted.get(family, b""),
+                *formatted.get(family, ()),
             )
             for family in FAMILY_NAMES
         ]
@@ -314,7 +316,7 @@ def template_of(names: tuple[str, ...], labels: tuple[tuple[str | None, ...], ..
     return Template(tuple(families), itemgetter(*order), _joined(families))
 
 
-def _parts(heads: list[tuple[bytes, bytes]], fragments: list[Fragments]) -> Iterator[bytes]:
+def _parts(heads: list[tuple[bytes, ...]], fragments: list[Fragments]) -> Iterator[bytes]:
     """The page in parts of FAMILIES_PER_PART families: each family's header and spectax's
     own lines, the lines formatted elsewhere, then every endpoint's lines in it.
     `zip(*fragments)` turns the endpoints' tuples into the families' columns in C. ~1 MB
