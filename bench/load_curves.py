@@ -54,9 +54,23 @@ LOADS = (1.0, 1.5, 3.0, 6.0, 12.0, 24.0, 48.0, 96.0, 200.0)
 
 def day(rng: random.Random) -> list[LoadSample]:
     """A day of one endpoint's windows: the worked example's counts, its own acceptance."""
+    found = []
+    for assessed in assessed_windows(rng, 0.0, 288):
+        sample = sample_of(assessed, MODEL)
+        assert sample is not None
+        found.append(sample)
+    return found
+
+
+def assessed_windows(
+    rng: random.Random, first: float, count: int, model: str = MODEL
+) -> list[AssessedWindow]:
+    """`count` consecutive 5-minute windows of one endpoint from `first` (epoch seconds),
+    each assessed: the worked example's counts at a load drawn from `LOADS`, with an
+    acceptance of the endpoint's own (also `scale.py --history-hours`'s history)."""
     share = rng.uniform(0.6, 1.0)
     found = []
-    for i in range(288):
+    for i in range(count):
         counts = Counts(
             generation_tokens=2800.0,
             drafts=1000.0,
@@ -65,26 +79,25 @@ def day(rng: random.Random) -> list[LoadSample]:
             accepted_per_position=(800.0 * share, 600.0 * share, 400.0 * share),
             running_seconds=rng.choice(LOADS) * 300.0,
         )
-        start = 300.0 * i
+        start = first + 300.0 * i
         spend = {
-            MODEL: ModelSpend(
+            model: ModelSpend(
                 spend_usd=SPEND,
                 busy_usd=SPEND,
                 draft_load_usd=Decimal(0),
                 cold_start_usd=Decimal(0),
             )
         }
-        window = Window(start, start + 300.0, 300.0, 300.0, spend_usd=SPEND, models={MODEL: counts})
-        assessed = AssessedWindow(
-            window,
-            assess_window(window, PARAMS, spend, latency=False),
-            spend,
-            PARAMS.step_model,
-            0.05,
+        window = Window(start, start + 300.0, 300.0, 300.0, spend_usd=SPEND, models={model: counts})
+        found.append(
+            AssessedWindow(
+                window,
+                assess_window(window, PARAMS, spend, latency=False),
+                spend,
+                PARAMS.step_model,
+                0.05,
+            )
         )
-        sample = sample_of(assessed, MODEL)
-        assert sample is not None
-        found.append(sample)
     return found
 
 

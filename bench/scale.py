@@ -33,6 +33,7 @@ import gzip
 import json
 import os
 import platform
+import random
 import re
 import shutil
 import socket
@@ -51,6 +52,7 @@ from aiohttp import web
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "tests" / "fixtures" / "vllm-0.32.0" / "spec_draft_3_after.txt"
+PAGE_MODEL = "tiny-llama"  # the model the page serves
 VLLM_KEEPALIVE_SECONDS = 5.0  # uvicorn's --timeout-keep-alive as vLLM sets it
 # Counters (and the histogram sums and counts spectax reads) that grow with time, so every
 # scrape sees new traffic: tokens, drafts, finished requests, step and token timings.
@@ -169,6 +171,34 @@ class Targets:
         )
 
 
+async def write_history(path: Path, names: list[str], hours: float) -> None:
+    """`--history-hours`: each endpoint's 5-minute windows of the last `hours`, assessed
+    (`load_curves.assessed_windows`: loads of 1 to 200 running requests, each endpoint's own
+    acceptance) and written through the store, then rolled up: what a daemon that ran that
+    long leaves. Its load curves are then a day's, not the few minutes' of a fresh store:
+    their refresh, their memory and their lines on /metrics are the daemon's after a day."""
+    from load_curves import assessed_windows  # spectax's own modules: only for this option
+    from spectax.store import Store
+    from spectax.store.rows import window_rows
+
+    started = time.monotonic()
+    store = await Store.open(f"sqlite+aiosqlite:///{path}")
+    rng = random.Random(19)
+    count = int(hours * 12)
+    first = (time.time() // 300 - count) * 300  # the windows end at the last boundary
+    try:
+        for name in names:
+            windows = assessed_windows(rng, first, count, PAGE_MODEL)
+            await store.save(name, [row for w in windows for row in window_rows(name, w)], None)
+        await store.rollup()
+    finally:
+        await store.close()
+    print(
+        f"history: {count} windows of each of {len(names)} endpoints written and rolled up in "
+        f"{time.monotonic() - started:.0f} s"
+    )
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--endpoints", type=int, default=2000)
@@ -192,6 +222,12 @@ async def main() -> None:
         "--gc-log",
         type=Path,
         help="log spectax's garbage-collector passes of 10 ms or more to this file",
+    )
+    parser.add_argument(
+        "--history-hours",
+        type=float,
+        default=0.0,
+        help="start spectax on a store holding this many hours of each endpoint's windows",
     )
     parser.add_argument("--reader", help=argparse.SUPPRESS)  # the /metrics reader's own process
     args = parser.parse_args()
@@ -232,6 +268,9 @@ async def main() -> None:
         ],
     }
     (work / "spectax.yml").write_text(yaml.safe_dump(config))
+    if args.history_hours > 0:
+        names = [endpoint["name"] for endpoint in config["endpoints"]]
+        await write_history(work / "state" / "spectax.sqlite", names, args.history_hours)
     run = ["-m", "spectax"] if args.gc_log is None else ["-c", GC_LOGGING_SPECTAX, str(args.gc_log)]
     spectax = subprocess.Popen(
         [
@@ -292,6 +331,7 @@ async def main() -> None:
         f"   /metrics: {alone['size'] / 1e6:.2f} MB ({alone['gzip_size'] / 1e6:.2f} MB gzipped), "
         f"p50 {statistics.median(latencies) * 1e3:.0f} ms, p99 {p99 * 1e3:.0f} ms, "
         f"max {latencies[-1] * 1e3:.0f} ms over {len(latencies)} requests (target: p99 < 250 ms)"
+        f"; the last read's load curves: {alone['bins']} bins"
     )
     took, ended = max(alone["reads"])
     print(
@@ -392,14 +432,16 @@ async def measure(
         "own_cpu": (time.process_time() - own0) / (t1 - t0) * 60,
         "size": reads["size"],
         "gzip_size": reads["gzip_size"],
+        "bins": reads["bins"],
         "reads": reads["reads"],
     }
 
 
 async def read_metrics(url: str, seconds: float, every: float) -> dict[str, Any]:
     """Read /metrics as Prometheus does every `every` seconds for `seconds`: each read's
-    (seconds taken, wall clock when it ended), and the last body's size."""
-    reads, size, gzip_size = [], 0, 0
+    (seconds taken, wall clock when it ended), the last body's size and its load curves'
+    bins (`spectax_load_time_share_ratio` lines)."""
+    reads, size, gzip_size, bins = [], 0, 0, 0
     headers = {**PROMETHEUS_ACCEPT, "Accept-Encoding": "gzip"}
     t0 = time.monotonic()
     async with aiohttp.ClientSession() as session:
@@ -408,9 +450,11 @@ async def read_metrics(url: str, seconds: float, every: float) -> dict[str, Any]
             async with session.get(url, headers=headers, auto_decompress=False) as r:
                 compressed = await r.read()
             reads.append((time.monotonic() - started, time.time()))
-            gzip_size, size = len(compressed), len(gzip.decompress(compressed))
+            body = gzip.decompress(compressed)
+            gzip_size, size = len(compressed), len(body)
+            bins = body.count(b"\nspectax_load_time_share_ratio{")
             await asyncio.sleep(max(0.0, started + every - time.monotonic()))
-    return {"reads": reads, "size": size, "gzip_size": gzip_size}
+    return {"reads": reads, "size": size, "gzip_size": gzip_size, "bins": bins}
 
 
 def report_gc(log: Path, reads: list[tuple[float, float]]) -> None:
