@@ -13,7 +13,7 @@ binning here is at the top of its range; the K schedule costs the same either wa
 work is Python holding the GIL: while it runs, the event loop's scrapes and `/metrics`
 reads wait their turn.
 
-    PYTHONPATH=exporter python bench/load_curves.py [--endpoints 2000]
+    PYTHONPATH=exporter python bench/load_curves.py [--endpoints 2000] [--daemon]
 
 It prints numbers, never fails on them: the CPU of a refresh, and the memory its curves
 keep and need while they are made (traced by tracemalloc: Python's own blocks, not RSS).
@@ -22,20 +22,26 @@ keep and need while they are made (traced by tracemalloc: Python's own blocks, n
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import random
+import tempfile
 import time
 import tracemalloc
+from datetime import UTC, datetime
 from decimal import Decimal
-from itertools import chain
+from pathlib import Path
 
-from spectax.curve_book import speculating_curves
+from spectax.config import validate
+from spectax.curve_book import CurveBook, speculating_curves
 from spectax.economics import Parameters, StepModel
 from spectax.economics.assessment import AssessedWindow, assess_window
 from spectax.economics.load_curve import LoadSample, sample_of
 from spectax.economics.pricing import ModelSpend
+from spectax.endpoint import EndpointMonitor
 from spectax.pipeline.counts import Counts
 from spectax.pipeline.windows import Window
+from spectax.store import Store
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 SPEND = Decimal("2.50") * 300 / 3600
@@ -105,7 +111,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--endpoints", type=int, default=2000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--daemon",
+        action="store_true",
+        help="instead, the daemon's refresh (CurveBook) from a store holding a day of windows: "
+        "its RSS, in a process that did nothing before it",
+    )
     args = parser.parse_args()
+    if args.daemon:
+        asyncio.run(daemon_refreshes(args.endpoints))
+        return
     rng = random.Random(31)
     one = [day(rng) for _ in range(20)]  # 20 endpoints' days, each reused 1 in 20
     samples = {(f"replica-{i}", MODEL): one[i % len(one)] for i in range(args.endpoints)}
@@ -126,12 +141,67 @@ def main() -> None:
     gc.collect()
     kept, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    lines = sum(map(len, chain.from_iterable(curves.lines.values())))
+    # (a piece per curve, or one bytes a family before 2e213e3)
+    lines = sum(len(v) if isinstance(v, bytes) else sum(map(len, v)) for v in curves.lines.values())
     print(
         f"memory (tracemalloc): the curves kept {kept / 1e6:.1f} MB, their /metrics lines "
-        f"{lines / 1e6:.1f} MB of it; {peak / 1e6:.1f} MB at the refresh's peak (the last "
-        "curves, which /metrics serves meanwhile, come on top)"
+        f"{lines / 1e6:.1f} MB of it; {peak / 1e6:.1f} MB at the peak of making them at once"
     )
+
+
+async def daemon_refreshes(endpoints: int, refreshes: int = 3) -> None:
+    """The daemon's own refresh (`CurveBook.refresh`: the store's read, then a pair at a
+    time) on a store holding a day of each endpoint's windows (`scale.write_history`),
+    `refreshes` times: the process's RSS over what it was before the first, after each, and
+    its peak (VmHWM). RSS, not traced bytes: what the allocator keeps is what counts."""
+    from scale import PAGE_MODEL, write_history
+
+    names = [f"replica-{i:05d}" for i in range(endpoints)]
+    settings = validate(
+        {
+            "endpoints": [
+                {
+                    "name": name,
+                    "url": "http://127.0.0.1:1",
+                    "speculation": {"method": "draft_model", "draft_cost_ratio": 0.1},
+                    "price": {"usd_per_hour": 3.99},
+                }
+                for name in names
+            ]
+        }
+    )
+    prices = settings.usd_per_hour
+    watched = {
+        e.name: EndpointMonitor(e, prices.get(e.name), 300.0).snapshot
+        for e in settings.config.endpoints
+    }
+    with tempfile.TemporaryDirectory(prefix="spectax-curves-") as work:
+        path = Path(work) / "spectax.sqlite"
+        await write_history(path, names, 24.0)
+        store = await Store.open(f"sqlite+aiosqlite:///{path}")
+        try:
+            book, base = CurveBook(), _status_mib("VmRSS")
+            for i in range(refreshes):
+                started = time.process_time()
+                await book.refresh(store, datetime.now(UTC), 86400.0, watched)
+                took = time.process_time() - started
+                assert sorted(book.current.curves) == [(n, PAGE_MODEL) for n in names]
+                gc.collect()
+                print(
+                    f"the daemon's refresh {i + 1} ({took:.2f} s of CPU, the store's read "
+                    f"included): RSS {_status_mib('VmRSS') - base:+.0f} MiB over before the "
+                    f"first, peak {_status_mib('VmHWM') - base:+.0f} MiB"
+                )
+        finally:
+            await store.close()
+
+
+def _status_mib(key: str) -> float:
+    """A line of /proc/self/status (VmRSS, VmHWM), in MiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) / 1024
+    raise KeyError(key)
 
 
 if __name__ == "__main__":

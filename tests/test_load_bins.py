@@ -216,11 +216,13 @@ async def test_the_curve_from_bins_and_unrolled_windows_is_the_windows_curve(
 async def test_the_refresh_lets_the_event_loop_run_between_curves(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The daemon's refresh makes each endpoint's curve and K schedule, and each curve's
-    lines, on the event loop with a turn of the loop between every two: scrapes and /metrics
-    reads run in between. (In a worker thread it held the GIL for ~3.5 s at 2,000 endpoints,
-    and the loop's every socket call waited the interpreter's switch interval to get it back:
-    bench/README.) What it makes is what `speculating_curves` makes of the same samples."""
+    """The daemon's refresh makes each endpoint's curve, K schedule and lines on the event
+    loop, a pair at a time with a turn of the loop after each: scrapes and /metrics reads
+    run in between. (In a worker thread it held the GIL for ~3.5 s at 2,000 endpoints, and
+    the loop's every socket call waited the interpreter's switch interval to get it back:
+    bench/README.) A read in the middle of a refresh sees every pair, made again or still
+    the last refresh's; what the refresh makes is what `speculating_curves` makes of the
+    same samples, and a pair no longer watched is gone at its end."""
     first = NOW - timedelta(hours=2)
     names = [f"e{n}" for n in range(4)]
     await save(
@@ -232,6 +234,12 @@ async def test_the_refresh_lets_the_event_loop_run_between_curves(
             for r in window(first + timedelta(minutes=5 * i), i, n)
         ],
     )
+    book = CurveBook()
+    watched = {n: monitor_of(ngram_settings(n)).snapshot for n in names}
+    await book.refresh(store, NOW, 3 * 3600.0, watched)
+    last = book.current
+    assert sorted(last.curves) == [(n, MODEL) for n in names]
+
     events: list[tuple[str, int]] = []
     made_curve = curve_book.load_curve
     real_lines = collector_module.load_curve_samples
@@ -246,27 +254,35 @@ async def test_the_refresh_lets_the_event_loop_run_between_curves(
 
     monkeypatch.setattr(curve_book, "load_curve", load_curve_logged)
     monkeypatch.setattr(collector_module, "load_curve_samples", lines_logged)
-    refreshing = True
+    refreshing, reads = True, []
 
     async def loop_turns() -> None:
         while refreshing:
             events.append(("turn", threading.get_ident()))
+            reads.append(book.current)
             await asyncio.sleep(0)
 
     turns = asyncio.create_task(loop_turns())
-    book = CurveBook()
-    watched = {n: monitor_of(ngram_settings(n)).snapshot for n in names}
-    await book.refresh(store, NOW, 3 * 3600.0, watched)
+    await book.refresh(store, NOW + timedelta(minutes=5), 3 * 3600.0, watched)
     refreshing = False
     await turns
 
     steps = [i for i, (kind, _) in enumerate(events) if kind != "turn"]
-    assert [events[i][0] for i in steps] == ["curve"] * 4 + ["lines"] * 4
+    assert [events[i][0] for i in steps] == ["curve", "lines"] * 4
     assert {ident for _, ident in events} == {threading.get_ident()}  # all on the loop's thread
-    assert all(events[i + 1][0] == "turn" for i in steps[:-1])  # the loop ran after each
+    assert all(events[i + 1][0] == "turn" for i in steps[1::2])  # the loop ran after each pair
+    # Every read during the refresh had each pair's lines, old or new, in the curves' order.
+    assert len({id(r) for r in reads}) > 2  # reads saw pairs made again, one by one
+    for read in reads:
+        assert sorted(read.curves) == [(n, MODEL) for n in names]
+        assert all(len(pieces) == 4 for pieces in read.lines.values())
     samples = await store.load_samples(first - timedelta(hours=1), names)
     assert book.current.lines == speculating_curves(samples).lines
-    assert sorted(book.current.curves) == [(n, MODEL) for n in names]
+    # An endpoint no longer watched: its pair is gone after the next refresh.
+    del watched["e2"]
+    await book.refresh(store, NOW, 3 * 3600.0, watched)
+    assert sorted(book.current.curves) == [(n, MODEL) for n in names if n != "e2"]
+    assert all(len(pieces) == 3 for pieces in book.current.lines.values())
 
 
 async def due_hours(store: Store) -> list[datetime]:

@@ -13,26 +13,37 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
-from spectax.economics.draft_schedule import DraftSchedule, draft_schedule
+from spectax.economics.draft_schedule import draft_schedule
 from spectax.economics.k_schedule import schedule_boundaries
-from spectax.economics.load_curve import LoadCurve, LoadSample, load_curve
+from spectax.economics.load_curve import LoadSample, load_curve
 from spectax.endpoint import EndpointSnapshot
-from spectax.exposition.collector import LoadCurves, drained
+from spectax.exposition.collector import CurveLines, LoadCurves
 from spectax.store import Store, StoreError
 
 log = logging.getLogger(__name__)
 
 
 class CurveBook:
-    """The last load curves made; none until the first refresh, which the daemon runs as it
-    starts scraping."""
+    """The load curves last made, an endpoint and model at a time; none until the first
+    refresh, which the daemon runs as it starts scraping."""
 
     def __init__(self) -> None:
-        self.current = LoadCurves()
+        self._made: dict[tuple[str, str], CurveLines] = {}
+        self._boundaries: Mapping[str, tuple[int, ...]] = {}
+        self._current: LoadCurves | None = LoadCurves()
         self._failing = False
+
+    @property
+    def current(self) -> LoadCurves:
+        """The curves as /metrics and the status page read them: gathered again only after
+        a pair changed (a read between two steps of a refresh sees each pair once, the
+        ones not made again yet as the last refresh left them)."""
+        if self._current is None:
+            self._current = LoadCurves.gathered(self._made, self._boundaries)
+        return self._current
 
     async def refresh(
         self,
@@ -43,7 +54,15 @@ class CurveBook:
     ) -> None:
         """Read the lookback's load bins and make the curves again, of the `endpoints` watched
         (by name, their snapshots: their configured K schedules); a store that cannot be
-        read keeps the last ones, said once in the log, and its recovery once."""
+        read keeps the last ones, said once in the log, and its recovery once.
+
+        On the event loop, a pair at a time, each replacing the last one made of it: at
+        2,000 endpoints and a day of windows the curves, their K schedules and their lines
+        are ~2.5 s of CPU. In a worker thread they held the GIL, and every socket call of
+        the loop's scrapes and reads then waited for the interpreter's switch interval (5
+        ms) to get it back (scrapes up to 2 s late). Made whole and then swapped, the
+        last curves and the new ones were both alive: a pair at a time, the one replaced
+        is freed as the next is made (bench/README.md)."""
         try:
             samples = await store.load_samples(now - timedelta(seconds=lookback), list(endpoints))
         except StoreError as exc:
@@ -61,18 +80,21 @@ class CurveBook:
             if speculation is not None and speculation.schedule is not None:
                 boundaries[name] = schedule_boundaries(speculation.schedule)
             engines[name] = (snapshot.config.engine, speculation.method if speculation else None)
-        # On the event loop, a step at a time: at 2,000 endpoints the curves, their K
-        # schedules and their lines are ~3.5 s of CPU. In a worker thread they held the GIL,
-        # and every socket call of the loop's scrapes and reads then waited for the
-        # interpreter's switch interval (5 ms) to get it back. A step is ~2 ms at most.
-        making = _making(samples, boundaries, engines)
-        while True:
-            try:
-                next(making)
-            except StopIteration as done:
-                self.current = done.value
-                return
+        self._boundaries = boundaries
+        kept = set()
+        while samples:  # each pair's samples let go of once its curve is made
+            key, found = samples.popitem()
+            made = _made(key, found, boundaries, engines)
+            if made is not None:
+                self._made[key] = made
+                kept.add(key)
+            else:
+                self._made.pop(key, None)
+            self._current = None
             await asyncio.sleep(0)
+        for key in set(self._made) - kept:  # an endpoint no longer watched, or a pair gone
+            del self._made[key]
+        self._current = None
 
 
 def speculating_curves(
@@ -84,23 +106,21 @@ def speculating_curves(
     speedup), ready for /metrics, with the boundaries of the endpoints' K schedules and the
     K schedule each curve implies (`draft_schedule`, for the endpoint's engine and method
     in `engines`: vLLM's, when not given). What `CurveBook.refresh` makes, in one go."""
-    return drained(_making(samples, boundaries or {}, engines or {}))
+    boundaries, engines = boundaries or {}, engines or {}
+    made = {key: _made(key, found, boundaries, engines) for key, found in samples.items()}
+    return LoadCurves.gathered({k: m for k, m in made.items() if m is not None}, boundaries)
 
 
-def _making(
-    samples: Mapping[tuple[str, str], Sequence[LoadSample]],
+def _made(
+    key: tuple[str, str],
+    samples: Sequence[LoadSample],
     boundaries: Mapping[str, tuple[int, ...]],
     engines: Mapping[str, tuple[str, str | None]],
-) -> Generator[None, None, LoadCurves]:
-    """`speculating_curves`, yielding after each pair's curve and K schedule and each
-    curve's lines."""
-    curves: dict[tuple[str, str], LoadCurve] = {}
-    schedules: dict[tuple[str, str], DraftSchedule] = {}
-    for key, found in samples.items():
-        curve = load_curve(found)
-        if any(b.speedup is not None for b in curve.bins):
-            engine, method = engines.get(key[0], ("vllm", None))
-            curves[key] = curve
-            schedules[key] = draft_schedule(curve, engine=engine, method=method)
-        yield
-    return (yield from LoadCurves.formatting(curves, boundaries, schedules))
+) -> CurveLines | None:
+    """One pair's curve, K schedule and lines; None when it did not speculate."""
+    curve = load_curve(samples)
+    if not any(b.speedup is not None for b in curve.bins):
+        return None
+    engine, method = engines.get(key[0], ("vllm", None))
+    schedule = draft_schedule(curve, engine=engine, method=method)
+    return CurveLines.of(key, curve, schedule, boundaries)

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import math
 import platform
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -31,8 +30,6 @@ from spectax.exposition.families import FAMILIES, AddSample, Family
 from spectax.exposition.text import Formatted, Page, Settings, TextEncoder, line_writer
 from spectax.health import REASONS
 from spectax.pipeline.model_ledger import DROP_REASONS
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -140,11 +137,34 @@ class SnapshotCollector(Collector):
             _billing_samples(add, self._billing())
 
 
+@dataclass(frozen=True, slots=True)
+class CurveLines:
+    """One endpoint and model's curve, the K schedule it implies, and its /metrics lines:
+    by family, the curve's lines as one piece of bytes."""
+
+    curve: LoadCurve
+    schedule: DraftSchedule | None
+    lines: Mapping[str, bytes]
+
+    @classmethod
+    def of(
+        cls,
+        key: tuple[str, str],
+        curve: LoadCurve,
+        schedule: DraftSchedule | None,
+        boundaries: Mapping[str, tuple[int, ...]],
+    ) -> CurveLines:
+        lines: dict[str, list[str]] = {}
+        schedules = {key: schedule} if schedule is not None else {}
+        load_curve_samples(line_writer(lines), {key: curve}, boundaries, schedules)
+        return cls(curve, schedule, {f: "".join(found).encode() for f, found in lines.items()})
+
+
 @dataclass(frozen=True)
 class LoadCurves:
     """Each endpoint and model's load curve over the lookback (`spectax.curve_book`), and
     its lines of `/metrics`, formatted once when the curves are made: at 2,000 endpoints
-    they are up to ~100,000 lines, too many to format at every read."""
+    they are up to ~150,000 lines, too many to format at every read."""
 
     curves: Mapping[tuple[str, str], LoadCurve] = field(default_factory=dict)
     #: By family, its lines: a piece of bytes per curve, in the curves' order.
@@ -155,46 +175,25 @@ class LoadCurves:
     schedules: Mapping[tuple[str, str], DraftSchedule] = field(default_factory=dict)
 
     @classmethod
-    def of(
+    def gathered(
         cls,
-        curves: Mapping[tuple[str, str], LoadCurve],
-        boundaries: Mapping[str, tuple[int, ...]] | None = None,
-        schedules: Mapping[tuple[str, str], DraftSchedule] | None = None,
+        made: Mapping[tuple[str, str], CurveLines],
+        boundaries: Mapping[str, tuple[int, ...]],
     ) -> LoadCurves:
-        return drained(cls.formatting(curves, boundaries, schedules))
-
-    @classmethod
-    def formatting(
-        cls,
-        curves: Mapping[tuple[str, str], LoadCurve],
-        boundaries: Mapping[str, tuple[int, ...]] | None = None,
-        schedules: Mapping[tuple[str, str], DraftSchedule] | None = None,
-    ) -> Generator[None, None, LoadCurves]:
-        """`of`, a curve's lines at a time: it yields after each (~150 µs), so that the
-        daemon's event loop can run its scrapes in between (`curve_book`), and returns the
-        curves with their lines. Each curve's lines of a family are one piece of bytes, kept
-        as they are: joining them all, as str and then encoded, tripled the lines' ~18 MB
-        at 2,000 endpoints for the time of a refresh (`bench/load_curves.py`)."""
-        boundaries, schedules = boundaries or {}, schedules or {}
+        """The curves made one at a time (`CurveLines`), with each family's pieces in the
+        curves' order: the page `load_curve_samples` gives all at once. The pieces are kept
+        as they are: joined (as str, then encoded) they tripled the lines' ~18 MB at 2,000
+        endpoints for the time of a refresh (`bench/load_curves.py`)."""
         pieces: dict[str, list[bytes]] = {}
-        for key in sorted(curves):  # the order `load_curve_samples` gives all at once
-            lines: dict[str, list[str]] = {}
-            load_curve_samples(line_writer(lines), {key: curves[key]}, boundaries, schedules)
-            for family, found in lines.items():
-                pieces.setdefault(family, []).append("".join(found).encode())
-            yield
-        text = {family: tuple(found) for family, found in pieces.items()}
-        return cls(curves, text, boundaries, schedules)
-
-
-def drained(steps: Generator[None, None, T]) -> T:
-    """What a generator of steps (`LoadCurves.formatting`) returns, its steps run in one go."""
-    while True:
-        try:
-            next(steps)
-        except StopIteration as done:
-            value: T = done.value
-            return value
+        for key in sorted(made):
+            for family, text in made[key].lines.items():
+                pieces.setdefault(family, []).append(text)
+        return cls(
+            {key: m.curve for key, m in made.items()},
+            {family: tuple(found) for family, found in pieces.items()},
+            boundaries,
+            {key: m.schedule for key, m in made.items() if m.schedule is not None},
+        )
 
 
 def load_curve_samples(
