@@ -42,6 +42,7 @@ from spectax.endpoint import EndpointMonitor
 from spectax.pipeline.counts import Counts
 from spectax.pipeline.windows import Window
 from spectax.store import Store
+from spectax.store.rows import window_rows
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 SPEND = Decimal("2.50") * 300 / 3600
@@ -151,11 +152,9 @@ def main() -> None:
 
 async def daemon_refreshes(endpoints: int, refreshes: int = 3) -> None:
     """The daemon's own refresh (`CurveBook.refresh`: the store's read, then a pair at a
-    time) on a store holding a day of each endpoint's windows (`scale.write_history`),
+    time) on a store holding a day of each endpoint's windows (`write_history`),
     `refreshes` times: the process's RSS over what it was before the first, after each, and
     its peak (VmHWM). RSS, not traced bytes: what the allocator keeps is what counts."""
-    from scale import PAGE_MODEL, write_history
-
     names = [f"replica-{i:05d}" for i in range(endpoints)]
     settings = validate(
         {
@@ -185,7 +184,7 @@ async def daemon_refreshes(endpoints: int, refreshes: int = 3) -> None:
                 started = time.process_time()
                 await book.refresh(store, datetime.now(UTC), 86400.0, watched)
                 took = time.process_time() - started
-                assert sorted(book.current.curves) == [(n, PAGE_MODEL) for n in names]
+                assert sorted(book.current.curves) == [(n, MODEL) for n in names]
                 gc.collect()
                 print(
                     f"the daemon's refresh {i + 1} ({took:.2f} s of CPU, the store's read "
@@ -194,6 +193,30 @@ async def daemon_refreshes(endpoints: int, refreshes: int = 3) -> None:
                 )
         finally:
             await store.close()
+
+
+async def write_history(path: Path, names: list[str], hours: float, model: str = MODEL) -> None:
+    """Each endpoint's 5-minute windows of `model` over the last `hours`, assessed
+    (`assessed_windows`: loads of 1 to 200 running requests, each endpoint's own acceptance)
+    and written through the store, then rolled up: what a daemon that ran that long leaves
+    (`scale.py --history-hours`, and `--daemon` here): load curves of a day, not of a
+    fresh store's few minutes, with their refresh, their memory and their /metrics lines."""
+    started = time.monotonic()
+    store = await Store.open(f"sqlite+aiosqlite:///{path}")
+    rng = random.Random(19)
+    count = int(hours * 12)
+    first = (time.time() // 300 - count) * 300  # the windows end at the last boundary
+    try:
+        for name in names:
+            windows = assessed_windows(rng, first, count, model)
+            await store.save(name, [row for w in windows for row in window_rows(name, w)], None)
+        await store.rollup()
+    finally:
+        await store.close()
+    print(
+        f"history: {count} windows of each of {len(names)} endpoints written and rolled up in "
+        f"{time.monotonic() - started:.0f} s"
+    )
 
 
 def _status_mib(key: str) -> float:

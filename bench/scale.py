@@ -33,7 +33,6 @@ import gzip
 import json
 import os
 import platform
-import random
 import re
 import shutil
 import socket
@@ -49,6 +48,8 @@ from typing import Any
 import aiohttp
 import yaml
 from aiohttp import web
+
+from load_curves import write_history
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "tests" / "fixtures" / "vllm-0.32.0" / "spec_draft_3_after.txt"
@@ -171,34 +172,6 @@ class Targets:
         )
 
 
-async def write_history(path: Path, names: list[str], hours: float) -> None:
-    """`--history-hours`: each endpoint's 5-minute windows of the last `hours`, assessed
-    (`load_curves.assessed_windows`: loads of 1 to 200 running requests, each endpoint's own
-    acceptance) and written through the store, then rolled up: what a daemon that ran that
-    long leaves. Its load curves are then a day's, not the few minutes' of a fresh store:
-    their refresh, their memory and their lines on /metrics are the daemon's after a day."""
-    from load_curves import assessed_windows  # spectax's own modules: only for this option
-    from spectax.store import Store
-    from spectax.store.rows import window_rows
-
-    started = time.monotonic()
-    store = await Store.open(f"sqlite+aiosqlite:///{path}")
-    rng = random.Random(19)
-    count = int(hours * 12)
-    first = (time.time() // 300 - count) * 300  # the windows end at the last boundary
-    try:
-        for name in names:
-            windows = assessed_windows(rng, first, count, PAGE_MODEL)
-            await store.save(name, [row for w in windows for row in window_rows(name, w)], None)
-        await store.rollup()
-    finally:
-        await store.close()
-    print(
-        f"history: {count} windows of each of {len(names)} endpoints written and rolled up in "
-        f"{time.monotonic() - started:.0f} s"
-    )
-
-
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--endpoints", type=int, default=2000)
@@ -270,7 +243,9 @@ async def main() -> None:
     (work / "spectax.yml").write_text(yaml.safe_dump(config))
     if args.history_hours > 0:
         names = [endpoint["name"] for endpoint in config["endpoints"]]
-        await write_history(work / "state" / "spectax.sqlite", names, args.history_hours)
+        await write_history(
+            work / "state" / "spectax.sqlite", names, args.history_hours, PAGE_MODEL
+        )
     run = ["-m", "spectax"] if args.gc_log is None else ["-c", GC_LOGGING_SPECTAX, str(args.gc_log)]
     spectax = subprocess.Popen(
         [
