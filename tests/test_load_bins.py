@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from alembic import command
 from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -30,6 +31,7 @@ from spectax.economics.load_curve import LoadCurve, LoadSample, load_curve
 from spectax.exposition import SnapshotCollector, StoreStatus
 from spectax.exposition import collector as collector_module
 from spectax.exposition.collector import LoadCurves
+from spectax.exposition.text import line_writer
 from spectax.report.load_curve_table import load_curve_table
 from spectax.report.period import Month
 from spectax.store import Store, load_history
@@ -221,8 +223,9 @@ async def test_the_refresh_lets_the_event_loop_run_between_curves(
     run in between. (In a worker thread it held the GIL for ~3.5 s at 2,000 endpoints, and
     the loop's every socket call waited the interpreter's switch interval to get it back:
     bench/README.) A read in the middle of a refresh sees every pair, made again or still
-    the last refresh's; what the refresh makes is what `speculating_curves` makes of the
-    same samples, and a pair no longer watched is gone at its end."""
+    the last refresh's, and the text page and prometheus_client's collect() agree there,
+    though a reload changed the endpoints' K schedules in between. What the refresh makes
+    is the lines of one pass over all the curves; an endpoint no longer watched is gone."""
     first = NOW - timedelta(hours=2)
     names = [f"e{n}" for n in range(4)]
     await save(
@@ -234,11 +237,18 @@ async def test_the_refresh_lets_the_event_loop_run_between_curves(
             for r in window(first + timedelta(minutes=5 * i), i, n)
         ],
     )
+
+    def watched_with(schedule: list[list[int]] | None) -> dict[str, Any]:
+        speculation = {"method": "ngram"} | ({"schedule": schedule} if schedule else {})
+        return {n: monitor_of(ngram_settings(n, speculation=speculation)).snapshot for n in names}
+
     book = CurveBook()
-    watched = {n: monitor_of(ngram_settings(n)).snapshot for n in names}
-    await book.refresh(store, NOW, 3 * 3600.0, watched)
-    last = book.current
-    assert sorted(last.curves) == [(n, MODEL) for n in names]
+    await book.refresh(store, NOW, 3 * 3600.0, watched_with([[1, 3, 3], [4, 1024, 0]]))
+    assert sorted(book.current.curves) == [(n, MODEL) for n in names]
+    assert set(book.current.boundaries.values()) == {(4,)}
+    collector = SnapshotCollector(
+        lambda: {}, lambda: StoreStatus(0, 0), load_curves=lambda: book.current
+    )
 
     events: list[tuple[str, int]] = []
     made_curve = curve_book.load_curve
@@ -249,40 +259,77 @@ async def test_the_refresh_lets_the_event_loop_run_between_curves(
         return made_curve(samples)
 
     def lines_logged(*args: Any) -> None:
-        events.append(("lines", threading.get_ident()))
+        if not reading:  # collect() of a read formats the curves too
+            events.append(("lines", threading.get_ident()))
         real_lines(*args)
 
     monkeypatch.setattr(curve_book, "load_curve", load_curve_logged)
     monkeypatch.setattr(collector_module, "load_curve_samples", lines_logged)
-    refreshing, reads = True, []
+    refreshing, reading, reads = True, False, []
 
     async def loop_turns() -> None:
+        nonlocal reading
         while refreshing:
             events.append(("turn", threading.get_ident()))
-            reads.append(book.current)
+            reading = True
+            reads.append((book.current, text_samples(collector), collected_samples(collector)))
+            reading = False
             await asyncio.sleep(0)
 
     turns = asyncio.create_task(loop_turns())
-    await book.refresh(store, NOW + timedelta(minutes=5), 3 * 3600.0, watched)
+    # A reload in between: the endpoints' K schedule now changes K at 8, not 4.
+    await book.refresh(store, NOW, 3 * 3600.0, watched_with([[1, 7, 3], [8, 1024, 0]]))
     refreshing = False
     await turns
 
     steps = [i for i, (kind, _) in enumerate(events) if kind != "turn"]
     assert [events[i][0] for i in steps] == ["curve", "lines"] * 4
     assert {ident for _, ident in events} == {threading.get_ident()}  # all on the loop's thread
-    assert all(events[i + 1][0] == "turn" for i in steps[1::2])  # the loop ran after each pair
-    # Every read during the refresh had each pair's lines, old or new, in the curves' order.
-    assert len({id(r) for r in reads}) > 2  # reads saw pairs made again, one by one
-    for read in reads:
-        assert sorted(read.curves) == [(n, MODEL) for n in names]
-        assert all(len(pieces) == 4 for pieces in read.lines.values())
+    # The loop ran after each pair (its curve, then its lines).
+    assert all(events[i + 1][0] == "turn" for i in steps if events[i][0] == "lines")
+    assert len({id(current) for current, _, _ in reads}) > 2  # pairs made again one by one
+    for current, text, collected in reads:
+        assert sorted(current.curves) == [(n, MODEL) for n in names]
+        assert text == collected and text  # the text page is collect()'s, old pairs or new
+    assert set(book.current.boundaries.values()) == {(8,)}
+    monkeypatch.undo()
+    lines: dict[str, list[str]] = {}
+    one_pass = book.current
+    collector_module.load_curve_samples(
+        line_writer(lines), one_pass.curves, one_pass.boundaries, one_pass.schedules
+    )
+    assert {f: b"".join(pieces) for f, pieces in one_pass.lines.items()} == {
+        f: "".join(found).encode() for f, found in lines.items()
+    }
     samples = await store.load_samples(first - timedelta(hours=1), names)
-    assert book.current.lines == speculating_curves(samples).lines
+    assert one_pass.lines == speculating_curves(samples, {n: (8,) for n in names}).lines
     # An endpoint no longer watched: its pair is gone after the next refresh.
+    watched = watched_with(None)
     del watched["e2"]
     await book.refresh(store, NOW, 3 * 3600.0, watched)
     assert sorted(book.current.curves) == [(n, MODEL) for n in names if n != "e2"]
+    assert not book.current.boundaries
     assert all(len(pieces) == 3 for pieces in book.current.lines.values())
+
+
+def text_samples(collector: SnapshotCollector) -> dict[tuple[str, tuple[Any, ...]], float]:
+    """The load curves' samples on the text page /metrics serves."""
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(collector.render_text().decode())
+        if family.name.startswith("spectax_load_")
+        for s in family.samples
+    }
+
+
+def collected_samples(collector: SnapshotCollector) -> dict[tuple[str, tuple[Any, ...]], float]:
+    """The same samples as prometheus_client's collect() gives them (OpenMetrics' path)."""
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in collector.collect()
+        if family.name.startswith("spectax_load_")
+        for s in family.samples
+    }
 
 
 async def due_hours(store: Store) -> list[datetime]:

@@ -32,9 +32,9 @@ class CurveBook:
 
     def __init__(self) -> None:
         self._made: dict[tuple[str, str], CurveLines] = {}
-        self._boundaries: Mapping[str, tuple[int, ...]] = {}
         self._current: LoadCurves | None = LoadCurves()
         self._failing = False
+        self._failing_pairs: set[tuple[str, str]] = set()
 
     @property
     def current(self) -> LoadCurves:
@@ -42,7 +42,7 @@ class CurveBook:
         a pair changed (a read between two steps of a refresh sees each pair once, the
         ones not made again yet as the last refresh left them)."""
         if self._current is None:
-            self._current = LoadCurves.gathered(self._made, self._boundaries)
+            self._current = LoadCurves.gathered(self._made)
         return self._current
 
     async def refresh(
@@ -60,9 +60,10 @@ class CurveBook:
         2,000 endpoints and a day of windows the curves, their K schedules and their lines
         are ~2.5 s of CPU. In a worker thread they held the GIL, and every socket call of
         the loop's scrapes and reads then waited for the interpreter's switch interval (5
-        ms) to get it back (scrapes up to 2 s late). Made whole and then swapped, the
-        last curves and the new ones were both alive: a pair at a time, the one replaced
-        is freed as the next is made (bench/README.md)."""
+        ms) to get it back (scrapes up to 2 s late). Made whole and then swapped, the last
+        curves and the new ones were both alive: a pair at a time, what a pair replaces
+        can be freed as the next is made (bench/README.md). Not to be run twice at once
+        (the daemon's job runs one at a time): each run drops the pairs it did not make."""
         try:
             samples = await store.load_samples(now - timedelta(seconds=lookback), list(endpoints))
         except StoreError as exc:
@@ -80,11 +81,10 @@ class CurveBook:
             if speculation is not None and speculation.schedule is not None:
                 boundaries[name] = schedule_boundaries(speculation.schedule)
             engines[name] = (snapshot.config.engine, speculation.method if speculation else None)
-        self._boundaries = boundaries
         kept = set()
         while samples:  # each pair's samples let go of once its curve is made
             key, found = samples.popitem()
-            made = _made(key, found, boundaries, engines)
+            made = self._made_apart(key, found, boundaries, engines)
             if made is not None:
                 self._made[key] = made
                 kept.add(key)
@@ -96,6 +96,27 @@ class CurveBook:
             del self._made[key]
         self._current = None
 
+    def _made_apart(
+        self,
+        key: tuple[str, str],
+        samples: Sequence[LoadSample],
+        boundaries: Mapping[str, tuple[int, ...]],
+        engines: Mapping[str, tuple[str, str | None]],
+    ) -> CurveLines | None:
+        """`_made`, one pair's failure its own: said once in the log (and its recovery) and
+        that pair left without a curve, never the other pairs' refresh stopped."""
+        try:
+            made = _made(key, samples, boundaries, engines)
+        except Exception as exc:  # any type: one pair's odd data must not stop the others
+            if key not in self._failing_pairs:
+                log.error("load curves: %s, %s: cannot make its curve: %r", *key, exc)
+            self._failing_pairs.add(key)
+            return None
+        if key in self._failing_pairs:
+            self._failing_pairs.discard(key)
+            log.info("load curves: %s, %s: its curve is made again", *key)
+        return made
+
 
 def speculating_curves(
     samples: Mapping[tuple[str, str], Sequence[LoadSample]],
@@ -103,12 +124,13 @@ def speculating_curves(
     engines: Mapping[str, tuple[str, str | None]] | None = None,
 ) -> LoadCurves:
     """The curves of the (endpoint, model) pairs whose samples speculated (a bin with a
-    speedup), ready for /metrics, with the boundaries of the endpoints' K schedules and the
-    K schedule each curve implies (`draft_schedule`, for the endpoint's engine and method
-    in `engines`: vLLM's, when not given). What `CurveBook.refresh` makes, in one go."""
+    speedup), ready for /metrics, with the boundaries of the endpoints' K schedules (by
+    endpoint) and the K schedule each curve implies (`draft_schedule`, for the endpoint's
+    engine and method in `engines`: vLLM's, when not given). What `CurveBook.refresh`
+    makes, in one go."""
     boundaries, engines = boundaries or {}, engines or {}
     made = {key: _made(key, found, boundaries, engines) for key, found in samples.items()}
-    return LoadCurves.gathered({k: m for k, m in made.items() if m is not None}, boundaries)
+    return LoadCurves.gathered({k: m for k, m in made.items() if m is not None})
 
 
 def _made(
@@ -123,4 +145,4 @@ def _made(
         return None
     engine, method = engines.get(key[0], ("vllm", None))
     schedule = draft_schedule(curve, engine=engine, method=method)
-    return CurveLines.of(key, curve, schedule, boundaries)
+    return CurveLines.of(key, curve, schedule, boundaries.get(key[0]))

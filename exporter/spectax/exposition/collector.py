@@ -139,11 +139,13 @@ class SnapshotCollector(Collector):
 
 @dataclass(frozen=True, slots=True)
 class CurveLines:
-    """One endpoint and model's curve, the K schedule it implies, and its /metrics lines:
-    by family, the curve's lines as one piece of bytes."""
+    """One endpoint and model's curve, the K schedule it implies, the batch sizes where the
+    endpoint's configured K schedule changes K (None: it runs none), and its /metrics lines
+    made of them: by family, the curve's lines as one piece of bytes."""
 
     curve: LoadCurve
     schedule: DraftSchedule | None
+    boundary: tuple[int, ...] | None
     lines: Mapping[str, bytes]
 
     @classmethod
@@ -152,12 +154,20 @@ class CurveLines:
         key: tuple[str, str],
         curve: LoadCurve,
         schedule: DraftSchedule | None,
-        boundaries: Mapping[str, tuple[int, ...]],
+        boundary: tuple[int, ...] | None,
     ) -> CurveLines:
         lines: dict[str, list[str]] = {}
         schedules = {key: schedule} if schedule is not None else {}
+        boundaries = {key: boundary} if boundary is not None else {}
         load_curve_samples(line_writer(lines), {key: curve}, boundaries, schedules)
-        return cls(curve, schedule, {f: "".join(found).encode() for f, found in lines.items()})
+        text = {family: "".join(found).encode() for family, found in lines.items()}
+        return cls(curve, schedule, boundary, text)
+
+
+class FormattedLines(dict[str, tuple[bytes, ...]]):
+    """`Formatted` that a weak reference can name: the text encoder keeps the last page's
+    key until the next read, and a strong one would keep the last curves' lines alive
+    after a refresh replaced them (`TextEncoder.render`)."""
 
 
 @dataclass(frozen=True)
@@ -167,31 +177,29 @@ class LoadCurves:
     they are up to ~150,000 lines, too many to format at every read."""
 
     curves: Mapping[tuple[str, str], LoadCurve] = field(default_factory=dict)
-    #: By family, its lines: a piece of bytes per curve, in the curves' order.
-    lines: Formatted = field(default_factory=dict)
-    #: By endpoint, the batch sizes where its configured K schedule changes K.
-    boundaries: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    #: By family, its lines: a piece of bytes per curve with lines in the family, in
+    #: (endpoint, model) order.
+    lines: Formatted = field(default_factory=FormattedLines)
+    #: By endpoint and model, the batch sizes where the endpoint's configured K schedule
+    #: changes K, as the curve's lines were made with them.
+    boundaries: Mapping[tuple[str, str], tuple[int, ...]] = field(default_factory=dict)
     #: The K schedule each curve implies (`economics.draft_schedule`), by endpoint and model.
     schedules: Mapping[tuple[str, str], DraftSchedule] = field(default_factory=dict)
 
     @classmethod
-    def gathered(
-        cls,
-        made: Mapping[tuple[str, str], CurveLines],
-        boundaries: Mapping[str, tuple[int, ...]],
-    ) -> LoadCurves:
-        """The curves made one at a time (`CurveLines`), with each family's pieces in the
-        curves' order: the page `load_curve_samples` gives all at once. The pieces are kept
-        as they are: joined (as str, then encoded) they tripled the lines' ~18 MB at 2,000
-        endpoints for the time of a refresh (`bench/load_curves.py`)."""
+    def gathered(cls, made: Mapping[tuple[str, str], CurveLines]) -> LoadCurves:
+        """The curves made one at a time (`CurveLines`), with each family's pieces in
+        (endpoint, model) order: the page `load_curve_samples` gives all at once. The
+        pieces are kept as they are: joined (as str, then encoded) they tripled the lines'
+        ~18 MB at 2,000 endpoints for the time of a refresh (`bench/load_curves.py`)."""
         pieces: dict[str, list[bytes]] = {}
         for key in sorted(made):
             for family, text in made[key].lines.items():
                 pieces.setdefault(family, []).append(text)
         return cls(
             {key: m.curve for key, m in made.items()},
-            {family: tuple(found) for family, found in pieces.items()},
-            boundaries,
+            FormattedLines((family, tuple(found)) for family, found in pieces.items()),
+            {key: m.boundary for key, m in made.items() if m.boundary is not None},
             {key: m.schedule for key, m in made.items() if m.schedule is not None},
         )
 
@@ -199,15 +207,16 @@ class LoadCurves:
 def load_curve_samples(
     add: AddSample,
     curves: Mapping[tuple[str, str], LoadCurve],
-    boundaries: Mapping[str, tuple[int, ...]],
+    boundaries: Mapping[tuple[str, str], tuple[int, ...]],
     schedules: Mapping[tuple[str, str], DraftSchedule],
 ) -> None:
     """The load curves' samples: per bin, labelled by its lower edge, and the crossover;
-    where the endpoint runs a configured K schedule, whether each bin straddles a boundary;
-    where the curve implies a K schedule, the K it advises per bin and what it is worth."""
+    where the endpoint runs a configured K schedule (`boundaries`, by endpoint and model),
+    whether each bin straddles a boundary; where the curve implies a K schedule, the K it
+    advises per bin and what it is worth."""
     for (endpoint, model), curve in sorted(curves.items()):
         stalled = set(curve.stalls)
-        schedule = boundaries.get(endpoint)
+        schedule = boundaries.get((endpoint, model))
         advised = schedules.get((endpoint, model))
         k_of = advised.k_by_bin if advised is not None else {}
         for b in curve.bins:

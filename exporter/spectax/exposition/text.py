@@ -142,7 +142,7 @@ class TextEncoder:
         self._templates: weakref.WeakValueDictionary[tuple[object, ...], Template] = (
             weakref.WeakValueDictionary()
         )
-        self._last_key: tuple[str, Formatted, list[EndpointSnapshot]] | None = None
+        self._last_key: tuple[str, Callable[[], object], list[EndpointSnapshot]] | None = None
         # Pages of one generation are the same: what a cache of the page's gzip compares,
         # so that it need not hold the page itself.
         self.generation = 0
@@ -162,7 +162,7 @@ class TextEncoder:
         spectax_samples(line_writer(spectax_lines))
         by_name = sorted(snapshots.items())
         formatted = formatted if formatted is not None else _NOTHING_FORMATTED
-        key = (repr(spectax_lines), formatted, [snap for _, snap in by_name])
+        key = (repr(spectax_lines), _reference(formatted), [snap for _, snap in by_name])
         fragments = [self.fragments(name, snap) for name, snap in by_name]
         self._fragments_by_endpoint = {
             name: self._fragments_by_endpoint[name]
@@ -181,7 +181,7 @@ class TextEncoder:
         if (
             last is None
             or last[0] != key[0]
-            or last[1] is not formatted
+            or last[1]() is not formatted
             or not _same(last[2], key[2])
         ):
             self.generation += 1
@@ -332,6 +332,17 @@ def _parts(heads: list[tuple[bytes, ...]], fragments: list[Fragments]) -> Iterat
         if k % FAMILIES_PER_PART == 0 or k == len(heads):
             yield b"".join(batch)
             batch = []
+
+
+def _reference(formatted: Formatted) -> Callable[[], object]:
+    """What the last page's key keeps of the lines formatted elsewhere: a weak reference
+    where the mapping takes one (the load curves' `FormattedLines`), so that the key does
+    not keep the last curves' ~18 MB alive after a refresh replaced them; a page's lines
+    that are gone are not the next page's (the reference gives None)."""
+    try:
+        return weakref.ref(formatted)
+    except TypeError:  # a plain dict: kept
+        return lambda: formatted
 
 
 def _same(a: list[EndpointSnapshot], b: list[EndpointSnapshot]) -> bool:
