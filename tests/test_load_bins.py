@@ -312,6 +312,48 @@ async def test_the_refresh_lets_the_event_loop_run_between_curves(
     assert all(len(pieces) == 3 for pieces in book.current.lines.values())
 
 
+async def test_one_pairs_failure_leaves_the_other_curves_made(
+    store: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A pair whose curve cannot be made (a bug met by its odd data) is left out, said once
+    in the log however many refreshes meet it, and its recovery once; the other pairs'
+    curves are made as ever."""
+    first = NOW - timedelta(hours=2)
+    names = ["a", "b", "c"]
+    await save(
+        store,
+        [
+            r
+            for n in names
+            for i in range(12)
+            for r in window(first + timedelta(minutes=5 * i), i, n)
+        ],
+    )
+    watched = {n: monitor_of(ngram_settings(n)).snapshot for n in names}
+    real = curve_book._made
+
+    def failing_for_b(key: tuple[str, str], *args: Any) -> Any:
+        if failing and key[0] == "b":
+            raise ZeroDivisionError("float division by zero")
+        return real(key, *args)
+
+    monkeypatch.setattr(curve_book, "_made", failing_for_b)
+    book, failing = CurveBook(), True
+    with caplog.at_level("INFO", logger="spectax.curve_book"):
+        for _ in range(2):
+            await book.refresh(store, NOW, 3 * 3600.0, watched)
+            assert sorted(book.current.curves) == [("a", MODEL), ("c", MODEL)]
+        failing = False
+        await book.refresh(store, NOW, 3 * 3600.0, watched)
+    assert sorted(book.current.curves) == [(n, MODEL) for n in names]
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [
+        "load curves: b, tiny-llama: cannot make its curve:"
+        " ZeroDivisionError('float division by zero')",
+        "load curves: b, tiny-llama: its curve is made again",
+    ]
+
+
 def text_samples(collector: SnapshotCollector) -> dict[tuple[str, tuple[Any, ...]], float]:
     """The load curves' samples on the text page /metrics serves."""
     return {
