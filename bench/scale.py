@@ -202,6 +202,12 @@ async def main() -> None:
         default=0.0,
         help="start spectax on a store holding this many hours of each endpoint's windows",
     )
+    parser.add_argument(
+        "--history-copy",
+        type=Path,
+        help="with --history-hours: copy the store from this file if it exists (its windows "
+        "age: for runs one after the other), else write it and save a copy there",
+    )
     parser.add_argument("--reader", help=argparse.SUPPRESS)  # the /metrics reader's own process
     args = parser.parse_args()
     if args.reader:
@@ -242,10 +248,16 @@ async def main() -> None:
     }
     (work / "spectax.yml").write_text(yaml.safe_dump(config))
     if args.history_hours > 0:
-        names = [endpoint["name"] for endpoint in config["endpoints"]]
-        await write_history(
-            work / "state" / "spectax.sqlite", names, args.history_hours, PAGE_MODEL
-        )
+        database = work / "state" / "spectax.sqlite"
+        if args.history_copy is not None and args.history_copy.exists():
+            database.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(args.history_copy, database)
+            print(f"history: copied from {args.history_copy}", flush=True)
+        else:
+            names = [endpoint["name"] for endpoint in config["endpoints"]]
+            await write_history(database, names, args.history_hours, PAGE_MODEL)
+            if args.history_copy is not None:
+                shutil.copyfile(database, args.history_copy)
     run = ["-m", "spectax"] if args.gc_log is None else ["-c", GC_LOGGING_SPECTAX, str(args.gc_log)]
     spectax = subprocess.Popen(
         [
@@ -308,11 +320,11 @@ async def main() -> None:
         f"max {latencies[-1] * 1e3:.0f} ms over {len(latencies)} requests (target: p99 < 250 ms)"
         f"; the last read's load curves: {alone['bins']} bins"
     )
-    took, ended = max(alone["reads"])
-    print(
-        f"   slowest /metrics read ended {ended % 300:.1f} s after a 5-minute boundary "
-        f"({took * 1e3:.0f} ms)"
-    )
+    for took, ended in sorted(alone["reads"], reverse=True)[:3]:
+        print(
+            f"   slow /metrics read: {took * 1e3:.0f} ms, ended at {ended:.3f} "
+            f"({ended % 300:.1f} s after a 5-minute boundary)"
+        )
     if args.gc_log:
         report_gc(args.gc_log, alone["reads"])
     print(f"   target server (this process) CPU: {alone['own_cpu']:.2f} s per minute")

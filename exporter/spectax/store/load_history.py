@@ -68,9 +68,10 @@ _BIN_COLUMNS = tuple(c for c in B.__table__.columns if c.name != "id")
 
 #: Endpoints read per query. One query over a day of 2,000 endpoints (576,000 windows) held
 #: SQLite's read lock 4-8 s, while the writer's commits waited (rollback journal: a commit
-#: needs every reader gone) and could pass the 5 s busy timeout; 50 endpoints' bins and
-#: unrolled windows are a read of a fraction of a second, and the writer gets in between.
-ENDPOINTS_PER_READ = 50
+#: needs every reader gone) and could pass the 5 s busy timeout. A batch's rows are then
+#: made into samples on the event loop: 50 endpoints' held it up to ~90 ms, and a /metrics
+#: read waited that long (bench/README.md, "Where a read waits"); 15 hold it ~25 ms.
+ENDPOINTS_PER_READ = 15
 #: Spans of due hours read per windows query (an OR of each endpoint's spans): far under
 #: SQLite's expression depth (1,000) and its bound parameters.
 SPANS_PER_READ = 200

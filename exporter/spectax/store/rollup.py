@@ -63,7 +63,12 @@ from spectax.store.rows import decode_buckets, encode_buckets
 from spectax.units import floor_time
 
 PERIOD = {"hour": timedelta(hours=1), "day": timedelta(days=1)}
-ROLLUP_BATCH_PERIODS = 100  # periods rolled per transaction (~30 ms of CPU on the loop)
+#: Periods rolled per transaction. Its rows are made and summed on the event loop, which
+#: scrapes and serves /metrics meanwhile: at 2,000 endpoints with a day stored, 100 periods
+#: held the loop 70-90 ms (hours, 12 windows each) and 140-180 ms (days, 24 hours each)
+#: at a time, and a /metrics read waited that long. These hold it ~25 ms, for more
+#: (cheap) transactions: bench/README.md, "Where a read waits".
+ROLLUP_BATCH_PERIODS = {"hour": 30, "day": 15}
 # The columns a rollup sums: the window's own, then every declared counter's (by its kind:
 # a plain counter is always there, a speculation counter or a histogram may be NULL; the
 # per-position counts are JSON, added by `_add_positions`), then money.
@@ -142,8 +147,9 @@ class Rollups(Database):
                     RollupDue.granularity == granularity
                 )
                 due = [(m.endpoint, m.start, m.version) for m in await session.execute(query)]
-            for i in range(0, len(due), ROLLUP_BATCH_PERIODS):
-                batch = due[i : i + ROLLUP_BATCH_PERIODS]
+            size = ROLLUP_BATCH_PERIODS[granularity]
+            for i in range(0, len(due), size):
+                batch = due[i : i + size]
                 await self._roll_apart(batch, granularity, source)
                 done += len(batch)
         return done
