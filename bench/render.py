@@ -72,7 +72,7 @@ def main() -> None:
         started = time.perf_counter()
         page = collector.render_page()
         gathered = time.perf_counter()
-        compressed = gzip_parts(page.parts)
+        compressed = gzip_parts(page.blocks)
         done = time.perf_counter()
         if traced:
             peak = tracemalloc.get_traced_memory()[1] / 2**20

@@ -7,9 +7,11 @@ PostgreSQL."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import math
 import threading
+import zlib
 from dataclasses import fields, is_dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -24,7 +26,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from builders import monitor_of, ngram_settings, rows_of
 from report_history import report_of
-from spectax import curve_book
+from spectax import curve_book, web
 from spectax.config import validate
 from spectax.curve_book import CurveBook, speculating_curves
 from spectax.economics.load_curve import LoadCurve, LoadSample, load_curve
@@ -310,6 +312,79 @@ async def test_the_refresh_lets_the_event_loop_run_between_curves(
     assert sorted(book.current.curves) == [(n, MODEL) for n in names if n != "e2"]
     assert not book.current.boundaries
     assert all(len(pieces) == 3 for pieces in book.current.lines.values())
+
+
+async def test_the_curves_lines_are_compressed_once_and_the_gzip_is_the_page(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A day of curves is half of a 25 MB page, and changes only at a refresh while the page
+    changes at every scrape: a read compresses the curves' lines only the first time, and
+    lays the kept streams between the rest's. What a client gets is the page, byte for
+    byte, in one gzip member (read to its end by a single-member reader, as Go's and curl's
+    are), after a new snapshot and after a refresh that made new curves."""
+    names = [f"e{n}" for n in range(4)]
+    first = NOW - timedelta(hours=2)
+    await save(
+        store,
+        [
+            r
+            for n in names
+            for i in range(12)
+            for r in window(first + timedelta(minutes=5 * i), i, n)
+        ],
+    )
+    speculation = {"method": "ngram"}
+    snapshots = {n: monitor_of(ngram_settings(n, speculation=speculation)).snapshot for n in names}
+    book = CurveBook()
+    await book.refresh(store, NOW, 3 * 3600.0, snapshots)
+    collector = SnapshotCollector(
+        lambda: snapshots, lambda: StoreStatus(0, 0), load_curves=lambda: book.current
+    )
+    compressed: list[int] = []
+    make = web.isal_zlib.compressobj
+
+    class Counting:
+        def __init__(self, *args: int) -> None:
+            self._compressor = make(*args)
+
+        def compress(self, data: bytes) -> bytes:
+            compressed.append(len(data))
+            return self._compressor.compress(data)
+
+        def flush(self, *mode: int) -> bytes:
+            return self._compressor.flush(*mode)
+
+    monkeypatch.setattr(web.isal_zlib, "compressobj", Counting)
+
+    def served() -> tuple[bytes, int]:
+        """The page gzipped as a read does it, checked against the same page joined, and
+        the bytes that read compressed."""
+        compressed.clear()
+        gzipped = web.gzip_parts(collector.render_page().blocks)
+        work = sum(compressed)
+        body = gzip.decompress(gzipped)
+        assert body == b"".join(collector.render_page().parts)
+        single = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        assert single.decompress(gzipped) == body
+        assert single.eof and not single.unused_data
+        return body, work
+
+    curves_bytes = sum(map(len, (p for pieces in book.current.lines.values() for p in pieces)))
+    body, work = served()
+    assert curves_bytes > 0 and b"spectax_load_time_share_ratio{" in body
+    assert work == len(body)  # the first read compresses the whole page
+    snapshots["e1"] = monitor_of(ngram_settings("e1", speculation=speculation)).snapshot
+    body, work = served()
+    assert work == len(body) - curves_bytes  # the next ones all but the curves
+    before = book.current.lines
+    await save(store, window(NOW - timedelta(minutes=5), 13, "e0"))
+    await book.refresh(store, NOW, 3 * 3600.0, snapshots)
+    assert book.current.lines != before
+    body, work = served()
+    assert work == len(body)  # new curves: compressed again
+    text = body.decode()
+    for family in book.current.lines:
+        assert "".join(p.decode() for p in book.current.lines[family]) in text
 
 
 async def test_one_pairs_failure_leaves_the_other_curves_made(

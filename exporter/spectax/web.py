@@ -16,6 +16,7 @@ import binascii
 import hashlib
 import html
 import ssl
+import struct
 import zlib
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 
@@ -27,7 +28,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from spectax import __version__
-from spectax.exposition.text import Page
+from spectax.exposition.text import Deflated, KeptLines, Page
 from spectax.webconfig import WebConfig, WebConfigError
 
 REGISTRY_KEY = web.AppKey("registry", CollectorRegistry)
@@ -50,6 +51,9 @@ class LastGzip:
 
 
 GZIP_KEY: web.AppKey[LastGzip] = web.AppKey("gzip")
+#: A gzip member's header: deflate, no name or comment, time 0 (the same page, the same
+#: bytes), no extra flags, the OS unknown (RFC 1952, 2.3).
+GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
 TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 CLASSIC_TYPES = ("text/plain", "text/*", "*/*")
 # bcrypt of "fakepassword" (the toolkit's): unknown users cost as much as known ones.
@@ -139,23 +143,60 @@ async def _gzipped(cache: LastGzip, page: Page) -> bytes:
     last result is kept by its generation, not its body, since every scraper between two
     snapshots gets the same page."""
     if cache.generation != page.generation:
-        compressed = await asyncio.to_thread(gzip_parts, page.parts)
+        compressed = await asyncio.to_thread(gzip_parts, page.blocks)
         cache.generation, cache.gzip = page.generation, compressed
     return cache.gzip
 
 
-def gzip_parts(parts: Iterable[bytes]) -> bytes:
-    """One gzip member of `parts` in order, its header's time 0 so that the same page
-    compresses to the same bytes. ISA-L's deflate at level 1, not zlib's: a 9 MB page in
-    ~5 ms rather than ~22, a little smaller, and the GIL released as zlib's is (the read's
-    largest cost at 2,000 endpoints: bench/README "Under 150 MiB")."""
-    compressor = isal_zlib.compressobj(1, zlib.DEFLATED, 16 + zlib.MAX_WBITS)  # 16+: gzip
-    out = []
-    for part in parts:
-        out.append(compressor.compress(part))
-        del part  # before the next part is joined: one part in memory at a time, not two
+def gzip_parts(blocks: Iterable[bytes | KeptLines]) -> bytes:
+    """One gzip member of the page's `blocks` in order, its header's time 0 so that the
+    same page compresses to the same bytes. ISA-L's deflate at level 1, not zlib's: a 9 MB
+    page in ~5 ms rather than ~22, a little smaller, and the GIL released as zlib's is (the
+    read's largest cost at 2,000 endpoints: bench/README "Under 150 MiB").
+
+    The lines formatted elsewhere (`KeptLines`: the load curves, half of the page with a
+    day of them) are compressed once while they last, each family apart and ended by a
+    full flush, and laid between the rest's streams, the CRC-32 of the whole combined from
+    the pieces'. Compressed again at every read they were half of its CPU in this thread,
+    and the read waited for the GIL for as long again (bench/README, "Where a read
+    waits")."""
+    compressor = isal_zlib.compressobj(1, zlib.DEFLATED, -zlib.MAX_WBITS)  # raw deflate
+    out = [GZIP_HEADER]
+    crc = size = 0
+    for block in blocks:
+        if isinstance(block, KeptLines):
+            data, block_crc, length = _deflated(block)
+            out.append(compressor.flush(zlib.Z_FULL_FLUSH))
+            out.append(data)
+            compressor = isal_zlib.compressobj(1, zlib.DEFLATED, -zlib.MAX_WBITS)
+            crc, size = isal_zlib.crc32_combine(crc, block_crc, length), size + length
+        else:
+            out.append(compressor.compress(block))
+            crc, size = isal_zlib.crc32(block, crc), size + len(block)
+        del block  # before the next block is joined: one in memory at a time, not two
     out.append(compressor.flush())
+    out.append(struct.pack("<II", crc, size & 0xFFFFFFFF))
     return b"".join(out)
+
+
+def _deflated(lines: KeptLines) -> Deflated:
+    """The lines' raw deflate ended by a full flush (byte-aligned, no final block: another
+    stream may follow), with their CRC-32 and length: kept where the lines say, made
+    once (two reads at once may both make it: the same bytes)."""
+    if lines.deflated is not None:
+        kept = lines.deflated.get(lines.family)
+        if kept is not None:
+            return kept
+    compressor = isal_zlib.compressobj(1, zlib.DEFLATED, -zlib.MAX_WBITS)
+    data, crc, size = [], 0, 0
+    for piece in lines.pieces:
+        data.append(compressor.compress(piece))
+        crc, size = isal_zlib.crc32(piece, crc), size + len(piece)
+    data.append(compressor.flush(zlib.Z_FULL_FLUSH))
+    made = (b"".join(data), crc, size)
+    if lines.deflated is not None:
+        lines.deflated[lines.family] = made
+    return made
 
 
 async def reload_handler(request: web.Request) -> web.Response:

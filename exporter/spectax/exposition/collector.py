@@ -27,7 +27,14 @@ from spectax.economics.load_curve import LoadCurve
 from spectax.endpoint import EndpointSnapshot
 from spectax.engines import not_exposed
 from spectax.exposition.families import FAMILIES, AddSample, Family
-from spectax.exposition.text import Formatted, Page, Settings, TextEncoder, line_writer
+from spectax.exposition.text import (
+    Formatted,
+    FormattedLines,
+    Page,
+    Settings,
+    TextEncoder,
+    line_writer,
+)
 from spectax.health import REASONS
 from spectax.pipeline.model_ledger import DROP_REASONS
 
@@ -162,12 +169,6 @@ class CurveLines:
         load_curve_samples(line_writer(lines), {key: curve}, boundaries, schedules)
         text = {family: "".join(found).encode() for family, found in lines.items()}
         return cls(curve, schedule, boundary, text)
-
-
-class FormattedLines(dict[str, tuple[bytes, ...]]):
-    """`Formatted` that a weak reference can name: the text encoder keeps the last page's
-    key until the next read, and a strong one would keep the last curves' lines alive
-    after a refresh replaced them (`TextEncoder.render`)."""
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,37 @@ Sample = tuple[str, tuple[str, ...], float]
 #: Lines formatted elsewhere, by family (the load curves'), in pieces of bytes.
 Formatted = Mapping[str, tuple[bytes, ...]]
 _NOTHING_FORMATTED: Formatted = {}
+#: A family's lines compressed apart: their raw deflate stream ended by a full flush (so
+#: it can be laid between two others), their CRC-32 and their length (`web.gzip_parts`).
+Deflated = tuple[bytes, int, int]
+
+
+class FormattedLines(dict[str, tuple[bytes, ...]]):
+    """`Formatted` that a weak reference can name, and that keeps its families' compressed
+    copies for as long as it lives.
+
+    The text encoder keeps the last page's key until the next read, and a strong
+    reference would keep the last curves' lines alive after a refresh replaced them
+    (`TextEncoder.render`). The lines change only when the curves do (every 5 minutes),
+    while the page changes at every scrape: with a day of curves they are half of a
+    25 MB page, so their deflate is kept here (`deflated`, filled by `web.gzip_parts`) and
+    a read compresses only the rest."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.deflated: dict[str, Deflated] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class KeptLines:
+    """A family's lines formatted elsewhere, as a page's part: where their compressed copy
+    is kept (`deflated`, by family; None when the mapping keeps none)."""
+
+    family: str
+    pieces: tuple[bytes, ...]
+    deflated: dict[str, Deflated] | None
+
+
 FAMILIES_PER_PART = 6  # how much of the page a worker joins and compresses at a time
 
 
@@ -117,12 +148,22 @@ class Shape:
 @dataclass(frozen=True, slots=True)
 class Page:
     """A page to serve: its generation (the same number, the same bytes) and its bytes a
-    family at a time. The parts are made from immutable pieces only, so they can be
+    few families at a time. The blocks are made from immutable pieces only, so they can be
     joined or compressed in a worker thread while the event loop goes on, and the page
-    need never be whole (9 MB at 2,000 endpoints): `web.py` compresses it part by part."""
+    need never be whole (25 MB at 2,000 endpoints with a day of curves): `web.py`
+    compresses it block by block, the lines formatted elsewhere (`KeptLines`) once."""
 
     generation: int
-    parts: Iterable[bytes]
+    blocks: Iterable[bytes | KeptLines]
+
+    @property
+    def parts(self) -> Iterator[bytes]:
+        """The page's bytes in order (once: the blocks are read as they are made)."""
+        for block in self.blocks:
+            if isinstance(block, KeptLines):
+                yield from block.pieces
+            else:
+                yield block
 
 
 class TextEncoder:
@@ -188,14 +229,15 @@ class TextEncoder:
         self._last_key = key
         # Pieces, not joined here: the formatted lines are up to ~10 MB at 2,000 endpoints
         # (the load curves), too much to copy on the event loop at every read.
+        deflated = formatted.deflated if isinstance(formatted, FormattedLines) else None
         heads = [
             (
                 HEADERS[family] + "".join(spectax_lines.get(family, ())).encode(),
-                *formatted.get(family, ()),
+                KeptLines(family, formatted[family], deflated) if family in formatted else None,
             )
             for family in FAMILY_NAMES
         ]
-        return Page(self.generation, _parts(heads, fragments))
+        return Page(self.generation, _blocks(heads, fragments))
 
     def fragments(self, name: str, snap: EndpointSnapshot) -> Fragments:
         """The endpoint's lines per family, encoded: a request joins bytes, no 6 MB str."""
@@ -316,18 +358,24 @@ def template_of(names: tuple[str, ...], labels: tuple[tuple[str | None, ...], ..
     return Template(tuple(families), itemgetter(*order), _joined(families))
 
 
-def _parts(heads: list[tuple[bytes, ...]], fragments: list[Fragments]) -> Iterator[bytes]:
-    """The page in parts of FAMILIES_PER_PART families: each family's header and spectax's
-    own lines, the lines formatted elsewhere, then every endpoint's lines in it.
-    `zip(*fragments)` turns the endpoints' tuples into the families' columns in C. ~1 MB
-    parts at 2,000 endpoints, not one a family: the worker thread that joins and
-    compresses them waits for the GIL each time it comes back from zlib, up to the switch
-    interval (5 ms) while the scrapes hold it, and ~10 returns cost a read less of that
-    than ~100 (bench/README "Direct mode's memory")."""
+def _blocks(
+    heads: list[tuple[bytes, KeptLines | None]], fragments: list[Fragments]
+) -> Iterator[bytes | KeptLines]:
+    """The page in blocks of FAMILIES_PER_PART families: each family's header and spectax's
+    own lines, the lines formatted elsewhere (a block of their own, kept whole), then
+    every endpoint's lines in it. `zip(*fragments)` turns the endpoints' tuples into the
+    families' columns in C. ~1 MB blocks at 2,000 endpoints, not one a family: the worker
+    thread that joins and compresses them waits for the GIL each time it comes back from
+    zlib, up to the switch interval (5 ms) while the scrapes hold it, and ~10 returns cost
+    a read less of that than ~100 (bench/README "Direct mode's memory")."""
     columns = zip(*fragments, strict=True) if fragments else (() for _ in heads)
     batch: list[bytes] = []
-    for k, (head, column) in enumerate(zip(heads, columns, strict=True), 1):
-        batch.extend(head)
+    for k, ((head, kept), column) in enumerate(zip(heads, columns, strict=True), 1):
+        batch.append(head)
+        if kept is not None:
+            yield b"".join(batch)
+            yield kept
+            batch = []
         batch.extend(filter(None, column))
         if k % FAMILIES_PER_PART == 0 or k == len(heads):
             yield b"".join(batch)
