@@ -51,7 +51,7 @@ class LastGzip:
 
 
 GZIP_KEY: web.AppKey[LastGzip] = web.AppKey("gzip")
-#: A gzip member's header: deflate, no name or comment, time 0 (the same page, the same
+#: A gzip member's header: deflate, no name or comment, time 0 (no clock in the page's
 #: bytes), no extra flags, the OS unknown (RFC 1952, 2.3).
 GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
 TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -149,8 +149,8 @@ async def _gzipped(cache: LastGzip, page: Page) -> bytes:
 
 
 def gzip_parts(blocks: Iterable[bytes | KeptLines]) -> bytes:
-    """One gzip member of the page's `blocks` in order, its header's time 0 so that the
-    same page compresses to the same bytes. ISA-L's deflate at level 1, not zlib's: a 9 MB
+    """One gzip member of the page's `blocks` in order, its header's time 0 (no clock in
+    the bytes). ISA-L's deflate at level 1, not zlib's: a 9 MB
     page in ~5 ms rather than ~22, a little smaller, and the GIL released as zlib's is (the
     read's largest cost at 2,000 endpoints: bench/README "Under 150 MiB").
 
@@ -181,12 +181,13 @@ def gzip_parts(blocks: Iterable[bytes | KeptLines]) -> bytes:
 
 def _deflated(lines: KeptLines) -> Deflated:
     """The lines' raw deflate ended by a full flush (byte-aligned, no final block: another
-    stream may follow), with their CRC-32 and length: kept where the lines say, made
-    once (two reads at once may both make it: the same bytes)."""
+    stream may follow), with their CRC-32 and length: kept where the lines say, beside
+    the very pieces it was made of (a family given other pieces is made again), and made
+    once (two reads at once may both make it: either stream is the lines)."""
     if lines.deflated is not None:
         kept = lines.deflated.get(lines.family)
-        if kept is not None:
-            return kept
+        if kept is not None and kept[0] is lines.pieces:
+            return kept[1]
     # Joined first (~1.5 MB a family at 2,000 endpoints): one call into ISA-L, not one a
     # piece. Each call gives the GIL up and must get it back, and while the event loop runs
     # Python that can wait up to the switch interval: a piece at a time, ~18,000 calls,
@@ -197,7 +198,7 @@ def _deflated(lines: KeptLines) -> Deflated:
     made = (data, isal_zlib.crc32(text), len(text))
     del text
     if lines.deflated is not None:
-        lines.deflated[lines.family] = made
+        lines.deflated[lines.family] = (lines.pieces, made)
     return made
 
 

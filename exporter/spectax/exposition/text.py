@@ -72,17 +72,18 @@ class FormattedLines(dict[str, tuple[bytes, ...]]):
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
-        self.deflated: dict[str, Deflated] = {}
+        self.deflated: dict[str, tuple[tuple[bytes, ...], Deflated]] = {}
 
 
 @dataclass(frozen=True, slots=True)
 class KeptLines:
     """A family's lines formatted elsewhere, as a page's part: where their compressed copy
-    is kept (`deflated`, by family; None when the mapping keeps none)."""
+    is kept (`deflated`, by family, beside the pieces it is of; None when the mapping keeps
+    none)."""
 
     family: str
     pieces: tuple[bytes, ...]
-    deflated: dict[str, Deflated] | None
+    deflated: dict[str, tuple[tuple[bytes, ...], Deflated]] | None
 
 
 FAMILIES_PER_PART = 6  # how much of the page a worker joins and compresses at a time
