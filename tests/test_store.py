@@ -8,10 +8,12 @@ from typing import Any
 
 import pytest
 
-from builders import NGRAM_PAGES, monitor_of, ngram_settings, queued, store_pages
+from builders import NGRAM_PAGES, monitor_of, ngram_settings, queued, scrape_write, store_pages
 from recorded_pages import page
 from spectax.endpoint import EndpointMonitor
-from spectax.store import Store
+from spectax.observed import Resume
+from spectax.store import Store, window_history
+from spectax.store.pending import PendingWrite
 from spectax.store.rows import complete_row
 
 PAGES = NGRAM_PAGES
@@ -292,3 +294,80 @@ def test_a_complete_row_is_passed_as_is_and_an_old_one_completed() -> None:
     assert completed.keys() >= _DEFAULTS.keys()
     last = list(_DEFAULTS)[-1]
     assert completed[last] == _DEFAULTS[last]
+
+
+@pytest.mark.parametrize("history", [1, 288])
+async def test_a_start_up_restores_each_endpoint_as_if_alone(
+    store: Store, monkeypatch: pytest.MonkeyPatch, history: int
+) -> None:
+    """A start-up reads the endpoints a batch at a time (restore_each); each one's resume is
+    its own: its money, its cursor, its open window whole (buckets and all, as the monitor
+    had it), its closed windows without buckets, whatever else its batch held. An endpoint
+    with writes still queued is overlaid; one never stored starts empty."""
+    monkeypatch.setattr(window_history, "RESTORE_BATCH", 2)
+    scrapes = {
+        "a": [(10, PAGES[0]), (310, PAGES[1]), (400, PAGES[2])],
+        "b": [(10, PAGES[0]), (20, PAGES[1])],
+        "c": [(10, PAGES[0]), (310, PAGES[1]), (610, PAGES[2]), (910, PAGES[3]), (999, PAGES[3])],
+        "d": [(10, PAGES[0]), (110, PAGES[1]), (310, PAGES[2]), (320, PAGES[3])],
+        "e": [(10, PAGES[0]), (110, PAGES[1]), (310, PAGES[2]), (320, PAGES[3])],
+    }
+    opened, pending = {}, {}
+    for name, times_pages in scrapes.items():
+        monitor = new_monitor(settings())
+        writes = [w for t, p in times_pages for w in scrape_write(monitor, t, page(p))]
+        writes = [renamed(w, name) for w in writes]
+        if name == "d":  # its last write still queued at the stop
+            pending["d"] = writes[-1:]
+            writes = writes[:-1]
+        for write in writes:
+            await store.save(write.endpoint, write.rows, write.cursor)
+        flushed = monitor.flush()
+        assert flushed is not None and flushed.open_window is not None
+        opened[name] = flushed.open_window.window
+    names = [
+        "a",
+        "b",
+        "c",
+        "e",
+        "never",
+        "d",
+    ]  # c's windows and e's, later and earlier, read at once
+    restored = {
+        name: resume async for name, resume in store.restore_each(names, WINDOW, history, pending)
+    }
+    assert list(restored) == names
+    for name in names:
+        alone = await store.restore(name, WINDOW, history, pending.get(name, ()))
+        assert restored[name] == alone, name
+    assert restored["never"] == Resume()
+    kept: dict[str, int] = {}
+    measured: dict[str, int] = {}  # closed windows with a latency histogram
+    for name, window in opened.items():
+        resume = restored[name]
+        assert resume.cursor is not None and resume.open_window is not None
+        assert resume.open_window.start == window.start == (resume.cursor[0] // WINDOW) * WINDOW
+        (counts,) = resume.open_window.models.values()
+        (before,) = window.models.values()
+        latency = counts.time_per_output_token
+        assert latency is not None and before.time_per_output_token is not None
+        assert latency.buckets == before.time_per_output_token.buckets != ()
+        stored = {r.start.timestamp() for r in await store.window_rows(name)}
+        stored |= {row["start"].timestamp() for w in pending.get(name, []) for row in w.rows}
+        closed = sorted(stored - {window.start})
+        kept[name] = len(closed)
+        assert [w.start for w in resume.recent_windows] == closed[-history:]
+        for closed in resume.recent_windows:
+            for model in closed.models.values():
+                if (latency := model.time_per_output_token) is not None:
+                    assert latency.buckets == () and latency.count > 0
+                    measured[name] = measured.get(name, 0) + 1
+    assert kept["c"] >= 2  # more than a history of 1 keeps
+    assert measured.keys() >= {"d", "e"}
+    assert restored["a"].spend_usd_total > restored["b"].spend_usd_total > 0
+
+
+def renamed(write: PendingWrite, endpoint: str) -> PendingWrite:
+    """`write` as if another endpoint had made it."""
+    rows = [{**row, "endpoint": endpoint} for row in write.rows]
+    return PendingWrite(endpoint, rows, write.cursor)

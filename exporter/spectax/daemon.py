@@ -432,22 +432,28 @@ class Daemon:
         pending: dict[str, list[PendingWrite]] = {}
         for write in self.writer.queue.pending():  # one pass over the spool for all
             pending.setdefault(write.endpoint, []).append(write)
+        endpoints = {endpoint.name: endpoint for endpoint in self.config.endpoints}
+        resumed = self.store.restore_each(
+            list(endpoints), self.config.window, CALIBRATION_POINTS, pending
+        )
         self.monitors = {  # at once: a takeover's new monitors scrape only once it writes
-            endpoint.name: await self.new_monitor(endpoint, pending.get(endpoint.name, []))
-            for endpoint in self.config.endpoints
+            name: self._resumed(endpoints[name], resume, len(pending.get(name, ())))
+            async for name, resume in resumed
         }
 
-    async def new_monitor(
-        self, endpoint: EndpointConfig, pending: list[PendingWrite] | None = None
-    ) -> EndpointMonitor:
+    async def new_monitor(self, endpoint: EndpointConfig) -> EndpointMonitor:
         """A monitor for `endpoint`, resumed from what the store holds of it overlaid with
-        its writes still queued (`pending`; None: read from the queue now)."""
+        its writes still queued."""
         assert self.store is not None
-        if pending is None:
-            pending = list(self.writer.queue.pending(endpoint.name))
+        pending = list(self.writer.queue.pending(endpoint.name))
         resume = await self.store.restore(
             endpoint.name, self.config.window, CALIBRATION_POINTS, pending
         )
+        return self._resumed(endpoint, resume, len(pending))
+
+    def _resumed(self, endpoint: EndpointConfig, resume: Resume, pending: int) -> EndpointMonitor:
+        """A monitor for `endpoint` going on from `resume` (`pending`: how many of its writes
+        still queued it counts in)."""
         resume = _not_below(resume, self.monitors.get(endpoint.name))
         pricing = running_pricing(endpoint, self.settings.prices)  # as validated; a fleet's: here
         monitor = EndpointMonitor(
@@ -466,7 +472,7 @@ class Daemon:
                 "endpoint %s: resuming from %s%s",
                 endpoint.name,
                 resumed.isoformat(timespec="seconds"),
-                f" ({len(pending)} write(s) of it still queued, counted in)" if pending else "",
+                f" ({pending} write(s) of it still queued, counted in)" if pending else "",
             )
         return monitor
 

@@ -123,8 +123,13 @@ def complete_row(row: dict[str, Any]) -> dict[str, Any]:
     return {**_DEFAULTS, **row}
 
 
-def window_from_rows(rows: Sequence[WindowRow]) -> Window:
-    """Rebuild the in-memory window from its stored rows (the inverse of `window_rows`)."""
+def window_from_rows(rows: Sequence[Any], buckets: bool = True) -> Window:
+    """Rebuild the in-memory window from its stored rows (the inverse of `window_rows`):
+    WindowRow instances, or anything with the table's columns as attributes.
+
+    `buckets=False` leaves the histograms' buckets out (their sums and counts kept): what a
+    restart reads of the day of closed windows the calibration is fed, which reads no
+    bucket; decoding their JSON was most of a start-up's reading (issue 31)."""
     first = rows[0]
     return Window(
         start=first.start.timestamp(),
@@ -135,7 +140,7 @@ def window_from_rows(rows: Sequence[WindowRow]) -> Window:
         spend_usd=sum_usd(row.spend_usd for row in rows),
         cold_start_usd=sum_usd(row.cold_start_usd for row in rows),
         draft_load_usd=sum_usd(row.draft_load_usd for row in rows),
-        models={row.model: counts_from_row(row) for row in rows if row.model},
+        models={row.model: counts_from_row(row, buckets) for row in rows if row.model},
         unobserved_seconds=first.unobserved_seconds or 0.0,
     )
 
@@ -158,8 +163,8 @@ def _counter_values(counts: Counts) -> list[Any]:
     return values
 
 
-def counts_from_row(row: WindowRow) -> Counts:
-    values = {c.name: _DECODE[c.kind](row, c.column) for c in COUNTERS}
+def counts_from_row(row: WindowRow, buckets: bool = True) -> Counts:
+    values = {name: decode(row, columns) for name, decode, columns in _DECODE_PLAN[buckets]}
     gauges = {name: getattr(row, name) for name, _ in GAUGES}
     return Counts(**values, **gauges)
 
@@ -239,24 +244,26 @@ def _positions_column(values: list[Any], slots: tuple[int, ...], value: tuple[fl
     values[slots[0]] = json.dumps([round(a) for a in value])
 
 
-def _number_of(row: WindowRow, column: str) -> float:
-    return float(getattr(row, column))
+def _number_of(row: WindowRow, columns: tuple[str, ...]) -> float:
+    return float(getattr(row, columns[0]))
 
 
-def _optional_of(row: WindowRow, column: str) -> float | None:
-    value = getattr(row, column)
+def _optional_of(row: WindowRow, columns: tuple[str, ...]) -> float | None:
+    value = getattr(row, columns[0])
     return None if value is None else float(value)
 
 
-def _histogram_of(row: WindowRow, column: str) -> Histogram | None:
-    total, count = getattr(row, f"{column}_sum"), getattr(row, f"{column}_count")
+def _histogram_of(row: WindowRow, columns: tuple[str, ...]) -> Histogram | None:
+    """Its sum, count and (when `columns` names a third, the buckets') the buckets."""
+    total, count = getattr(row, columns[0]), getattr(row, columns[1])
     if total is None or count is None:
         return None
-    return Histogram(total, count, decode_buckets(getattr(row, f"{column}_buckets", None)))
+    buckets = getattr(row, columns[2], None) if len(columns) > 2 else None
+    return Histogram(total, count, decode_buckets(buckets))
 
 
-def _positions_of(row: WindowRow, column: str) -> tuple[float, ...]:
-    return tuple(float(a) for a in json.loads(getattr(row, column)))
+def _positions_of(row: WindowRow, columns: tuple[str, ...]) -> tuple[float, ...]:
+    return tuple(float(a) for a in json.loads(getattr(row, columns[0])))
 
 
 _TABLE_ORDER = {column.name: i for i, column in enumerate(WindowRow.__table__.columns)}
@@ -271,7 +278,7 @@ _ENCODE: dict[CounterKind, Callable[[list[Any], tuple[int, ...], Any], None]] = 
     "histogram": _histogram_columns,
     "per_position": _positions_column,
 }
-_DECODE: dict[CounterKind, Callable[[WindowRow, str], Any]] = {
+_DECODE: dict[CounterKind, Callable[[WindowRow, tuple[str, ...]], Any]] = {
     "plain": _number_of,
     "speculation": _optional_of,
     "histogram": _histogram_of,
@@ -299,6 +306,30 @@ _COUNTER_SLOTS = tuple(
         tuple(_COUNTER_ORDER.index(c.column + suffix) for suffix in _KIND_COLUMNS[c.kind]),
     )
     for c in COUNTERS
+)
+#: counts_from_row's decoders, each with its counter's columns made once, with the buckets'
+#: column (True) or without (False): a restart decodes a day of windows of each endpoint.
+_DECODE_PLAN: dict[
+    bool, tuple[tuple[str, Callable[[WindowRow, tuple[str, ...]], Any], tuple[str, ...]], ...]
+] = {
+    buckets: tuple(
+        (
+            c.name,
+            _DECODE[c.kind],
+            tuple(
+                c.column + suffix
+                for suffix in _KIND_COLUMNS[c.kind]
+                if buckets or suffix != "_buckets"
+            ),
+        )
+        for c in COUNTERS
+    )
+    for buckets in (True, False)
+}
+#: The windows table's columns but the histograms' buckets: what `window_from_rows(rows,
+#: buckets=False)` reads, selected alone so that the database does not send the JSON.
+BUCKETLESS_COLUMNS = tuple(
+    column.name for column in WindowRow.__table__.columns if not column.name.endswith("_buckets")
 )
 #: window_rows' columns, in the order its rows have always had (the spool keeps them so).
 _ROW_COLUMNS = (

@@ -3,15 +3,17 @@ last run stopped, so that a restart neither loses nor double-counts."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
-from collections.abc import Iterable, Sequence
-from datetime import datetime
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from decimal import Decimal
 from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import func, select, true
-from sqlalchemy.engine import Dialect
+from sqlalchemy import and_, func, or_, select, true
+from sqlalchemy.engine import Dialect, Row
 
 from spectax.engines.base import EngineSample
 from spectax.observed import Resume
@@ -32,7 +34,13 @@ from spectax.store.database import (
 from spectax.store.models import Cursor, WindowRow
 from spectax.store.pending import PendingWrite
 from spectax.store.rollup import period_start, window_out_of_range
-from spectax.store.rows import _DEFAULTS, complete_row, sum_usd, window_from_rows
+from spectax.store.rows import (
+    _DEFAULTS,
+    BUCKETLESS_COLUMNS,
+    complete_row,
+    sum_usd,
+    window_from_rows,
+)
 from spectax.units import from_timestamp
 
 # One write of closed windows: the endpoint, its window rows, and the cursor that goes with them.
@@ -178,7 +186,8 @@ class WindowHistory(Database):
     async def recent_windows(
         self, endpoint: str, count: int, before: datetime | None = None
     ) -> list[Window]:
-        """The endpoint's last `count` stored windows (starting before `before`), oldest first."""
+        """The endpoint's last `count` stored windows (starting before `before`), oldest first,
+        their histograms without buckets (`restore`'s closed windows)."""
         starts = (
             select(WindowRow.start)
             .where(WindowRow.endpoint == endpoint)
@@ -187,15 +196,13 @@ class WindowHistory(Database):
             .order_by(WindowRow.start.desc())
             .limit(count)
         )
-        query = select(WindowRow).where(
+        query = select(*(WindowRow.__table__.c[name] for name in BUCKETLESS_COLUMNS)).where(
             WindowRow.endpoint == endpoint, WindowRow.start.in_(starts.scalar_subquery())
         )
         async with self._sessions() as session:
-            rows = list((await session.scalars(query.order_by(WindowRow.start))).all())
-        by_start: dict[datetime, list[WindowRow]] = {}
-        for row in rows:
-            by_start.setdefault(row.start, []).append(row)
-        return [window_from_rows(group) for group in by_start.values()]
+            rows = await session.execute(query.order_by(WindowRow.start))
+        windows = _by_window(rows).get(endpoint, {})
+        return [_window(group, buckets=False) for group in windows.values()]
 
     async def restore(
         self,
@@ -207,19 +214,98 @@ class WindowHistory(Database):
         """Everything a monitor needs to carry on where the last run stopped: what the store
         holds, overlaid with `pending`, the endpoint's writes still queued (WriteQueue.pending,
         in queue order), as if they had been written, so that a monitor restored while the
-        spool still drains resumes from the latest cursor and counts nothing twice."""
-        writes = [w for w in pending if w.endpoint == endpoint]  # before any await
+        spool still drains resumes from the latest cursor and counts nothing twice.
+
+        The open window comes whole; the `history` latest closed ones before it without their
+        histograms' buckets (`window_from_rows(buckets=False)`): they feed the calibration."""
+        writes = {endpoint: [w for w in pending if w.endpoint == endpoint]}  # before any await
+        async for _, resume in self.restore_each([endpoint], window_seconds, history, writes):
+            return resume
+        raise AssertionError("restore_each yields one Resume per endpoint")
+
+    async def restore_each(
+        self,
+        endpoints: Sequence[str],
+        window_seconds: float,
+        history: int,
+        pending: Mapping[str, Sequence[PendingWrite]],
+    ) -> AsyncIterator[tuple[str, Resume]]:
+        """`restore` of each endpoint, in order, read RESTORE_BATCH endpoints at a time.
+
+        A start-up restores every endpoint. One at a time, each one's four queries and its
+        day of ORM rows held the event loop ~18 ms, 35 s at 2,000 endpoints
+        (bench/spool_startup.py --stored-only). A batch is read in four queries (the money
+        totals, the cursors, the recent windows, the open ones), as plain rows, and the
+        closed windows without their buckets. An endpoint with writes still queued
+        (`pending`: each one's, in queue order) is overlaid on its own."""
+        queued = {endpoint: writes for endpoint, writes in pending.items() if writes}
+        for first in range(0, len(endpoints), RESTORE_BATCH):
+            batch = endpoints[first : first + RESTORE_BATCH]
+            unqueued = [e for e in batch if e not in queued]
+            stored = await self._stored(unqueued, window_seconds, history)
+            for endpoint in batch:
+                if endpoint in queued:
+                    overlaid = self._overlaid(endpoint, window_seconds, history, queued[endpoint])
+                    yield endpoint, await overlaid
+                else:
+                    yield endpoint, stored.resume(endpoint, history)
+                    await asyncio.sleep(0)  # a turn of the loop between endpoints' windows
+
+    async def _stored(
+        self, endpoints: Sequence[str], window_seconds: float, history: int
+    ) -> _StoredBatch:
+        """What the store holds of endpoints that have no write queued, in four queries: their
+        money totals, cursors, `history` + 1 latest windows (no buckets) and open windows."""
+        if not endpoints:
+            return _StoredBatch({}, {}, {}, {}, {})
+        async with self._sessions() as session:
+            totals = {
+                row.endpoint: (row.spend or Decimal(0), row.cold or Decimal(0))
+                for row in await session.execute(
+                    select(
+                        WindowRow.endpoint,
+                        func.sum(WindowRow.spend_usd).label("spend"),
+                        func.sum(WindowRow.cold_start_usd).label("cold"),
+                    )
+                    .where(WindowRow.endpoint.in_(endpoints))
+                    .group_by(WindowRow.endpoint)
+                )
+            }
+            cursors = {
+                row.endpoint: (row.observed_at, decode_sample(row.sample))
+                for row in await session.execute(
+                    select(Cursor.endpoint, Cursor.observed_at, Cursor.sample).where(
+                        Cursor.endpoint.in_(endpoints)
+                    )
+                )
+            }
+            opens = {
+                endpoint: from_timestamp(_open_start(cursor[0], window_seconds))
+                for endpoint, cursor in cursors.items()
+            }
+            closed = _by_window(await session.execute(_latest_windows(endpoints, history + 1)))
+            whole = _by_window(await session.execute(_windows_at(opens))) if opens else {}
+        return _StoredBatch(totals, cursors, opens, whole, closed)
+
+    async def _overlaid(
+        self, endpoint: str, window_seconds: float, history: int, writes: Sequence[PendingWrite]
+    ) -> Resume:
+        """`restore` of an endpoint with writes still queued, overlaid on what is stored."""
         spend, cold = await self.money_totals(endpoint)
         cursor = await self.cursor(endpoint)
-        windows: dict[float, Window] = {}
+        # as save_many: the cursor only moves forward (only the latest sample is decoded)
+        latest = max(writes, key=lambda w: w.cursor_time or 0.0)
+        at = latest.cursor_time
+        if at is not None and (cursor is None or at > cursor[0]):
+            cursor = latest.cursor
+        open_start = (
+            None if cursor is None else from_timestamp(_open_start(cursor[0], window_seconds))
+        )
+        pending_rows = [row for write in writes for row in write.rows]
         # the stored windows to read besides the pending ones: `history` and the open one
         older, before = history + 1, None
-        # as save_many: the cursor only moves forward (only the latest sample is decoded)
-        latest = max(writes, key=lambda w: w.cursor_time or 0.0, default=None)
-        at = None if latest is None else latest.cursor_time
-        if latest is not None and at is not None and (cursor is None or at > cursor[0]):
-            cursor = latest.cursor
-        pending_rows = [row for write in writes for row in write.rows]
+        windows: dict[float, Window] = {}
+        open_window = None
         if pending_rows:
             since = min(row["start"] for row in pending_rows)
             stored = {(r.model, r.start): r for r in await self.window_rows(endpoint, since)}
@@ -235,35 +321,119 @@ class WindowHistory(Database):
             for (_, begins), kept in sorted(final.items(), key=lambda item: item[0][1]):
                 by_start.setdefault(begins, []).append(kept)
             # only the windows a monitor keeps are rebuilt: the open one, the `history` latest
-            open_start = -1.0 if cursor is None else (cursor[0] // window_seconds) * window_seconds
             starts = sorted(by_start, reverse=True)
-            kept_starts = {t for t in starts if abs(t.timestamp() - open_start) < 1e-3}
-            kept_starts.update(starts[: history + 1])
-            windows.update((t.timestamp(), window_from_rows(by_start[t])) for t in kept_starts)
+            for begins in starts[: history + 1]:
+                if begins != open_start:
+                    windows[begins.timestamp()] = window_from_rows(by_start[begins], buckets=False)
+            if open_start in by_start:
+                open_window = window_from_rows(by_start[open_start])
             # the stored ones from `since` on are among them: only older ones may be missing
-            older, before = history + 1 - len(kept_starts), since
+            older, before = history + 1 - len(windows) - (open_window is not None), since
         if older > 0:
-            windows.update((w.start, w) for w in await self.recent_windows(endpoint, older, before))
+            for window in await self.recent_windows(endpoint, older, before):
+                if open_start is None or window.start != open_start.timestamp():
+                    windows.setdefault(window.start, window)
+        if open_window is None and open_start is not None:  # not among those read: read it
+            rows = await self.window_rows(
+                endpoint, since=open_start, until=open_start + timedelta(milliseconds=1)
+            )
+            open_window = window_from_rows(rows) if rows else None
+        return _resume(spend, cold, cursor, open_window, windows.values(), history)
+
+
+# Endpoints restored a batch of queries at a time at start-up: their day of windows (~300
+# rows each) is made into objects on the event loop between two queries, so a batch's turn
+# holds it ~10 ms an endpoint (bench/spool_startup.py).
+RESTORE_BATCH = 20
+
+
+@dataclass(frozen=True, slots=True)
+class _StoredBatch:
+    """A batch of endpoints' stored history as read (`WindowHistory._stored`), made into each
+    one's Resume when it is its turn: rows grouped by endpoint, then window start."""
+
+    totals: dict[str, tuple[Decimal, Decimal]]
+    cursors: dict[str, tuple[float, EngineSample]]
+    opens: dict[str, datetime]  # the open window's start, where there is a cursor
+    whole: dict[str, dict[datetime, list[Row[Any]]]]  # the open windows' rows
+    closed: dict[str, dict[datetime, list[Row[Any]]]]  # the latest windows' rows, no buckets
+
+    def resume(self, endpoint: str, history: int) -> Resume:
+        open_start = self.opens.get(endpoint)
         open_window = None
-        if cursor is not None:
-            start = (cursor[0] // window_seconds) * window_seconds
-            open_window = next((w for t, w in windows.items() if abs(t - start) < 1e-3), None)
-            if open_window is None:  # older than the recent windows read: read it
-                rows = await self.window_rows(
-                    endpoint, since=from_timestamp(start), until=from_timestamp(start + 1e-3)
-                )
-                open_window = window_from_rows(rows) if rows else None
-        recent = sorted(
-            (w for w in windows.values() if open_window is None or w.start != open_window.start),
-            key=lambda w: w.start,
+        if open_start is not None and (rows := self.whole.get(endpoint, {}).get(open_start)):
+            open_window = _window(rows)
+        closed = [
+            _window(rows, buckets=False)
+            for start, rows in self.closed.get(endpoint, {}).items()
+            if start != open_start
+        ]
+        spend, cold = self.totals.get(endpoint, (Decimal(0), Decimal(0)))
+        return _resume(spend, cold, self.cursors.get(endpoint), open_window, closed, history)
+
+
+def _open_start(cursor_time: float, window_seconds: float) -> float:
+    """The start of the window a cursor's scrape fell in: the one a restart goes on with."""
+    return (cursor_time // window_seconds) * window_seconds
+
+
+def _latest_windows(endpoints: Sequence[str], count: int) -> Any:
+    """Each endpoint's rows of its `count` latest windows, their buckets left out."""
+    rank = (
+        func.dense_rank()
+        .over(partition_by=WindowRow.endpoint, order_by=WindowRow.start.desc())
+        .label("rank")
+    )
+    ranked = (
+        select(*(WindowRow.__table__.c[name] for name in BUCKETLESS_COLUMNS), rank)
+        .where(WindowRow.endpoint.in_(endpoints))
+        .subquery()
+    )
+    return select(ranked).where(ranked.c.rank <= count).order_by(ranked.c.endpoint, ranked.c.start)
+
+
+def _windows_at(starts: dict[str, datetime]) -> Any:
+    """The rows of each endpoint's window starting at its start in `starts`, whole."""
+    return select(WindowRow.__table__).where(
+        or_(
+            *(
+                and_(WindowRow.endpoint == endpoint, WindowRow.start == start)
+                for endpoint, start in starts.items()
+            )
         )
-        return Resume(
-            spend_usd_total=spend,
-            cold_start_usd_total=cold,
-            cursor=cursor,
-            open_window=open_window,
-            recent_windows=tuple(recent[-history:] if history else ()),
-        )
+    )
+
+
+def _by_window(rows: Iterable[Row[Any]]) -> dict[str, dict[datetime, list[Row[Any]]]]:
+    """Rows grouped by endpoint, then by window start, in their order."""
+    grouped: dict[str, dict[datetime, list[Row[Any]]]] = {}
+    for row in rows:
+        grouped.setdefault(row.endpoint, {}).setdefault(row.start, []).append(row)
+    return grouped
+
+
+def _window(rows: list[Row[Any]], buckets: bool = True) -> Window:
+    """`window_from_rows` of plain rows, made namespaces first: it reads ~40 columns of each
+    by name, and a Row's attributes cost ~6x a namespace's."""
+    return window_from_rows([SimpleNamespace(**row._asdict()) for row in rows], buckets)
+
+
+def _resume(
+    spend: Decimal,
+    cold: Decimal,
+    cursor: tuple[float, EngineSample] | None,
+    open_window: Window | None,
+    closed: Iterable[Window],
+    history: int,
+) -> Resume:
+    recent = sorted(closed, key=lambda w: w.start)
+    return Resume(
+        spend_usd_total=spend,
+        cold_start_usd_total=cold,
+        cursor=cursor,
+        open_window=open_window,
+        recent_windows=tuple(recent[-history:] if history else ()),
+    )
 
 
 RowKey = tuple[str, datetime]
