@@ -6,21 +6,30 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import random
+from datetime import UTC, datetime
 from decimal import Decimal
+from types import SimpleNamespace
 
 import pytest
 
+from builders import monitor_of, ngram_settings, scrape_write
 from recorded_pages import page
 from spectax.config import validate
 from spectax.counterfactual.in_force import CALIBRATION_POINTS
 from spectax.economics import PlainCurve, fit_plain_curve, plain_point
-from spectax.economics.calibration import CHEAP_FIT_POINTS, REFIT_EVERY, StepPoint
+from spectax.economics.calibration import (
+    CHEAP_FIT_POINTS,
+    PLAIN_POINT_FIELDS,
+    REFIT_EVERY,
+    StepPoint,
+)
 from spectax.economics.step_model import fit_or_refusal
 from spectax.endpoint import EndpointMonitor
 from spectax.engines.base import Histogram
 from spectax.observed import Resume
 from spectax.pipeline.counts import Counts
 from spectax.pipeline.windows import Window
+from spectax.store.rows import counter_columns, window_from_rows
 
 
 def points_on_line(
@@ -399,3 +408,78 @@ def test_a_profile_of_another_method_lends_only_its_ridge_batch_and_curve(caplog
         config, None, 300.0, profile=lambda: dataclasses.replace(drafted, method="eagle")
     )
     assert same.step_model().step_overhead_ratio == 2.3 and same.step_model().overhead_known
+
+
+@pytest.mark.parametrize(
+    "pages",
+    [
+        ("nospec_0_before_traffic.txt", "nospec_2_mid.txt", "nospec_3_after.txt"),
+        ("nospec_chat_t07_c4_before.txt", "nospec_chat_t07_c4_after.txt"),
+        ("spec_ngram_0_before_traffic.txt", "spec_ngram_2_mid.txt", "spec_ngram_3_after.txt"),
+    ],
+)
+def test_the_fields_a_restart_reads_give_the_calibration_the_same_points(pages) -> None:
+    """A restart reads only PLAIN_POINT_FIELDS of its day of stored windows: each recorded
+    window's plain point from those alone is its point from the whole window (a plain point
+    for the plain pages, none for the speculating ones). Fails once plain_point reads a
+    field the list lacks."""
+    m = monitor_of(ngram_settings(), 60.0)
+    writes = [w for i, name in enumerate(pages) for w in scrape_write(m, 100.0 * i, page(name))]
+    windows: dict[object, list[SimpleNamespace]] = {}
+    for write in writes:
+        for row in write.rows:  # the last write of a window is the one stored
+            windows.setdefault(row["start"], []).append(SimpleNamespace(**row))
+    points = []
+    for rows in windows.values():
+        last = rows[-len({r.model for r in rows}) :]
+        whole, part = window_from_rows(last), window_from_rows(last, PLAIN_POINT_FIELDS)
+        assert plain_point(part, min_requests=1) == plain_point(whole, min_requests=1)
+        points.append(plain_point(whole, min_requests=1))
+    speculating = pages[0].startswith("spec_")
+    assert any(p is not None for p in points) != speculating
+
+
+@pytest.mark.parametrize(
+    "counts",
+    [
+        Counts(  # eight requests at a time over the busy half, prompts prefilled alongside
+            generation_tokens=4000,
+            prompt_tokens=1000,
+            requests_finished=40,
+            running_seconds=8 * 150,
+            time_per_output_token=Histogram(0.9, 40, [(0.025, 30), (float("inf"), 40)]),
+        ),
+        Counts(  # SGLang's and TGI's way: drafts counted, drafted tokens not
+            generation_tokens=4000,
+            drafts=900,
+            running_seconds=8 * 150,
+            time_per_output_token=Histogram(0.9, 40),
+        ),
+        Counts(  # drafted tokens counted, drafts not
+            generation_tokens=4000,
+            draft_tokens=2700,
+            running_seconds=8 * 150,
+            time_per_output_token=Histogram(0.9, 40),
+        ),
+    ],
+)
+def test_a_restarts_fields_give_every_counts_point(counts: Counts) -> None:
+    """As above, on counts the recorded pages lack: a batch above one, and drafts or drafted
+    tokens counted without the other."""
+    columns = {
+        "endpoint": "e",
+        "model": "m",
+        "start": datetime(2026, 12, 1, tzinfo=UTC),
+        "end": datetime(2026, 12, 1, 0, 5, tzinfo=UTC),
+        "seconds": 300.0,
+        "busy_seconds": 150.0,
+        "restarts": 0,
+        "unobserved_seconds": 0.0,
+        "spend_usd": None,
+        "cold_start_usd": None,
+        "draft_load_usd": None,
+    }
+    row = SimpleNamespace(**columns, **counter_columns(counts))
+    whole, part = window_from_rows([row]), window_from_rows([row], PLAIN_POINT_FIELDS)
+    assert whole.models["m"] == counts
+    assert plain_point(part, min_requests=1) == plain_point(whole, min_requests=1)

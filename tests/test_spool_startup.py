@@ -46,9 +46,11 @@ async def test_a_monitor_resumed_from_a_long_spool_resumes_as_from_the_store(
     database_url: str, tmp_path: Path
 ) -> None:
     """More windows queued than the monitor keeps (the history): only those it keeps are
-    rebuilt, and the cursor's sample is decoded once; the result is the stored one's."""
+    rebuilt (of the last `history` closed ones, those that did not speculate), and the
+    cursor's sample is decoded once; the result is the stored one's."""
     spool = tmp_path / "spool.jsonl"
-    writes = [rows_of("a", 300 * n) for n in range(12)]
+    unspeculated = {"drafts": None, "draft_tokens": None, "accepted_tokens": None}
+    writes = [rows_of("a", 300 * n, **({} if n % 2 else unspeculated)) for n in range(12)]
     queue = WriteQueue(spool, max_rows=1)
     for w in writes:
         queue.append(w)
@@ -68,4 +70,5 @@ async def test_a_monitor_resumed_from_a_long_spool_resumes_as_from_the_store(
     assert overlaid.spend_usd_total == stored.spend_usd_total > 0
     assert overlaid.open_window == stored.open_window
     assert overlaid.recent_windows == stored.recent_windows
-    assert len(stored.recent_windows) == 5
+    # of the last 5 closed windows (6 to 10; 11 is open), those without speculation
+    assert [w.start for w in stored.recent_windows] == [1800.0, 2400.0, 3000.0]

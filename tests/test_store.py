@@ -8,13 +8,22 @@ from typing import Any
 
 import pytest
 
-from builders import NGRAM_PAGES, monitor_of, ngram_settings, queued, scrape_write, store_pages
+from builders import (
+    NGRAM_PAGES,
+    monitor_of,
+    ngram_settings,
+    queued,
+    rows_of,
+    scrape_write,
+    store_pages,
+)
 from recorded_pages import page
+from spectax.economics.calibration import plain_point, speculated
 from spectax.endpoint import EndpointMonitor
 from spectax.observed import Resume
 from spectax.store import Store, window_history
 from spectax.store.pending import PendingWrite
-from spectax.store.rows import complete_row
+from spectax.store.rows import complete_row, window_from_rows
 
 PAGES = NGRAM_PAGES
 WINDOW = 300.0
@@ -301,23 +310,25 @@ async def test_a_start_up_restores_each_endpoint_as_if_alone(
     store: Store, monkeypatch: pytest.MonkeyPatch, history: int
 ) -> None:
     """A start-up reads the endpoints a batch at a time (restore_each); each one's resume is
-    its own: its money, its cursor, its open window whole (buckets and all, as the monitor
-    had it), its closed windows without buckets, whatever else its batch held. An endpoint
-    with writes still queued is overlaid; one never stored starts empty."""
+    its own, whatever else its batch held: its money, its cursor, its open window whole
+    (buckets and all, as the monitor had it), and of its last `history` closed windows the
+    ones without speculation (the calibration's points), with only what the calibration
+    reads. An endpoint with writes still queued is overlaid; one never stored starts empty."""
     monkeypatch.setattr(window_history, "RESTORE_BATCH", 2)
-    scrapes = {
-        "a": [(10, PAGES[0]), (310, PAGES[1]), (400, PAGES[2])],
+    plain = ("nospec_0_before_traffic.txt", "nospec_2_mid.txt", "nospec_3_after.txt")
+    scrapes = {  # speculating (PAGES) or not (plain)
+        "a": [(10, PAGES[0]), (110, PAGES[1]), (310, PAGES[2]), (400, PAGES[3])],
         "b": [(10, PAGES[0]), (20, PAGES[1])],
-        "c": [(10, PAGES[0]), (310, PAGES[1]), (610, PAGES[2]), (910, PAGES[3]), (999, PAGES[3])],
-        "d": [(10, PAGES[0]), (110, PAGES[1]), (310, PAGES[2]), (320, PAGES[3])],
-        "e": [(10, PAGES[0]), (110, PAGES[1]), (310, PAGES[2]), (320, PAGES[3])],
+        "c": [(10, plain[0]), (110, plain[1]), *((t, plain[2]) for t in (310, 610, 910, 999))],
+        "d": [(10, plain[0]), (110, plain[1]), (310, plain[2]), (320, plain[2])],
+        "e": [(10, plain[0]), (110, plain[1]), (310, plain[2]), (320, plain[2])],
     }
     opened, pending = {}, {}
     for name, times_pages in scrapes.items():
         monitor = new_monitor(settings())
         writes = [w for t, p in times_pages for w in scrape_write(monitor, t, page(p))]
         writes = [renamed(w, name) for w in writes]
-        if name == "d":  # its last write still queued at the stop
+        if name == "d":  # its last write (its open window's) still queued at the stop
             pending["d"] = writes[-1:]
             writes = writes[:-1]
         for write in writes:
@@ -325,14 +336,8 @@ async def test_a_start_up_restores_each_endpoint_as_if_alone(
         flushed = monitor.flush()
         assert flushed is not None and flushed.open_window is not None
         opened[name] = flushed.open_window.window
-    names = [
-        "a",
-        "b",
-        "c",
-        "e",
-        "never",
-        "d",
-    ]  # c's windows and e's, later and earlier, read at once
+    # c's windows and e's, later and earlier, are read in one batch
+    names = ["a", "b", "c", "e", "never", "d"]
     restored = {
         name: resume async for name, resume in store.restore_each(names, WINDOW, history, pending)
     }
@@ -341,8 +346,7 @@ async def test_a_start_up_restores_each_endpoint_as_if_alone(
         alone = await store.restore(name, WINDOW, history, pending.get(name, ()))
         assert restored[name] == alone, name
     assert restored["never"] == Resume()
-    kept: dict[str, int] = {}
-    measured: dict[str, int] = {}  # closed windows with a latency histogram
+    closed, points = {}, {}
     for name, window in opened.items():
         resume = restored[name]
         assert resume.cursor is not None and resume.open_window is not None
@@ -352,18 +356,28 @@ async def test_a_start_up_restores_each_endpoint_as_if_alone(
         latency = counts.time_per_output_token
         assert latency is not None and before.time_per_output_token is not None
         assert latency.buckets == before.time_per_output_token.buckets != ()
-        stored = {r.start.timestamp() for r in await store.window_rows(name)}
-        stored |= {row["start"].timestamp() for w in pending.get(name, []) for row in w.rows}
-        closed = sorted(stored - {window.start})
-        kept[name] = len(closed)
-        assert [w.start for w in resume.recent_windows] == closed[-history:]
-        for closed in resume.recent_windows:
-            for model in closed.models.values():
-                if (latency := model.time_per_output_token) is not None:
-                    assert latency.buckets == () and latency.count > 0
-                    measured[name] = measured.get(name, 0) + 1
-    assert kept["c"] >= 2  # more than a history of 1 keeps
-    assert measured.keys() >= {"d", "e"}
+        assert all(
+            row["start"].timestamp() == window.start
+            for w in pending.get(name, [])
+            for row in w.rows
+        )
+        stored: dict[float, list[Any]] = {}
+        for row in await store.window_rows(name):
+            stored.setdefault(row.start.timestamp(), []).append(row)
+        closed[name] = sorted(t for t in stored if t != window.start)
+        last = closed[name][-history:]
+        kept = [t for t in last if not speculated(window_from_rows(stored[t]))]
+        assert [w.start for w in resume.recent_windows] == kept
+        for recent in resume.recent_windows:
+            (model,) = recent.models.values()
+            assert model.requests_finished == 0  # not read
+            if (latency := model.time_per_output_token) is not None:
+                assert latency.buckets == ()
+                if latency.count > 0:
+                    points[name] = plain_point(recent, min_requests=1)
+    assert closed["a"] and not restored["a"].recent_windows  # speculating: no point to read
+    assert len(closed["c"]) >= 2  # more than a history of 1 keeps
+    assert points.keys() >= {"d", "e"} and None not in points.values()
     assert restored["a"].spend_usd_total > restored["b"].spend_usd_total > 0
 
 
@@ -371,3 +385,18 @@ def renamed(write: PendingWrite, endpoint: str) -> PendingWrite:
     """`write` as if another endpoint had made it."""
     rows = [{**row, "endpoint": endpoint} for row in write.rows]
     return PendingWrite(endpoint, rows, write.cursor)
+
+
+async def test_a_window_where_one_model_speculated_gives_the_calibration_nothing(
+    store: Store,
+) -> None:
+    """A window gives a plain point only when no model of it speculated: a restart reads
+    none of one where one model drafted and another did not, and reads a plain one."""
+    (row,) = rows_of("x", 0).rows
+    assert row["drafts"] is not None and row["draft_tokens"] is not None
+    unspeculated = {"drafts": None, "draft_tokens": None, "accepted_tokens": None}
+    await store.save("x", [row, {**row, "model": "other", **unspeculated}], None)
+    await store.save("x", rows_of("x", 300, **unspeculated).rows, None)
+    restored = await store.restore("x", WINDOW, 288)
+    assert [w.start for w in restored.recent_windows] == [300.0]
+    assert restored.recent_windows[0].models.keys() == {row["model"]}

@@ -72,13 +72,40 @@ class StepHistory:
         return [(xy[i], xy[i + 1]) for i in range(0, len(xy), 2)]
 
 
+#: A model speculated in a window when any of these is counted (not None): SGLang and TGI
+#: count drafts but no drafted tokens. A restart's query of the store leaves out the windows
+#: this says speculated, and reads nothing of them (spectax.store's `restore`).
+SPECULATION_FIELDS = ("draft_tokens", "drafts")
+
+
+#: The fields of each model's Counts that `plain_point` reads (besides the window's busy
+#: seconds): all a restart reads back of the day of windows it feeds the calibration, which
+#: made whole were ~40 s of a 2,000-endpoint start-up (spectax.store's `restore`).
+PLAIN_POINT_FIELDS = (
+    *SPECULATION_FIELDS,
+    "generation_tokens",
+    "prompt_tokens",
+    "running_seconds",
+    "time_per_output_token",
+)
+
+
+def speculated(window: Window) -> bool:
+    """Whether any model of the window speculated: then it gives no plain point."""
+    return any(
+        getattr(counts, field) is not None
+        for counts in window.models.values()
+        for field in SPECULATION_FIELDS
+    )
+
+
 def plain_point(window: Window, min_requests: int = MIN_REQUESTS) -> StepPoint | None:
     """The window's plain-decoding point, summed over models; None when any model
     speculated or too few requests finished for their time per token to mean much."""
+    if speculated(window):
+        return None
     output = prompt = running = tpot_sum = tpot_count = 0.0
     for model, counts in window.models.items():
-        if counts.draft_tokens is not None or counts.drafts is not None:
-            return None  # speculating (SGLang and TGI count drafts but no drafted tokens)
         output += counts.generation_tokens
         prompt += counts.prompt_tokens
         running += window.busy_concurrency(model)

@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select, true
+from sqlalchemy import and_, case, func, or_, select
 from sqlalchemy.engine import Dialect, Row
+from sqlalchemy.sql import ColumnElement
 
+from spectax.economics.calibration import PLAIN_POINT_FIELDS, SPECULATION_FIELDS, speculated
 from spectax.engines.base import EngineSample
 from spectax.observed import Resume
 from spectax.pipeline.windows import Window
@@ -36,8 +38,9 @@ from spectax.store.pending import PendingWrite
 from spectax.store.rollup import period_start, window_out_of_range
 from spectax.store.rows import (
     _DEFAULTS,
-    BUCKETLESS_COLUMNS,
+    columns_of,
     complete_row,
+    stored_column,
     sum_usd,
     window_from_rows,
 )
@@ -184,25 +187,20 @@ class WindowHistory(Database):
         return spend or Decimal(0), cold or Decimal(0)
 
     async def recent_windows(
-        self, endpoint: str, count: int, before: datetime | None = None
+        self,
+        endpoint: str,
+        count: int,
+        before: datetime | None = None,
+        excluding: datetime | None = None,
     ) -> list[Window]:
-        """The endpoint's last `count` stored windows (starting before `before`), oldest first,
-        their histograms without buckets (`restore`'s closed windows)."""
-        starts = (
-            select(WindowRow.start)
-            .where(WindowRow.endpoint == endpoint)
-            .where(WindowRow.start < before if before is not None else true())
-            .group_by(WindowRow.start)
-            .order_by(WindowRow.start.desc())
-            .limit(count)
-        )
-        query = select(*(WindowRow.__table__.c[name] for name in BUCKETLESS_COLUMNS)).where(
-            WindowRow.endpoint == endpoint, WindowRow.start.in_(starts.scalar_subquery())
-        )
-        async with self._sessions() as session:
-            rows = await session.execute(query.order_by(WindowRow.start))
+        """The windows without speculation among the endpoint's last `count` stored ones
+        (starting before `before`; the one starting at `excluding` left out), oldest first,
+        with only what the calibration reads of them (`restore`'s closed windows)."""
+        opens = {endpoint: excluding} if excluding is not None else {}
+        async with self._engine.connect() as connection:
+            rows = await connection.execute(_closed_windows([endpoint], count, opens, before))
         windows = _by_window(rows).get(endpoint, {})
-        return [_window(group, buckets=False) for group in windows.values()]
+        return [_window(group, PLAIN_POINT_FIELDS) for group in windows.values()]
 
     async def restore(
         self,
@@ -216,8 +214,9 @@ class WindowHistory(Database):
         in queue order), as if they had been written, so that a monitor restored while the
         spool still drains resumes from the latest cursor and counts nothing twice.
 
-        The open window comes whole; the `history` latest closed ones before it without their
-        histograms' buckets (`window_from_rows(buckets=False)`): they feed the calibration."""
+        The open window comes whole; the `history` latest closed ones before it with only
+        what the calibration they feed reads (`PLAIN_POINT_FIELDS`): made whole, a day of
+        them at 2,000 endpoints was ~40 s of the event loop."""
         writes = {endpoint: [w for w in pending if w.endpoint == endpoint]}  # before any await
         async for _, resume in self.restore_each([endpoint], window_seconds, history, writes):
             return resume
@@ -232,12 +231,13 @@ class WindowHistory(Database):
     ) -> AsyncIterator[tuple[str, Resume]]:
         """`restore` of each endpoint, in order, read RESTORE_BATCH endpoints at a time.
 
-        A start-up restores every endpoint. One at a time, each one's four queries and its
-        day of ORM rows held the event loop ~18 ms, 35 s at 2,000 endpoints
-        (bench/spool_startup.py --stored-only). A batch is read in four queries (the money
-        totals, the cursors, the recent windows, the open ones), as plain rows, and the
-        closed windows without their buckets. An endpoint with writes still queued
-        (`pending`: each one's, in queue order) is overlaid on its own."""
+        A start-up restores every endpoint. One at a time, with four queries and a day of
+        whole windows (ORM rows, every bucket decoded) each, that held the event loop ~116 s
+        at 2,000 endpoints (bench/spool_startup.py --stored-only). A batch is read in four
+        queries (the money totals, the cursors, the recent windows, the open ones) as plain
+        rows, the closed windows only in what the calibration reads, and the loop turns
+        between endpoints. An endpoint with writes still queued (`pending`: each one's, in
+        queue order) is overlaid on its own."""
         queued = {endpoint: writes for endpoint, writes in pending.items() if writes}
         for first in range(0, len(endpoints), RESTORE_BATCH):
             batch = endpoints[first : first + RESTORE_BATCH]
@@ -255,13 +255,14 @@ class WindowHistory(Database):
         self, endpoints: Sequence[str], window_seconds: float, history: int
     ) -> _StoredBatch:
         """What the store holds of endpoints that have no write queued, in four queries: their
-        money totals, cursors, `history` + 1 latest windows (no buckets) and open windows."""
+        money totals, cursors, `history` + 1 latest windows (the calibration's columns) and
+        open windows."""
         if not endpoints:
             return _StoredBatch({}, {}, {}, {}, {})
-        async with self._sessions() as session:
+        async with self._engine.connect() as connection:  # Core: plain rows, no ORM loading
             totals = {
                 row.endpoint: (row.spend or Decimal(0), row.cold or Decimal(0))
-                for row in await session.execute(
+                for row in await connection.execute(
                     select(
                         WindowRow.endpoint,
                         func.sum(WindowRow.spend_usd).label("spend"),
@@ -273,7 +274,7 @@ class WindowHistory(Database):
             }
             cursors = {
                 row.endpoint: (row.observed_at, decode_sample(row.sample))
-                for row in await session.execute(
+                for row in await connection.execute(
                     select(Cursor.endpoint, Cursor.observed_at, Cursor.sample).where(
                         Cursor.endpoint.in_(endpoints)
                     )
@@ -283,8 +284,10 @@ class WindowHistory(Database):
                 endpoint: from_timestamp(_open_start(cursor[0], window_seconds))
                 for endpoint, cursor in cursors.items()
             }
-            closed = _by_window(await session.execute(_latest_windows(endpoints, history + 1)))
-            whole = _by_window(await session.execute(_windows_at(opens))) if opens else {}
+            closed = _by_window(
+                await connection.execute(_closed_windows(endpoints, history, opens))
+            )
+            whole = _by_window(await connection.execute(_windows_at(opens))) if opens else {}
         return _StoredBatch(totals, cursors, opens, whole, closed)
 
     async def _overlaid(
@@ -302,9 +305,8 @@ class WindowHistory(Database):
             None if cursor is None else from_timestamp(_open_start(cursor[0], window_seconds))
         )
         pending_rows = [row for write in writes for row in write.rows]
-        # the stored windows to read besides the pending ones: `history` and the open one
-        older, before = history + 1, None
-        windows: dict[float, Window] = {}
+        closed: list[Window] = []  # the last `history` closed windows, those without speculation
+        missing, before = history, None  # how many closed windows are left to read, from when
         open_window = None
         if pending_rows:
             since = min(row["start"] for row in pending_rows)
@@ -320,25 +322,22 @@ class WindowHistory(Database):
             by_start: dict[datetime, list[Any]] = {}
             for (_, begins), kept in sorted(final.items(), key=lambda item: item[0][1]):
                 by_start.setdefault(begins, []).append(kept)
-            # only the windows a monitor keeps are rebuilt: the open one, the `history` latest
-            starts = sorted(by_start, reverse=True)
-            for begins in starts[: history + 1]:
-                if begins != open_start:
-                    windows[begins.timestamp()] = window_from_rows(by_start[begins], buckets=False)
             if open_start in by_start:
-                open_window = window_from_rows(by_start[open_start])
+                open_window = window_from_rows(by_start.pop(open_start))
+            # only the windows a monitor keeps are rebuilt: the open one, the `history` latest
+            newest = sorted(by_start, reverse=True)[:history]
+            made = (window_from_rows(by_start[t], PLAIN_POINT_FIELDS) for t in newest)
+            closed = [window for window in made if not speculated(window)]
             # the stored ones from `since` on are among them: only older ones may be missing
-            older, before = history + 1 - len(windows) - (open_window is not None), since
-        if older > 0:
-            for window in await self.recent_windows(endpoint, older, before):
-                if open_start is None or window.start != open_start.timestamp():
-                    windows.setdefault(window.start, window)
+            missing, before = history - len(newest), since
+        if missing > 0:
+            closed += await self.recent_windows(endpoint, missing, before, open_start)
         if open_window is None and open_start is not None:  # not among those read: read it
             rows = await self.window_rows(
                 endpoint, since=open_start, until=open_start + timedelta(milliseconds=1)
             )
             open_window = window_from_rows(rows) if rows else None
-        return _resume(spend, cold, cursor, open_window, windows.values(), history)
+        return _resume(spend, cold, cursor, open_window, closed, history)
 
 
 # Endpoints restored a batch of queries at a time at start-up: their day of windows (~300
@@ -356,7 +355,7 @@ class _StoredBatch:
     cursors: dict[str, tuple[float, EngineSample]]
     opens: dict[str, datetime]  # the open window's start, where there is a cursor
     whole: dict[str, dict[datetime, list[Row[Any]]]]  # the open windows' rows
-    closed: dict[str, dict[datetime, list[Row[Any]]]]  # the latest windows' rows, no buckets
+    closed: dict[str, dict[datetime, list[Row[Any]]]]  # the latest windows' rows, in part
 
     def resume(self, endpoint: str, history: int) -> Resume:
         open_start = self.opens.get(endpoint)
@@ -364,9 +363,7 @@ class _StoredBatch:
         if open_start is not None and (rows := self.whole.get(endpoint, {}).get(open_start)):
             open_window = _window(rows)
         closed = [
-            _window(rows, buckets=False)
-            for start, rows in self.closed.get(endpoint, {}).items()
-            if start != open_start
+            _window(rows, PLAIN_POINT_FIELDS) for rows in self.closed.get(endpoint, {}).values()
         ]
         spend, cold = self.totals.get(endpoint, (Decimal(0), Decimal(0)))
         return _resume(spend, cold, self.cursors.get(endpoint), open_window, closed, history)
@@ -377,31 +374,53 @@ def _open_start(cursor_time: float, window_seconds: float) -> float:
     return (cursor_time // window_seconds) * window_seconds
 
 
-def _latest_windows(endpoints: Sequence[str], count: int) -> Any:
-    """Each endpoint's rows of its `count` latest windows, their buckets left out."""
-    rank = (
-        func.dense_rank()
-        .over(partition_by=WindowRow.endpoint, order_by=WindowRow.start.desc())
-        .label("rank")
+def _closed_windows(
+    endpoints: Sequence[str],
+    count: int,
+    opens: Mapping[str, datetime],
+    before: datetime | None = None,
+) -> Any:
+    """Each endpoint's rows of the windows without speculation among its `count` latest
+    closed ones (starting before `before`; its open one, `opens`, left out), in the
+    calibration's columns. A window that speculated (a SPECULATION_FIELDS column counted in
+    one of its rows) gives the calibration nothing: the database leaves it out, so that a
+    speculating endpoint's day of windows costs a restart nothing but the query."""
+    speculating = or_(
+        *(WindowRow.__table__.c[stored_column(f)].isnot(None) for f in SPECULATION_FIELDS)
     )
+    window = (WindowRow.endpoint, WindowRow.start)
+    speculated = func.max(case((speculating, 1), else_=0)).over(partition_by=window)
+    rank = func.dense_rank().over(partition_by=WindowRow.endpoint, order_by=WindowRow.start.desc())
+    where: list[ColumnElement[bool]] = [WindowRow.endpoint.in_(endpoints)]
+    if before is not None:
+        where.append(WindowRow.start < before)
+    if opens:
+        where.append(~_starting(opens))
     ranked = (
-        select(*(WindowRow.__table__.c[name] for name in BUCKETLESS_COLUMNS), rank)
-        .where(WindowRow.endpoint.in_(endpoints))
+        select(*_CALIBRATION_COLUMNS, rank.label("rank"), speculated.label("speculated"))
+        .where(*where)
         .subquery()
     )
-    return select(ranked).where(ranked.c.rank <= count).order_by(ranked.c.endpoint, ranked.c.start)
+    return (
+        select(*(ranked.c[column.name] for column in _CALIBRATION_COLUMNS))
+        .where(ranked.c.rank <= count, ranked.c.speculated == 0)
+        .order_by(ranked.c.endpoint, ranked.c.start)
+    )
 
 
-def _windows_at(starts: dict[str, datetime]) -> Any:
-    """The rows of each endpoint's window starting at its start in `starts`, whole."""
-    return select(WindowRow.__table__).where(
-        or_(
-            *(
-                and_(WindowRow.endpoint == endpoint, WindowRow.start == start)
-                for endpoint, start in starts.items()
-            )
+def _starting(starts: Mapping[str, datetime]) -> Any:
+    """Rows of each endpoint's window starting at its start in `starts`."""
+    return or_(
+        *(
+            and_(WindowRow.endpoint == endpoint, WindowRow.start == start)
+            for endpoint, start in starts.items()
         )
     )
+
+
+def _windows_at(starts: Mapping[str, datetime]) -> Any:
+    """The rows of each endpoint's window starting at its start in `starts`, whole."""
+    return select(WindowRow.__table__).where(_starting(starts))
 
 
 def _by_window(rows: Iterable[Row[Any]]) -> dict[str, dict[datetime, list[Row[Any]]]]:
@@ -412,10 +431,14 @@ def _by_window(rows: Iterable[Row[Any]]) -> dict[str, dict[datetime, list[Row[An
     return grouped
 
 
-def _window(rows: list[Row[Any]], buckets: bool = True) -> Window:
-    """`window_from_rows` of plain rows, made namespaces first: it reads ~40 columns of each
-    by name, and a Row's attributes cost ~6x a namespace's."""
-    return window_from_rows([SimpleNamespace(**row._asdict()) for row in rows], buckets)
+def _window(rows: list[Row[Any]], only: Collection[str] | None = None) -> Window:
+    """`window_from_rows` of plain rows, made namespaces first: it reads each column by
+    name, and a Row's attributes cost ~6x a namespace's."""
+    return window_from_rows([SimpleNamespace(**row._asdict()) for row in rows], only)
+
+
+#: What a restart reads of the closed windows: what the calibration reads of them.
+_CALIBRATION_COLUMNS = tuple(WindowRow.__table__.c[c] for c in columns_of(PLAIN_POINT_FIELDS))
 
 
 def _resume(
