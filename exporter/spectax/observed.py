@@ -36,8 +36,9 @@ class Observed:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Resume:
     """Where a monitor carries on: the money it had accrued, the last page's time and sample
-    (its cursor), the window that was open, and the latest closed windows (for the plain
-    curve's fit). The default is a first start."""
+    (its cursor), the window that was open, and for the plain curve's fit the latest closed
+    windows that did not speculate (as the store reads them back, with only what
+    `plain_point` reads: spectax.store's `restore`). The default is a first start."""
 
     spend_usd_total: Decimal = Decimal(0)
     cold_start_usd_total: Decimal = Decimal(0)
