@@ -150,9 +150,9 @@ async def _gzipped(cache: LastGzip, page: Page) -> bytes:
 
 def gzip_parts(blocks: Iterable[bytes | KeptLines]) -> bytes:
     """One gzip member of the page's `blocks` in order, its header's time 0 (no clock in
-    the bytes). ISA-L's deflate at level 1, not zlib's: a 9 MB
-    page in ~5 ms rather than ~22, a little smaller, and the GIL released as zlib's is (the
-    read's largest cost at 2,000 endpoints: bench/README "Under 150 MiB").
+    the bytes). ISA-L's deflate at level 1, not zlib's: a 9 MB page in ~5 ms rather than
+    ~22, a little smaller, and the GIL released as zlib's is (the read's largest cost at
+    2,000 endpoints: bench/README "Under 150 MiB").
 
     The lines formatted elsewhere (`KeptLines`: the load curves, half of the page with a
     day of them) are compressed once while they last, each family apart and ended by a
