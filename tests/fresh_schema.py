@@ -1,7 +1,7 @@
 """A new database's schema, as Alembic made it once this session, replayed.
 
 Most store tests start from an empty database, and `Store.open` brings it to the current
-schema through every migration (twelve): 0.2 s of CPU on SQLite (Alembic loads the scripts
+schema through every migration (thirteen): 0.2 s of CPU on SQLite (Alembic loads the scripts
 and reflects each table it batch-alters), 0.1 s and the server's time on PostgreSQL. The
 first empty database of each backend is migrated by Alembic as always, and the statements
 it sent to the database recorded; later empty databases get those statements replayed,

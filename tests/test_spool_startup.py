@@ -42,33 +42,37 @@ def test_a_spool_line_of_another_shape_is_quarantined_and_the_rest_kept(
     assert WriteQueue(spool).pending_rows == 0  # the next start finds it gone, nothing else
 
 
+@pytest.mark.parametrize(("stored", "queued"), [(3, 0), (10, 8)])
 async def test_a_monitor_resumed_from_a_long_spool_resumes_as_from_the_store(
-    database_url: str, tmp_path: Path
+    database_url: str, tmp_path: Path, stored: int, queued: int
 ) -> None:
     """More windows queued than the monitor keeps (the history): only those it keeps are
     rebuilt (of the last `history` closed ones, those that did not speculate), and the
-    cursor's sample is decoded once; the result is the stored one's."""
+    cursor's sample is decoded once; the result is the stored one's. The writes from
+    `queued` on are in the spool, those before `stored` in the store: (3, 0), the spool
+    holds all the history; (10, 8), the two overlap and the oldest windows kept are only
+    in the store."""
     spool = tmp_path / "spool.jsonl"
     unspeculated = {"drafts": None, "draft_tokens": None, "accepted_tokens": None}
     writes = [rows_of("a", 300 * n, **({} if n % 2 else unspeculated)) for n in range(12)]
     queue = WriteQueue(spool, max_rows=1)
-    for w in writes:
+    for w in writes[queued:]:
         queue.append(w)
     queue.spill_all()
     pending = list(WriteQueue(spool).pending())
     store = await Store.open(database_url)
     try:
-        await store.save_many([(w.endpoint, w.rows, w.cursor) for w in writes[:3]])
+        await store.save_many([(w.endpoint, w.rows, w.cursor) for w in writes[:stored]])
         overlaid = await store.restore("a", 300.0, 5, pending)
         await store.save_many([(w.endpoint, w.rows, w.cursor) for w in writes])
-        stored = await store.restore("a", 300.0, 5)
+        whole = await store.restore("a", 300.0, 5)
     finally:
         await store.close()
-    assert overlaid.cursor is not None and stored.cursor is not None
-    assert overlaid.cursor[0] == stored.cursor[0] == writes[-1].cursor[0]  # type: ignore[index]
-    assert overlaid.cursor[1] == stored.cursor[1]
-    assert overlaid.spend_usd_total == stored.spend_usd_total > 0
-    assert overlaid.open_window == stored.open_window
-    assert overlaid.recent_windows == stored.recent_windows
+    assert overlaid.cursor is not None and whole.cursor is not None
+    assert overlaid.cursor[0] == whole.cursor[0] == writes[-1].cursor[0]  # type: ignore[index]
+    assert overlaid.cursor[1] == whole.cursor[1]
+    assert overlaid.spend_usd_total == whole.spend_usd_total > 0
+    assert overlaid.open_window == whole.open_window
+    assert overlaid.recent_windows == whole.recent_windows
     # of the last 5 closed windows (6 to 10; 11 is open), those without speculation
-    assert [w.start for w in stored.recent_windows] == [1800.0, 2400.0, 3000.0]
+    assert [w.start for w in whole.recent_windows] == [1800.0, 2400.0, 3000.0]

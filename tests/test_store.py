@@ -21,7 +21,7 @@ from recorded_pages import page
 from spectax.economics.calibration import plain_point, speculated
 from spectax.endpoint import EndpointMonitor
 from spectax.observed import Resume
-from spectax.store import Store, window_history
+from spectax.store import Store, database, window_history
 from spectax.store.pending import PendingWrite
 from spectax.store.rows import complete_row, window_from_rows
 
@@ -400,3 +400,18 @@ async def test_a_window_where_one_model_speculated_gives_the_calibration_nothing
     restored = await store.restore("x", WINDOW, 288)
     assert [w.start for w in restored.recent_windows] == [300.0]
     assert restored.recent_windows[0].models.keys() == {row["model"]}
+
+
+async def test_a_sqlite_too_old_for_the_stores_queries_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite before 3.25 has no window functions, which a restart's query uses: the store
+    does not open on it, and says which SQLite this Python links and what to do."""
+    monkeypatch.setattr(database.sqlite3, "sqlite_version_info", (3, 22, 0))
+    monkeypatch.setattr(database.sqlite3, "sqlite_version", "3.22.0")
+    with pytest.raises(database.StoreUnusable) as raised:
+        await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'h.sqlite'}")
+    assert "SQLite 3.22.0" in str(raised.value) and "3.25.0 or later" in str(raised.value)
+    assert not (tmp_path / "h.sqlite").exists()
+    with pytest.raises(database.StoreUnusable, match=r"3\.25\.0 or later"):
+        await database.probe(f"sqlite+aiosqlite:///{tmp_path / 'h.sqlite'}")

@@ -7,6 +7,7 @@ import asyncio
 import importlib
 import operator
 import os
+import sqlite3
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
@@ -163,12 +164,28 @@ def sqlite_directory_problem(url: str) -> str | None:
     return None
 
 
+# The oldest SQLite the store's queries run on: a restart ranks each endpoint's windows with
+# window functions (row_number() OVER, SQLite 3.25, 2018).
+SQLITE_AT_LEAST = (3, 25, 0)
+
+
+def sqlite_version_problem() -> str | None:
+    """What is wrong with the SQLite library this Python links, if it is too old."""
+    if sqlite3.sqlite_version_info >= SQLITE_AT_LEAST:
+        return None
+    wanted = ".".join(map(str, SQLITE_AT_LEAST))
+    return (
+        f"this Python links SQLite {sqlite3.sqlite_version}; spectax needs {wanted} or later"
+        " (window functions): use a newer Python build or system, or PostgreSQL"
+    )
+
+
 async def probe(url: str) -> str:
     """Connect to the store of `url` (as `database_url` returns it) and disconnect, changing
     nothing (check-config --probe): what it is, or StoreError (StoreUnusable: the URL must
     change) saying what is wrong."""
     if url.startswith("sqlite"):
-        if problem := sqlite_directory_problem(url):
+        if problem := sqlite_version_problem() or sqlite_directory_problem(url):
             raise StoreUnusable(problem)
         return "SQLite in memory" if in_memory(url) else f"SQLite file {_sqlite_path(url)}"
     engine = create_async_engine(url)
@@ -259,6 +276,8 @@ class Database:
             url = database_url(url)
         except ValueError as exc:
             raise StoreUnusable(f"storage_url: {exc}") from None
+        if url.startswith("sqlite") and (problem := sqlite_version_problem()):
+            raise StoreUnusable(f"storage_url: {problem}")
         if (path := _sqlite_path(url)) is not None:
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)

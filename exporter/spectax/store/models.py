@@ -151,7 +151,11 @@ class WindowRow(Sums, Base):
     """
 
     __tablename__ = "windows"
-    __table_args__ = (UniqueConstraint("endpoint", "model", "start", name="uq_window"),)
+    __table_args__ = (
+        UniqueConstraint("endpoint", "model", "start", name="uq_window"),
+        # a restart's choice of each endpoint's latest windows, and their rows (0013)
+        Index("ix_windows_endpoint_start", "endpoint", "start"),
+    )
 
     # The assessment of this window, as computed when it was written.
     concurrency_requests: Mapped[float] = mapped_column(Float)

@@ -24,7 +24,7 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 # The newest revision in migrations/versions (tests/test_history.py checks they agree). The
 # daemon compares it with the database's at start-up without loading Alembic, which would
 # stay in memory for the life of the process (about 5 MB) for a check that passes.
-HEAD_REVISION = "0012"
+HEAD_REVISION = "0013"
 log = logging.getLogger(__name__)
 
 

@@ -186,7 +186,7 @@ class WindowHistory(Database):
         # the sums keep the column's type, so they arrive as Decimals already
         return spend or Decimal(0), cold or Decimal(0)
 
-    async def recent_windows(
+    async def _closed_before(
         self,
         endpoint: str,
         count: int,
@@ -255,8 +255,8 @@ class WindowHistory(Database):
         self, endpoints: Sequence[str], window_seconds: float, history: int
     ) -> _StoredBatch:
         """What the store holds of endpoints that have no write queued, in four queries: their
-        money totals, cursors, `history` + 1 latest windows (the calibration's columns) and
-        open windows."""
+        money totals, cursors, open windows, and the calibration's columns of their last
+        `history` closed windows that did not speculate."""
         if not endpoints:
             return _StoredBatch({}, {}, {}, {}, {})
         async with self._engine.connect() as connection:  # Core: plain rows, no ORM loading
@@ -284,8 +284,10 @@ class WindowHistory(Database):
                 endpoint: from_timestamp(_open_start(cursor[0], window_seconds))
                 for endpoint, cursor in cursors.items()
             }
-            closed = _by_window(
-                await connection.execute(_closed_windows(endpoints, history, opens))
+            closed = (
+                _by_window(await connection.execute(_closed_windows(endpoints, history, opens)))
+                if history > 0
+                else {}
             )
             whole = _by_window(await connection.execute(_windows_at(opens))) if opens else {}
         return _StoredBatch(totals, cursors, opens, whole, closed)
@@ -331,7 +333,7 @@ class WindowHistory(Database):
             # the stored ones from `since` on are among them: only older ones may be missing
             missing, before = history - len(newest), since
         if missing > 0:
-            closed += await self.recent_windows(endpoint, missing, before, open_start)
+            closed += await self._closed_before(endpoint, missing, before, open_start)
         if open_window is None and open_start is not None:  # not among those read: read it
             rows = await self.window_rows(
                 endpoint, since=open_start, until=open_start + timedelta(milliseconds=1)
@@ -384,27 +386,40 @@ def _closed_windows(
     closed ones (starting before `before`; its open one, `opens`, left out), in the
     calibration's columns. A window that speculated (a SPECULATION_FIELDS column counted in
     one of its rows) gives the calibration nothing: the database leaves it out, so that a
-    speculating endpoint's day of windows costs a restart nothing but the query."""
-    speculating = or_(
-        *(WindowRow.__table__.c[stored_column(f)].isnot(None) for f in SPECULATION_FIELDS)
-    )
-    window = (WindowRow.endpoint, WindowRow.start)
-    speculated = func.max(case((speculating, 1), else_=0)).over(partition_by=window)
-    rank = func.dense_rank().over(partition_by=WindowRow.endpoint, order_by=WindowRow.start.desc())
+    speculating endpoint's day of windows costs a restart nothing but the query.
+
+    The windows are chosen from their (endpoint, start) pairs alone, which the unique index
+    holds: only the chosen ones' rows are read, not the whole retention's (14 days by
+    default) to rank them."""
     where: list[ColumnElement[bool]] = [WindowRow.endpoint.in_(endpoints)]
     if before is not None:
         where.append(WindowRow.start < before)
     if opens:
         where.append(~_starting(opens))
-    ranked = (
-        select(*_CALIBRATION_COLUMNS, rank.label("rank"), speculated.label("speculated"))
+    latest = func.row_number().over(
+        partition_by=WindowRow.endpoint, order_by=WindowRow.start.desc()
+    )
+    chosen = (
+        select(WindowRow.endpoint, WindowRow.start, latest.label("rank"))
         .where(*where)
+        .group_by(WindowRow.endpoint, WindowRow.start)
+        .subquery()
+    )
+    speculating = or_(
+        *(WindowRow.__table__.c[stored_column(f)].isnot(None) for f in SPECULATION_FIELDS)
+    )
+    window = (WindowRow.endpoint, WindowRow.start)
+    speculated = func.max(case((speculating, 1), else_=0)).over(partition_by=window)
+    rows = (
+        select(*_CALIBRATION_COLUMNS, speculated.label("speculated"))
+        .join(chosen, and_(*(column == chosen.c[column.name] for column in window)))
+        .where(chosen.c.rank <= count)
         .subquery()
     )
     return (
-        select(*(ranked.c[column.name] for column in _CALIBRATION_COLUMNS))
-        .where(ranked.c.rank <= count, ranked.c.speculated == 0)
-        .order_by(ranked.c.endpoint, ranked.c.start)
+        select(*(rows.c[column.name] for column in _CALIBRATION_COLUMNS))
+        .where(rows.c.speculated == 0)
+        .order_by(rows.c.endpoint, rows.c.start)
     )
 
 
