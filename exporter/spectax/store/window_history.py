@@ -4,8 +4,9 @@ last run stopped, so that a restart neither loses nor double-counts."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
-from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -218,8 +219,10 @@ class WindowHistory(Database):
         what the calibration they feed reads (`PLAIN_POINT_FIELDS`): made whole, a day of
         them at 2,000 endpoints was ~40 s of the event loop."""
         writes = {endpoint: [w for w in pending if w.endpoint == endpoint]}  # before any await
-        async for _, resume in self.restore_each([endpoint], window_seconds, history, writes):
-            return resume
+        each = self.restore_each([endpoint], window_seconds, history, writes)
+        async with contextlib.aclosing(each):
+            async for _, resume in each:
+                return resume
         raise AssertionError("restore_each yields one Resume per endpoint")
 
     async def restore_each(
@@ -228,7 +231,7 @@ class WindowHistory(Database):
         window_seconds: float,
         history: int,
         pending: Mapping[str, Sequence[PendingWrite]],
-    ) -> AsyncIterator[tuple[str, Resume]]:
+    ) -> AsyncGenerator[tuple[str, Resume], None]:
         """`restore` of each endpoint, in order, read RESTORE_BATCH endpoints at a time.
 
         A start-up restores every endpoint. One at a time, with four queries and a day of
