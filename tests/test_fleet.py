@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import sqlite3
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -329,8 +329,9 @@ async def test_fleet_source_through_a_gateway_waits_out_an_outage_and_partial_an
     prometheus_source = settings.config.sources[0]
     written: list[PendingWrite] = []
 
-    async def new_monitor(endpoint: EndpointConfig) -> EndpointMonitor:
-        return EndpointMonitor(endpoint, None, WINDOW)
+    async def new_monitors(endpoints: Sequence[EndpointConfig]) -> AsyncIterator[EndpointMonitor]:
+        for endpoint in endpoints:
+            yield EndpointMonitor(endpoint, None, WINDOW)
 
     def emit(monitor: EndpointMonitor, observed: Observed | None) -> None:
         if observed is not None:
@@ -338,7 +339,7 @@ async def test_fleet_source_through_a_gateway_waits_out_an_outage_and_partial_an
 
     try:
         async with aiohttp.ClientSession() as session:
-            fleet = FleetSource(prometheus_source, WINDOW, session, new_monitor, emit)
+            fleet = FleetSource(prometheus_source, WINDOW, session, new_monitors, emit)
             fleet.next_end = run.starts[1] + WINDOW
             now = run.starts[-1] + WINDOW + 3.0  # windows 1 to 3 are due
             gateway.mode = "up"

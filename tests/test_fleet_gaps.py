@@ -9,6 +9,7 @@ the gap counts them: nothing of the span is lost.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Sequence
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -80,8 +81,10 @@ async def live_rows(settings: Settings, t0: float) -> dict[float, dict[str, Any]
     """The rows the live daemon's reads give, one window at a time, as each falls due."""
     written: list[PendingWrite] = []
 
-    async def new_monitor(endpoint: EndpointConfig) -> EndpointMonitor:
-        return EndpointMonitor(endpoint, running_pricing(endpoint, settings.prices).usd_per_hour, W)
+    async def new_monitors(endpoints: Sequence[EndpointConfig]) -> AsyncIterator[EndpointMonitor]:
+        for endpoint in endpoints:
+            usd_per_hour = running_pricing(endpoint, settings.prices).usd_per_hour
+            yield EndpointMonitor(endpoint, usd_per_hour, W)
 
     def emit(monitor: EndpointMonitor, observed: Observed | None) -> None:
         if observed is not None:
@@ -89,7 +92,7 @@ async def live_rows(settings: Settings, t0: float) -> dict[float, dict[str, Any]
 
     source = settings.config.sources[0]
     async with aiohttp.ClientSession() as session:
-        fleet = FleetSource(source, W, session, new_monitor, emit)
+        fleet = FleetSource(source, W, session, new_monitors, emit)
         fleet.next_end = t0 + W
         for k in range(1, SPAN + 1):
             assert await fleet.read_due(t0 + k * W + source.delay + 0.5)

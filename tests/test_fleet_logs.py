@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import AsyncIterator, Sequence
 
 import aiohttp
 import pytest
@@ -49,8 +50,9 @@ async def test_a_source_failure_is_one_line_and_recoveries_are_told(
     runner, url = await serve(app)
     source = PrometheusSource(url=url, endpoint_labels=["model_name"], delay=1.0)
 
-    async def new_monitor(endpoint: EndpointConfig) -> EndpointMonitor:
-        return EndpointMonitor(endpoint, None, W)
+    async def new_monitors(endpoints: Sequence[EndpointConfig]) -> AsyncIterator[EndpointMonitor]:
+        for endpoint in endpoints:
+            yield EndpointMonitor(endpoint, None, W)
 
     def read(k: int) -> float:
         return T0 + k * W + 2.0  # window k is due
@@ -61,7 +63,7 @@ async def test_a_source_failure_is_one_line_and_recoveries_are_told(
     caplog.set_level(logging.INFO)
     try:
         async with aiohttp.ClientSession() as session:
-            fleet = FleetSource(source, W, session, new_monitor, lambda m, w: None)
+            fleet = FleetSource(source, W, session, new_monitors, lambda m, w: None)
             fleet.next_end = T0 + W
             assert await fleet.read_due(read(1))
             assert sorted(fleet.monitors) == ["a", "b", "c"]

@@ -20,7 +20,7 @@ import gc
 import logging
 import signal
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -311,8 +311,10 @@ class Daemon:
         self.settings, self.config = settings, settings.config
         if changes.changed:
             await self.writer.settle(self._grace)  # changed ones resume from the store
+        started = [e for e in settings.config.endpoints if e.name not in changes.kept]
+        made = {monitor.config.name: monitor async for monitor in self.new_monitors(started)}
         self.monitors = {
-            e.name: old[e.name] if e.name in changes.kept else await self.new_monitor(e)
+            e.name: old[e.name] if e.name in changes.kept else made[e.name]
             for e in settings.config.endpoints
         }
         self._scrapes.replace(self.monitors, self.config.scrape_interval)
@@ -422,34 +424,36 @@ class Daemon:
             self.config.window,
             self.session,
             resume,
-            self.new_monitor,
+            self.new_monitors,
             self.publish,
             reserved,
         )
 
     async def _restore(self) -> None:
-        assert self.store is not None
-        pending: dict[str, list[PendingWrite]] = {}
-        for write in self.writer.queue.pending():  # one pass over the spool for all
-            pending.setdefault(write.endpoint, []).append(write)
-        endpoints = {endpoint.name: endpoint for endpoint in self.config.endpoints}
-        resumed = self.store.restore_each(
-            list(endpoints), self.config.window, CALIBRATION_POINTS, pending
-        )
         self.monitors = {  # at once: a takeover's new monitors scrape only once it writes
-            name: self._resumed(endpoints[name], resume, len(pending.get(name, ())))
-            async for name, resume in resumed
+            monitor.config.name: monitor
+            async for monitor in self.new_monitors(self.config.endpoints)
         }
 
-    async def new_monitor(self, endpoint: EndpointConfig) -> EndpointMonitor:
-        """A monitor for `endpoint`, resumed from what the store holds of it overlaid with
-        its writes still queued."""
+    async def new_monitors(
+        self, endpoints: Sequence[EndpointConfig]
+    ) -> AsyncIterator[EndpointMonitor]:
+        """A monitor for each of `endpoints`, in order, resumed from what the store holds of it
+        overlaid with its writes still queued. A start-up's, a reload's and a fleet's
+        endpoints found at once alike: the store reads them RESTORE_BATCH at a time, the
+        spool is looked through once for all."""
         assert self.store is not None
-        pending = list(self.writer.queue.pending(endpoint.name))
-        resume = await self.store.restore(
-            endpoint.name, self.config.window, CALIBRATION_POINTS, pending
+        configs = {endpoint.name: endpoint for endpoint in endpoints}
+        pending: dict[str, list[PendingWrite]] = {}
+        for write in self.writer.queue.pending():  # before any await: as the spool stands
+            if write.endpoint in configs:
+                pending.setdefault(write.endpoint, []).append(write)
+        resumed = self.store.restore_each(
+            list(configs), self.config.window, CALIBRATION_POINTS, pending
         )
-        return self._resumed(endpoint, resume, len(pending))
+        async with contextlib.aclosing(resumed):
+            async for name, resume in resumed:
+                yield self._resumed(configs[name], resume, len(pending.get(name, ())))
 
     def _resumed(self, endpoint: EndpointConfig, resume: Resume, pending: int) -> EndpointMonitor:
         """A monitor for `endpoint` going on from `resume` (`pending`: how many of its writes

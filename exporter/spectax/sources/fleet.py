@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import replace
 
 import aiohttp
@@ -56,7 +56,7 @@ def carried(monitor: EndpointMonitor, interval: Interval, source: PrometheusSour
     return replace(interval, start=last)
 
 
-MonitorFactory = Callable[[EndpointConfig], Awaitable[EndpointMonitor]]
+MonitorFactory = Callable[[Sequence[EndpointConfig]], AsyncIterator[EndpointMonitor]]
 Emit = Callable[[EndpointMonitor, Observed | None], None]
 
 
@@ -68,7 +68,7 @@ class FleetSource:
         source: PrometheusSource,
         window: float,
         session: aiohttp.ClientSession,
-        new_monitor: MonitorFactory,
+        new_monitors: MonitorFactory,
         emit: Emit,
         reserved: frozenset[str] = frozenset(),
         resume: float | None = None,
@@ -79,7 +79,7 @@ class FleetSource:
         self.window = window
         self.reader = PrometheusReader(source, session)
         self.monitors: dict[str, EndpointMonitor] = {}
-        self._new_monitor = new_monitor
+        self._new_monitors = new_monitors
         self._emit = emit
         self._reserved = reserved  # the configured endpoints' names: never taken over
         self._health = LogOnce(log, "source", redact(source.url))
@@ -128,15 +128,15 @@ class FleetSource:
                 self._emit(monitor, None)
             return False
         self._health.recovered("reading windows again from %s", iso(bounds[0]))
-        # The endpoints found in this span resume before any window is handed on: each looks
-        # its queued writes up in the store writer's queue, which the windows handed on would
-        # fill (20,000 endpoints found at once then scanned 20,000 growing queues).
-        for name in sorted({n for found in windows.values() for n in found} - self.monitors.keys()):
-            await self._monitor(name)
+        # The endpoints found in this span resume before any window is handed on: their
+        # writes still queued are looked up in the store writer's queue, which the windows
+        # handed on would fill (20,000 endpoints found at once then scanned 20,000 growing
+        # queues), and the store is read for them a batch at a time.
+        seen = {name for found in windows.values() for name in found}
+        await self._add(sorted(seen - self.monitors.keys() - self._reserved))
         for end in bounds[1:]:
             for name, interval in sorted(windows[end].items()):
-                found = await self._monitor(name)
-                if found is not None:
+                if (found := self.monitors.get(name)) is not None:  # None: a reserved name
                     fed = carried(found, interval, self.source)
                     self._emit(found, found.observe_interval(fed, cursor_sample(interval)))
         for name in self.monitors.keys() - windows[bounds[-1]].keys():  # every replica gone
@@ -153,14 +153,13 @@ class FleetSource:
         )
         return True
 
-    async def _monitor(self, name: str) -> EndpointMonitor | None:
-        monitor = self.monitors.get(name)
-        if monitor is None and name not in self._reserved:
-            monitor = self.monitors[name] = await self._new_monitor(
-                self.source.endpoint_config(name)
-            )
-            log.info("endpoint %s: found in %s", name, redact(self.source.url))
-        return monitor
+    async def _add(self, names: Sequence[str]) -> None:
+        """Monitors for the endpoints found, resumed from the store a batch at a time (a
+        fleet's first read finds every endpoint at once)."""
+        configs = [self.source.endpoint_config(name) for name in names]
+        async for monitor in self._new_monitors(configs):
+            self.monitors[monitor.config.name] = monitor
+            log.info("endpoint %s: found in %s", monitor.config.name, redact(self.source.url))
 
 
 class Fleet:
@@ -176,16 +175,16 @@ class Fleet:
         window: float,
         session: aiohttp.ClientSession,
         resume: float | None,
-        new_monitor: MonitorFactory,
+        new_monitors: MonitorFactory,
         publish: Emit,
         reserved: frozenset[str] = frozenset(),
     ) -> None:
         """One task per source. `resume`: where the stored history of the fleet ends (the
-        windows from there on are read first); `new_monitor` makes (priced, and resumed from
-        the store) the monitor of an endpoint found, `publish` takes its new state and its
+        windows from there on are read first); `new_monitors` makes (priced, and resumed from
+        the store) the monitors of the endpoints found, `publish` takes its new state and its
         closed windows; `reserved`: the configured endpoints' names, never taken over."""
         for source in sources:
-            fleet = FleetSource(source, window, session, new_monitor, publish, reserved, resume)
+            fleet = FleetSource(source, window, session, new_monitors, publish, reserved, resume)
             self.sources.append(fleet)
             self._tasks.append(asyncio.create_task(fleet.run(), name=f"fleet {source.url}"))
 

@@ -154,15 +154,13 @@ def window_from_rows(rows: Sequence[Any], only: Collection[str] | None = None) -
 
 def stored_column(field: str) -> str:
     """The column a counter of one column (a plain or a speculation one) is stored in."""
-    (column,) = _plan(frozenset({field})).counters[0][2]
+    (column,) = _plan(frozenset({field})).columns
     return column
 
 
 def columns_of(only: Collection[str]) -> tuple[str, ...]:
     """The windows table's columns `window_from_rows(rows, only)` reads."""
-    plan = _plan(frozenset(only))
-    read = {column for _, _, columns in plan.counters for column in columns}
-    read.update(column for _, column in plan.gauges)
+    read = _plan(frozenset(only)).columns
     return tuple(c for c in _TABLE_ORDER if c in read or c in _WINDOW_COLUMNS)
 
 
@@ -338,6 +336,12 @@ class _DecodePlan:
 
     counters: tuple[tuple[str, Callable[[WindowRow, tuple[str, ...]], Any], tuple[str, ...]], ...]
     gauges: tuple[tuple[str, str], ...]  # (field, column): the same name
+
+    @property
+    def columns(self) -> frozenset[str]:
+        """The columns the plan reads: its counters' and its gauges'."""
+        read = {column for _, _, columns in self.counters for column in columns}
+        return frozenset(read.union(column for _, column in self.gauges))
 
 
 @functools.cache
