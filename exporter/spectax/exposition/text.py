@@ -150,9 +150,9 @@ class Shape:
 class Page:
     """A page to serve: its generation (the same number, the same bytes) and its bytes a
     few families at a time. The blocks are made from immutable pieces only, so they can be
-    joined or compressed in a worker thread while the event loop goes on, and the page
-    need never be whole (25 MB at 2,000 endpoints with a day of curves): `web.py`
-    compresses it block by block, the lines formatted elsewhere (`KeptLines`) once."""
+    joined in a worker thread while the event loop goes on, and the page need never be
+    whole (25 MB at 2,000 endpoints with a day of curves): `web.py` compresses it block by
+    block, the lines formatted elsewhere (`KeptLines`) once."""
 
     generation: int
     blocks: Iterable[bytes | KeptLines]
@@ -198,8 +198,8 @@ class TextEncoder:
         """The whole page: spectax's own samples (`spectax_samples`, cheap, formatted every
         time), lines formatted once elsewhere (`formatted`, by family: the load curves, a
         new mapping each time they change) and the endpoints' (formatted when their
-        snapshot changed). The event loop only gathers the pieces; joining them is the
-        parts' (a worker thread's)."""
+        snapshot changed). Only the pieces are gathered here; the blocks join them as they
+        are read (`Page`)."""
         spectax_lines: dict[str, list[str]] = {}
         spectax_samples(line_writer(spectax_lines))
         by_name = sorted(snapshots.items())
@@ -365,10 +365,10 @@ def _blocks(
     """The page in blocks of FAMILIES_PER_PART families: each family's header and spectax's
     own lines, the lines formatted elsewhere (a block of their own, kept whole), then
     every endpoint's lines in it. `zip(*fragments)` turns the endpoints' tuples into the
-    families' columns in C. ~1 MB blocks at 2,000 endpoints, not one a family: the worker
-    thread that joins and compresses them waits for the GIL each time it comes back from
-    zlib, up to the switch interval (5 ms) while the scrapes hold it, and ~10 returns cost
-    a read less of that than ~100 (bench/README "Direct mode's memory")."""
+    families' columns in C. ~1 MB blocks at 2,000 endpoints, one in memory at a time, not
+    one a family: a worker thread joining a page without gzip waits for the GIL each time
+    it comes back from C, up to the switch interval (5 ms) while the scrapes hold it, and
+    ~10 returns cost a read less of that than ~100 (bench/README "Direct mode's memory")."""
     columns = zip(*fragments, strict=True) if fragments else (() for _ in heads)
     batch: list[bytes] = []
     for k, ((head, kept), column) in enumerate(zip(heads, columns, strict=True), 1):
