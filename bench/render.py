@@ -1,12 +1,13 @@
-"""`/metrics` at N endpoints, the request's own work: what holds the event loop, what a
-worker thread does, and how much memory the request takes at its peak.
+"""`/metrics` at N endpoints, the request's own work: the page gathered, then gzipped, and
+how much memory the request takes at its peak.
 
 N monitors fed two recorded vLLM pages (tests/fixtures/vllm-0.32.0) give N snapshots; the
-collector renders the page as a request does (`SnapshotCollector.render_page`: on the
-event loop), then joins it or gzips it a part at a time as `web.py` does (in a worker
-thread). Each endpoint's snapshot is replaced before every read, as in direct mode where
-every scrape replaces one, so every read formats and compresses a fresh page. No HTTP:
-bench/scale.py measures the whole read beside the scrapes.
+collector renders the page as a request does (`SnapshotCollector.render_page`), then
+gzips it a part at a time as `web.py` does (both on the event loop since 2026-12-05; the
+gzip was a worker thread's before). Each endpoint's snapshot is replaced before every
+read, as in direct mode where every scrape replaces one, so every read formats and
+compresses a fresh page. No HTTP: bench/scale.py measures the whole read beside the
+scrapes.
 
     PYTHONPATH=exporter python bench/render.py [--endpoints 2000] [--reads 20]
 
@@ -93,8 +94,8 @@ def main() -> None:
     print(f"{args.endpoints} endpoints, {args.reads} reads, each of a fresh page")
     print(f"page {size / 1e6:.2f} MB, gzipped {zipped / 1e6:.2f} MB")
     for what, values in (
-        ("on the event loop", loop_ms),
-        ("in the worker", worker_ms),
+        ("gathered", loop_ms),
+        ("gzipped a part at a time", worker_ms),
         ("whole page (before): on the event loop", whole_loop_ms),
         ("whole page (before): gzip in the worker", whole_worker_ms),
     ):

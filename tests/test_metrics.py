@@ -289,8 +289,8 @@ async def test_prometheus_gets_the_prerendered_text_format_gzipped() -> None:
 
 
 async def test_a_page_of_many_endpoints_is_served_whole_from_its_parts() -> None:
-    """The page is joined or gzipped a few families at a time in a worker thread: what a
-    client gets, gzipped or not, is the whole page, every family once, in order."""
+    """The page is joined or gzipped a few families at a time: what a client gets, gzipped
+    or not, is the whole page, every family once, in order."""
     ms = monitors(
         *({"name": f"r{i:02d}", "url": f"http://h:{i + 1}", "speculation": SPEC} for i in range(12))
     )
@@ -302,7 +302,7 @@ async def test_a_page_of_many_endpoints_is_served_whole_from_its_parts() -> None
     )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
-    assert len(list(collector.render_page().parts)) > 1  # the worker gets it in parts
+    assert len(list(collector.render_page().parts)) > 1  # joined or gzipped in parts
     whole = collector.render_text()
     app = make_app(registry, lambda: True, lambda: [], render_page=collector.render_page)
     runner = web.AppRunner(app)

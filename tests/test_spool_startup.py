@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from builders import drain, numbered_write, rows_of
+from spectax.config import validate
+from spectax.daemon import Daemon
 from spectax.store import Store
 from spectax.store.spool import WriteQueue
 
@@ -76,3 +78,42 @@ async def test_a_monitor_resumed_from_a_long_spool_resumes_as_from_the_store(
     assert overlaid.recent_windows == whole.recent_windows
     # of the last 5 closed windows (6 to 10; 11 is open), those without speculation
     assert [w.start for w in whole.recent_windows] == [1800.0, 2400.0, 3000.0]
+
+
+async def test_the_daemon_makes_monitors_in_order_each_with_its_writes_still_queued(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`Daemon.new_monitors`, how a start-up, a reload and a fleet's discovery make their
+    monitors: the endpoints asked for, in that order, each resumed from the store overlaid
+    with its writes still queued (x's latest cursor is only in the spool, y's only stored;
+    z has neither). Asked for none, as a fleet's read that found no new endpoint asks, it
+    does not read the spool: that read would grow with the spool while the database is
+    away, at every window."""
+    names = ["x", "y", "z"]
+    settings = validate(
+        {
+            "state_directory": str(tmp_path / "state"),
+            "storage_url": database_url,
+            "endpoints": [
+                {"name": n, "url": f"http://127.0.0.1:{9 + i}"} for i, n in enumerate(names)
+            ],
+        }
+    )
+    daemon = Daemon(settings)
+    stored_x, queued_x, stored_y = rows_of("x", 0), rows_of("x", 300), rows_of("y", 600)
+    daemon.store = store = await Store.open(database_url)
+    try:
+        await store.save_many([(w.endpoint, w.rows, w.cursor) for w in (stored_x, stored_y)])
+        daemon.writer.queue.append(queued_x)
+        asked = list(reversed(settings.config.endpoints))
+        made = [monitor async for monitor in daemon.new_monitors(asked)]
+        assert [m.config.name for m in made] == ["z", "y", "x"]
+        assert [m.cursor_time for m in made] == [None, stored_y.cursor[0], queued_x.cursor[0]]  # type: ignore[index]
+
+        def spool_read(*args: object) -> None:
+            raise AssertionError("the spool was read for no endpoint")
+
+        monkeypatch.setattr(daemon.writer.queue, "pending", spool_read)
+        assert [monitor async for monitor in daemon.new_monitors([])] == []
+    finally:
+        await store.close()

@@ -2,13 +2,13 @@
 
 glibc gives a thread that allocates while another holds the main arena an arena of its
 own (up to eight a core), and each arena keeps what its thread freed for that thread.
-spectax's other threads are the `/metrics` worker (it joins and compresses the page about
-a megabyte at a time, web.py), SQLite's and the resolver's: at 2,000 endpoints their
-arenas held ~5 MiB of the daemon's peak memory that the main arena would have reused
-(bench/README "Under 150 MiB"). One arena costs them no lock worth the name: the event
-loop allocates while it holds the GIL, and the worker compresses outside it, in buffers
-allocated once. It is what `MALLOC_ARENA_MAX=1` does; an operator's own setting of that
-variable is left in force.
+spectax's other threads are SQLite's, the resolver's and a worker that joins a `/metrics`
+page for a client that takes no gzip (web.py; the gzip itself is on the event loop since
+2026-12-05, when the worker compressed every page): at 2,000 endpoints their arenas held
+~5 MiB of the daemon's peak memory that the main arena would have reused (bench/README
+"Under 150 MiB"). One arena costs them no lock worth the name: the event loop allocates
+while it holds the GIL, and the other threads mostly wait. It is what `MALLOC_ARENA_MAX=1`
+does; an operator's own setting of that variable is left in force.
 """
 
 from __future__ import annotations

@@ -444,6 +444,8 @@ class Daemon:
         spool is looked through once for all."""
         assert self.store is not None
         configs = {endpoint.name: endpoint for endpoint in endpoints}
+        if not configs:  # a fleet's read that found no endpoint: the spool is not read
+            return
         pending: dict[str, list[PendingWrite]] = {}
         for write in self.writer.queue.pending():  # before any await: as the spool stands
             if write.endpoint in configs:

@@ -163,9 +163,9 @@ def gzip_parts(blocks: Iterable[bytes | KeptLines]) -> bytes:
     The lines formatted elsewhere (`KeptLines`: the load curves, half of the page with a
     day of them) are compressed once while they last, each family apart and ended by a
     full flush, and laid between the rest's streams, the CRC-32 of the whole combined from
-    the pieces'. Compressed again at every read they were half of its CPU in this thread,
-    and the read waited for the GIL for as long again (bench/README, "Where a read
-    waits")."""
+    the pieces'. Compressed again at every read they were half of its CPU, and in the
+    worker thread that compressed it then, the read waited for the GIL for as long again
+    (bench/README, "Where a read waits")."""
     compressor = isal_zlib.compressobj(1, zlib.DEFLATED, -zlib.MAX_WBITS)  # raw deflate
     out = [GZIP_HEADER]
     crc = size = 0
@@ -189,15 +189,14 @@ def _deflated(lines: KeptLines) -> Deflated:
     """The lines' raw deflate ended by a full flush (byte-aligned, no final block: another
     stream may follow), with their CRC-32 and length: kept where the lines say, beside
     the very pieces it was made of (a family given other pieces is made again), and made
-    once (two reads at once may both make it: either stream is the lines)."""
+    once."""
     if lines.deflated is not None:
         kept = lines.deflated.get(lines.family)
         if kept is not None and kept[0] is lines.pieces:
             return kept[1]
     # Joined first (~1.5 MB a family at 2,000 endpoints): one call into ISA-L, not one a
-    # piece. Each call gives the GIL up and must get it back, and while the event loop runs
-    # Python that can wait up to the switch interval: a piece at a time, ~18,000 calls,
-    # a read took 1.9 s in one run (bench/README, "Where a read waits").
+    # piece (~18,000 calls; in a worker thread each waited for the GIL back, and a read
+    # took 1.9 s in one run: bench/README, "Where a read waits").
     text = b"".join(lines.pieces)
     compressor = isal_zlib.compressobj(1, zlib.DEFLATED, -zlib.MAX_WBITS)
     data = compressor.compress(text) + compressor.flush(zlib.Z_FULL_FLUSH)

@@ -133,7 +133,8 @@ class FleetSource:
         # handed on would fill (20,000 endpoints found at once then scanned 20,000 growing
         # queues), and the store is read for them a batch at a time.
         seen = {name for found in windows.values() for name in found}
-        await self._add(sorted(seen - self.monitors.keys() - self._reserved))
+        if new := sorted(seen - self.monitors.keys() - self._reserved):
+            await self._add(new)
         for end in bounds[1:]:
             for name, interval in sorted(windows[end].items()):
                 if (found := self.monitors.get(name)) is not None:  # None: a reserved name
