@@ -28,7 +28,13 @@ from spectax.economics.formulas import (
     modelled_speedup,
     speedup_at_draft_length,
 )
-from spectax.economics.load_curve import LoadSample, bin_edge, load_curve, sample_of
+from spectax.economics.load_curve import (
+    LoadSample,
+    bin_edge,
+    bin_runs,
+    load_curve,
+    sample_of,
+)
 from spectax.economics.pricing import ModelSpend
 from spectax.pipeline.counts import Counts
 from spectax.pipeline.windows import Window
@@ -117,6 +123,16 @@ def test_a_window_falls_in_the_power_of_two_bin_at_or_below_its_mean_running_req
     running: float, edge: int
 ) -> None:
     assert bin_edge(running) == edge
+
+
+@pytest.mark.parametrize("largest", [0, 1, 2, 3, 4, 255, 256, 257, 1024, 1500])
+def test_a_k_schedules_batch_sizes_go_by_bin_as_each_one_is_binned(largest: int) -> None:
+    """`bin_runs`, the batch sizes 1 to the engine's largest a bin at a time (a K schedule
+    prices each), is `bin_edge` of each: every batch size once, in order, in its bin."""
+    runs = list(bin_runs(largest))
+    assert [b for _, batches in runs for b in batches] == list(range(1, largest + 1))
+    assert all(bin_edge(b) == edge for edge, batches in runs for b in batches)
+    assert len({edge for edge, _ in runs}) == len(runs)
 
 
 def test_the_curve_bins_windows_by_load_with_time_share_acceptance_and_speedup_per_bin() -> None:

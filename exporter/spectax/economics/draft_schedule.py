@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import groupby
 from typing import Any
 
 from spectax.economics.assessment import MAX_STEP_OVERHEAD, recommended_draft_length
@@ -25,7 +24,7 @@ from spectax.economics.formulas import (
     best_speculative_tokens_at,
     implied_step_overhead,
 )
-from spectax.economics.load_curve import LoadBin, LoadCurve, bin_edge
+from spectax.economics.load_curve import LoadBin, LoadCurve, bin_runs
 
 #: vLLM 0.32.0's SpeculativeConfig (vllm/config/speculative.py) has no switch that turns
 #: speculation off above a batch size; it has `num_speculative_tokens_per_batch_size`, a
@@ -197,8 +196,7 @@ def _k_by_batch(
     if not chosen:
         return [float(k_running or 0)] * largest
     ks: list[float] = []
-    for edge, run in groupby(range(1, largest + 1), key=bin_edge):  # bin_edge never falls
-        batches = list(run)
+    for edge, batches in bin_runs(largest):
         if edge in chosen:
             ks += [float(chosen[edge].k or 0)] * len(batches)
             continue

@@ -14,7 +14,7 @@ Pure: windows in, values out, no clock and no I/O (issue 34).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from spectax.economics.assessment import AssessedWindow
@@ -182,6 +182,16 @@ def bin_edge(concurrency: float) -> int:
     if not concurrency >= 2.0:  # below 2, idle and NaN included: bin 1
         return 1
     return min(1 << int(math.log2(concurrency)), BIN_EDGES[-1])
+
+
+def bin_runs(largest: int) -> Iterator[tuple[int, range]]:
+    """The batch sizes 1 to `largest` by bin, in order: each bin's lower edge and its batch
+    sizes, as `bin_edge` bins each one. A K schedule prices every batch size up to the
+    engine's largest (~1,000) for each curve at every refresh: `bin_edge` called at each was
+    a tenth of fleet mode's CPU (bench/README)."""
+    edges = [edge for edge in BIN_EDGES if edge <= largest]  # none when largest < 1
+    for low, high in zip(edges, [*edges[1:], largest + 1][: len(edges)], strict=True):
+        yield low, range(low, high)
 
 
 def load_curve(samples: Iterable[LoadSample]) -> LoadCurve:
