@@ -125,7 +125,7 @@ async def metrics(request: web.Request) -> web.Response:
             body = await asyncio.to_thread(b"".join, page.parts)
             return web.Response(body=body, headers={"Content-Type": TEXT_CONTENT_TYPE})
         headers = {"Content-Type": TEXT_CONTENT_TYPE, "Content-Encoding": "gzip"}
-        compressed = await _gzipped(request.app[GZIP_KEY], page)
+        compressed = _gzipped(request.app[GZIP_KEY], page)
         return web.Response(body=compressed, headers=headers)
     encoder, content_type = choose_encoder(accept)
     body = encoder(request.app[REGISTRY_KEY])
@@ -138,14 +138,14 @@ def _takes_classic_text(accept: str) -> bool:
     return not types or any(t in CLASSIC_TYPES for t in types)
 
 
-async def _gzipped(cache: LastGzip, page: Page) -> bytes:
+def _gzipped(cache: LastGzip, page: Page) -> bytes:
     """`page` compressed, on the event loop; the last result is kept by its generation, not
     its body, since every scraper between two snapshots gets the same page.
 
     On the loop, not in a worker thread: ISA-L compresses what is not kept of a 25 MB page
     (2,000 endpoints, a day of curves) in ~20 ms, which the scrapes then wait. In a worker
     thread each of its ~20 calls into ISA-L gave the GIL up, and getting it back waited up
-    to the switch interval (5 ms) while the scrapes ran Python: a read took 97-265 ms at
+    to the switch interval (5 ms) while the scrapes ran Python: a read took 97-478 ms at
     worst against 48-60 ms on the loop, and the scrapes were no later (bench/README,
     "/metrics compressed on the event loop")."""
     if cache.generation != page.generation:

@@ -32,6 +32,7 @@ from spectax.economics.load_curve import (
     LoadBin,
     LoadCurve,
     bin_edge,
+    bin_runs,
     load_curve,
     sample_of,
 )
@@ -83,7 +84,7 @@ class CurveSection:
     def modelled(self) -> list[list[int]]:
         """[[first, last], ...]: the batch sizes of the schedule no window ran at."""
         seen = {b.low for b in self.curve.bins}
-        flags = [bin_edge(n) not in seen for n in range(1, self.max_num_seqs + 1)]
+        flags = [low not in seen for low, sizes in bin_runs(self.max_num_seqs) for _ in sizes]
         return [[int(a), int(z)] for a, z, unseen in batch_schedule(flags) if unseen]
 
     @property

@@ -189,8 +189,10 @@ def bin_runs(largest: int) -> Iterator[tuple[int, range]]:
     sizes, as `bin_edge` bins each one. A K schedule prices every batch size up to the
     engine's largest (~1,000) for each curve at every refresh: `bin_edge` called at each was
     a tenth of fleet mode's CPU (bench/README)."""
-    edges = [edge for edge in BIN_EDGES if edge <= largest]  # none when largest < 1
-    for low, high in zip(edges, [*edges[1:], largest + 1][: len(edges)], strict=True):
+    edges = [edge for edge in BIN_EDGES if edge <= largest]
+    if not edges:  # largest < 1: no batch size
+        return
+    for low, high in zip(edges, [*edges[1:], largest + 1], strict=True):
         yield low, range(low, high)
 
 
