@@ -6,7 +6,6 @@ that differs from the template (a line added, removed or changed anywhere)."""
 from __future__ import annotations
 
 import contextlib
-import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -154,20 +153,116 @@ def test_templates_are_bounded_and_go_with_their_layout(monkeypatch: pytest.Monk
         assert len(vllm._TEMPLATES) == 2
         assert {t.probe.count("model-3") + t.probe.count("model-2") for t in vllm._TEMPLATES} == {1}
         for template in list(vllm._TEMPLATES):
-            vllm._drop_template(template.layout)
+            vllm._drop_templates(template.layout)
         assert not vllm._TEMPLATES
 
 
-def test_a_template_whose_pages_stop_matching_is_dropped() -> None:
+#: A line of a page vLLM's HTTP instrumentation adds once a server is asked on another
+#: handler, or answers a bad request: the same series spectax reads, other text.
+_HANDLED = 'http_requests_total{handler="/v1/models",method="GET",status="2xx"} 1.0\n'
+
+
+def _variant(text: str, k: int) -> str:
+    """`text` as a server asked on `k` more handlers would write it: the same layout."""
+    more = "".join(
+        f'http_requests_total{{handler="/v{j}",method="GET",status="4xx"}} 1.0\n' for j in range(k)
+    )
+    return text.replace(_HANDLED, _HANDLED + more)
+
+
+def _not_scanned(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make reading a page any way but through a template fail the test."""
+
+    def scanned(*args: object) -> None:
+        raise AssertionError("scanned")
+
+    monkeypatch.setattr(vllm, "_through_known_layout", scanned)
+    monkeypatch.setattr(vllm, "_accumulate", scanned)
+
+
+def test_servers_whose_pages_differ_in_other_lines_each_get_a_template(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Servers of one layout whose pages differ only in lines spectax does not read (the
+    handlers each was asked on) take turns: each variant gets a template of its own, and
+    both are then read through one, with what prometheus_client reads."""
     text = (FIXTURES / "spec_ngram_2_mid.txt").read_text(encoding="utf-8")
-    changed = text.replace("# HELP vllm:", "# HELP  vllm:", 1)  # same series, other text
+    pages = [_variant(text, 0), _variant(text, 1)]
+    assert _HANDLED in text and len({vllm.parse(p) == reference(p) for p in pages}) == 1
+    with _nothing_learnt():
+        for n in range(2 * (2 + vllm._TEMPLATE_AFTER + (vllm._TEMPLATE_AFTER << 2))):
+            parse(pages[n % 2])
+        assert len(vllm._TEMPLATES) == 2
+        assert len({t.layout for t in vllm._TEMPLATES}) == 1  # one layout, two variants
+        _not_scanned(monkeypatch)
+        for page in [*pages, *pages]:
+            assert parse(page) == reference(page)
+
+
+def _counting_tries(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The templates a page is then tried against, in order (cleared by the caller)."""
+    tried: list[object] = []
+    raws = vllm._Template.raws
+    monkeypatch.setattr(vllm._Template, "raws", lambda t, x: tried.append(t) or raws(t, x))
+    return tried
+
+
+def test_a_servers_page_is_tried_against_the_template_its_last_page_matched_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Three servers, each of its own variant of one layout and each with its template: a
+    server's page is tried against its own variant's alone (`reader`), whatever other
+    servers' pages were matched last (a template tried and failed costs nearly a whole
+    match)."""
+    text = (FIXTURES / "spec_ngram_2_mid.txt").read_text(encoding="utf-8")
+    pages = [_variant(text, k) for k in range(3)]
+    servers = [vllm.reader() for _ in pages]
+    with _nothing_learnt():
+        for n in range(3 * (vllm._TEMPLATE_AFTER << 6)):  # a variant per template made
+            servers[n % 3](pages[n % 3])
+        assert all(any(t.raws(page) for t in vllm._TEMPLATES) for page in pages)
+        tried = _counting_tries(monkeypatch)
+        for n in range(9):
+            tried.clear()
+            assert servers[n % 3](pages[n % 3]) == reference(pages[n % 3])
+            assert len(tried) == 1
+            assert tried[0].raws(pages[n % 3])  # type: ignore[attr-defined]
+
+
+def test_a_server_whose_page_no_template_matches_looks_again_only_now_and_then(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A server whose variant has no template yet tries every template once, then none for
+    its next `_SEARCH_EVERY` pages; the page is read all the same."""
+    text = (FIXTURES / "spec_ngram_2_mid.txt").read_text(encoding="utf-8")
+    other = _variant(text, 1)
     with _nothing_learnt():
         _templated(text)
-        (template,) = vllm._TEMPLATES
-        for value in itertools.islice(itertools.count(), vllm._TEMPLATE_MISSES):
-            assert parse(changed) == reference(changed), value
-        assert not vllm._TEMPLATES
-        assert template.layout.template is None
+        assert len(vllm._TEMPLATES) == 1
+        server = vllm.reader()
+        tried = _counting_tries(monkeypatch)
+        counts = []
+        for _ in range(2 + vllm._SEARCH_EVERY):
+            tried.clear()
+            assert server(other) == reference(other)
+            counts.append(len(tried))
+        assert counts == [1, *[0] * vllm._SEARCH_EVERY, 1]
+
+
+def test_a_template_dropped_is_not_kept_alive_by_a_server_that_matched_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    text = (FIXTURES / "spec_ngram_2_mid.txt").read_text(encoding="utf-8")
+    with _nothing_learnt():
+        monkeypatch.setattr(vllm, "_MAX_TEMPLATES", 1)
+        _templated(text)
+        own = vllm.reader()
+        own(text)
+        remembered = own.keywords["last"]  # type: ignore[attr-defined]
+        assert remembered.template() is vllm._TEMPLATES[0]
+        _templated(text.replace("tiny-llama", "model-1"))  # takes the only place
+        assert remembered.template() is None
+        assert own(text) == reference(text)
 
 
 @pytest.mark.parametrize("bad", ["1e19", "-1.0", "NaN", "1_168.0", "0x10"])

@@ -26,7 +26,7 @@ from spectax.counterfactual.in_force import (
 )
 from spectax.economics import AssessedWindow, Assessment, Capacity, StepModel
 from spectax.endpoint_config import EndpointConfig
-from spectax.engines import get_parser
+from spectax.engines import new_reader
 from spectax.engines.base import EngineSample, ParseError
 from spectax.gpus import GpuSpec
 from spectax.health import LogOnce, ScrapeError
@@ -84,7 +84,7 @@ class EndpointMonitor:
         resume = resume or Resume()
         self.config = config
         self.usd_per_hour = usd_per_hour
-        self._parse = get_parser(config.engine)
+        self._parse = new_reader(config.engine)
         self._tariff = tariff_of(config, usd_per_hour)
         self._health = LogOnce(log, "endpoint", config.name)
         self._clean_models: frozenset[str] = frozenset()  # checked for secrets ...

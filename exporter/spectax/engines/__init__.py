@@ -33,12 +33,13 @@ __all__ = [
     "ParseError",
     "detect",
     "get_parser",
+    "new_reader",
     "not_exposed",
 ]
 
 #: Engine name -> the engine: its page's parser, prefix and capabilities.
 ENGINES: dict[str, Engine] = {
-    "vllm": Engine("vllm", vllm.parse, "vllm:", vllm.CAPABILITIES),
+    "vllm": Engine("vllm", vllm.parse, "vllm:", vllm.CAPABILITIES, reader=vllm.reader),
     "sglang": Engine("sglang", sglang.parse, "sglang:", sglang.CAPABILITIES),
     "trtllm": Engine("trtllm", trtllm.parse, "trtllm_", trtllm.CAPABILITIES, "/prometheus/metrics"),
     "tgi": Engine("tgi", tgi.parse, "tgi_", tgi.CAPABILITIES),
@@ -48,8 +49,18 @@ ENGINES: dict[str, Engine] = {
 
 def get_parser(name: str) -> Callable[[str], EngineSample]:
     """The parser registered for engine `name`; KeyError naming the known engines otherwise."""
+    return _engine(name).parse
+
+
+def new_reader(name: str) -> Callable[[str], EngineSample]:
+    """A parser for one server's pages of engine `name`, for a monitor to keep (`Engine.reader`:
+    what it remembers of the server's last page makes the next one cheaper to read)."""
+    return _engine(name).new_reader()
+
+
+def _engine(name: str) -> Engine:
     try:
-        return ENGINES[name].parse
+        return ENGINES[name]
     except KeyError:
         known = ", ".join(sorted(ENGINES))
         raise KeyError(f"unknown engine {name!r}; known engines: {known}") from None

@@ -346,3 +346,10 @@ class Engine:
     capabilities: Mapping[str, Capability]
     #: Where the engine serves its page by default (TensorRT-LLM: /prometheus/metrics).
     metrics_path: str = "/metrics"
+    #: Makes a parser for one server's pages, for each endpoint (vLLM's remembers which of
+    #: its templates the server's last page matched); `parse` serves every one when None.
+    reader: Callable[[], Callable[[str], EngineSample]] | None = None
+
+    def new_reader(self) -> Callable[[str], EngineSample]:
+        """A parser for one server's pages: `reader`'s, or `parse`."""
+        return self.reader() if self.reader is not None else self.parse

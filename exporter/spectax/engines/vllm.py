@@ -33,9 +33,10 @@ import itertools
 import math
 import re
 import sys
+import weakref
 from array import array
-from collections.abc import Mapping
-from functools import reduce
+from collections.abc import Callable, Mapping
+from functools import partial, reduce
 from itertools import repeat
 from operator import add, getitem, itemgetter
 from typing import Final, cast
@@ -247,13 +248,16 @@ _TEMPLATES: list[_Template] = []
 _MAX_TEMPLATES: Final = 16
 #: `re.compile` without its cache, which would keep up to 512 templates' patterns alive.
 _UNCACHED_COMPILE: Final = importlib.import_module("re._compiler").compile
-#: A layout gets a template on its third page read through `_through_known_layout` (a
-#: template costs ~70 ms to compile: a layout seen twice does not get one); each later one
-#: (its pages changed: a series came or went, or servers with other lines share the layout)
-#: after four times as many pages as the last (12, 48, ... 3,072 at most), so a layout
+#: A layout gets a template on its third page that no template of it matched (a template
+#: costs ~70 ms to compile: a layout seen twice does not get one); each later one after
+#: four times as many such pages as the last (12, 48, ... 3,072 at most), so a layout
 #: whose pages keep changing compiles ever more rarely (at worst ~23 us a page on average).
+#: A layout has as many templates as its pages have variants, within `_MAX_TEMPLATES`:
+#: servers with the same series differ in the lines spectax does not read (the
+#: `http_requests_total` handlers each was asked on, a `status="4xx"` after a bad request),
+#: and a variant without a template was read ~1.8x slower (bench/README, "Several
+#: templates a layout").
 _TEMPLATE_AFTER: Final = 3
-_TEMPLATE_MISSES: Final = 4
 
 # (model, index in _BUCKETED) -> le -> count summed over ranks.
 _PerBound = dict[tuple[str, int], dict[float, float]]
@@ -267,17 +271,36 @@ _Accumulated = tuple[
 ]
 
 
-def parse(text: str | bytes) -> EngineSample:
+class LastTemplate:
+    """Which template one server's last page matched (weakly: a template dropped is not
+    kept for it), so that its next page, most likely of the same variant, is tried against
+    that one alone. A server whose page matched none is looked for again only every
+    `_SEARCH_EVERY` pages: its variant may have no template yet."""
+
+    __slots__ = ("skip", "template")
+
+    def __init__(self) -> None:
+        self.template: weakref.ref[_Template] | None = None
+        self.skip = 0  # pages to read before looking through every template again
+
+
+def reader() -> Callable[[str | bytes], EngineSample]:
+    """`parse` for one server's pages, remembering which template its last page matched."""
+    return partial(parse, last=LastTemplate())
+
+
+def parse(text: str | bytes, last: LastTemplate | None = None) -> EngineSample:
     """Parse a vLLM `/metrics` page (text exposition format) into an `EngineSample`.
 
     `text` is the decoded body; bytes are accepted too and must be UTF-8.
     A page without any vLLM family (`--disable-log-stats`) gives `models == {}`.
     Raises `ParseError` for malformed relevant lines (see the module docstring).
+    `last` is the page's server's (`reader`): only which template is tried first.
     """
     if not isinstance(text, str):
         text = _decode(text)
     if _TEMPLATES and len(text) >= _SMALL_PAGE:
-        templated = _through_template(text)
+        templated = _through_template(text, last)
         if templated is not None:
             return templated
     body = "\n" + text
@@ -287,7 +310,7 @@ def parse(text: str | bytes) -> EngineSample:
     else:
         lines = _WHOLE_LINES.findall(body)
         if lines:
-            known = _through_known_layout(lines, text)
+            known = _through_known_layout(lines, text, last)
             if known is not None:
                 return known
         columns, checked = (_split_lines(lines) if lines else ((), (), ())), False
@@ -340,7 +363,9 @@ def _split_lines(lines: list[str]) -> _Columns | None:
     return names, tuple(map(add, braces, labels)), raws
 
 
-def _through_known_layout(lines: list[str], text: str) -> EngineSample | None:
+def _through_known_layout(
+    lines: list[str], text: str, last: LastTemplate | None = None
+) -> EngineSample | None:
     """The sample of a page whose lines are those of a layout learnt (`_BY_EDGES`, checked
     line by line: each starts with its name, label set and a space, and the rest is one
     value), summed by it; None otherwise, or when a value is out of its bounds (the page is
@@ -359,14 +384,12 @@ def _through_known_layout(lines: list[str], text: str) -> EngineSample | None:
     if None in values:
         return None
     sample = layout.sample(values)  # type: ignore[arg-type]
-    if layout.template is not None:  # its page no longer matches it (a series came or went)
-        layout.template.misses += 1
-        if layout.template.misses >= _TEMPLATE_MISSES:
-            _drop_template(layout)
-    elif sample is not None:
+    if sample is not None:  # a page no template of its layout matched
         layout.edge_reads += 1
         if layout.edge_reads == _TEMPLATE_AFTER << min(2 * layout.templates_built, 10):
-            _make_template(text, layout, raws)
+            made = _make_template(text, layout, raws)
+            if made is not None and last is not None:
+                last.template, last.skip = weakref.ref(made), 0
     return sample
 
 
@@ -381,7 +404,16 @@ class _Template:
     up to its value: the same relevant lines in the same order, and no other, as the scan
     would find them (56 KB: ~36 us against the scan's ~56 and its line checks' ~13)."""
 
-    __slots__ = ("fixed", "fixed_of", "layout", "misses", "near", "pattern", "probe", "values_of")
+    __slots__ = (
+        "__weakref__",
+        "fixed",
+        "fixed_of",
+        "layout",
+        "near",
+        "pattern",
+        "probe",
+        "values_of",
+    )
 
     def __init__(self, text: str, layout: _Layout) -> None:
         parts: list[str] = []
@@ -398,7 +430,7 @@ class _Template:
                 stretch.append(head + space)
                 fixed_at.append(len(parts))
                 fixed.append("".join(stretch))
-                parts.append(f"((?s:.){{{len(fixed[-1])}}})")
+                parts.append(_stretch(fixed[-1]))
                 stretch = [] if last else ["\n"]
                 if _RELEVANT.match(line):
                     if "model_name=" in head or probe_at < 0:
@@ -411,7 +443,7 @@ class _Template:
                 stretch.append(line if last else line + "\n")
         fixed_at.append(len(parts))
         fixed.append("".join(stretch))
-        parts.append(f"((?s:.){{{len(fixed[-1])}}})")
+        parts.append(_stretch(fixed[-1]))
         groups = [None] * len(parts)
         numbered = [i for i, part in enumerate(parts) if part.startswith("(")]
         for group, at in enumerate(numbered):
@@ -422,7 +454,6 @@ class _Template:
         self.fixed_of = itemgetter(*(groups[at] for at in fixed_at))
         self.values_of = itemgetter(*(groups[at] for at in values_at))
         self.layout = layout
-        self.misses = 0
         # Which template a page may be: the stretch before its last relevant value with a
         # model_name (its name and label set), looked for near where it was.
         self.probe = fixed[probe_at]
@@ -440,67 +471,116 @@ class _Template:
         return cast(tuple[str, ...], self.values_of(groups))
 
 
+def _stretch(fixed: str) -> str:
+    """The pattern of a stretch of fixed text: skipped in one step and captured (compared
+    once the page is matched), its first and last characters matched as they are (a
+    newline, a blank): a page out of step with the template, such as another server's with
+    one more line, fails at the next line rather than at its end (~1 us, not ~35)."""
+    if len(fixed) < 2:
+        return f"((?s:.){{{len(fixed)}}})"
+    return f"({re.escape(fixed[0])}(?s:.){{{len(fixed) - 2}}}{re.escape(fixed[-1])})"
+
+
 _INDENTS = (" ", "\t")  # what the line-by-line reading strips before a line's name
 _INDENTED = tuple("\n" + indent for indent in _INDENTS)
 
 
-def _make_template(text: str, layout: _Layout, raws: list[str]) -> None:
-    """Give `layout` the template of its page `text` (whose relevant values are `raws`), in
+def _make_template(text: str, layout: _Layout, raws: list[str]) -> _Template | None:
+    """Give `layout` a template of its page `text` (whose relevant values are `raws`), in
     place of the one matched longest ago when there are `_MAX_TEMPLATES` (each 90-170 KB:
     pattern and stretches of a 56-71 KB page; ~70 ms to compile), on a layout's
-    `_TEMPLATE_AFTER`th page read through it (4 times as many for each one built before)."""
+    `_TEMPLATE_AFTER`th page that none of its templates matched (4 times as many for each
+    one built before)."""
     if (
         not text.endswith("\n")
         or text.startswith(_INDENTS)
         or any(map(text.__contains__, _INDENTED))
     ):
-        return  # an indented line: the template skips what follows its first word, but the
-        # line-by-line reading strips the indent and may find a series there
+        return None  # an indented line: the template skips what follows its first word, but
+        # the line-by-line reading strips the indent and may find a series there
     layout.templates_built += 1
+    layout.edge_reads = 0
     template = _Template(text, layout)
     if template.raws(text) != tuple(raws):
-        return  # (a line the scan and the split read otherwise: not a template's page)
+        return None  # (a line the scan and the split read otherwise: not a template's page)
     if len(_TEMPLATES) >= _MAX_TEMPLATES:  # the one matched longest ago goes
-        _drop_template(_TEMPLATES[-1].layout)
-    layout.template = template
+        _TEMPLATES.pop()
     _TEMPLATES.insert(0, template)
+    return template
 
 
-def _drop_template(layout: _Layout) -> None:
-    """Forget `layout`'s template (given up, or its pages no longer match it)."""
-    template = layout.template
-    if template is not None:
-        layout.template = None
-        layout.edge_reads = 0
-        _TEMPLATES.remove(template)
+def _drop_templates(layout: _Layout) -> None:
+    """Forget `layout`'s templates (the layout is given up)."""
+    _TEMPLATES[:] = [t for t in _TEMPLATES if t.layout is not layout]
 
 
-def _through_template(text: str) -> EngineSample | None:
+def _through_template(text: str, last: LastTemplate | None) -> EngineSample | None:
     """The sample of a page that is a template's (`_Template`), or None: a page no template
-    has, or one that differs from it (read as any other). At most two templates whose probe
-    the page holds are tried, the last one matched first."""
-    tries = 2
+    has, or one that differs from them (read as any other).
+
+    A template tried costs nearly a whole match even when it fails (~13-35 us of a 56 KB
+    page's ~37: the lines that differ between servers, their HTTP handlers', are near its
+    end), so few are tried. With its server's `last`: the template its last page matched
+    alone; else, when that one no longer matches or every `_SEARCH_EVERY` pages, all of
+    them. Without: at most two whose probe the page holds, the last one matched first."""
+    if last is None:
+        return _search(text, None, 2)
+    if last.template is not None:
+        own = last.template()
+        if own is not None:
+            sample = _through(own, text)
+            if sample is not _OTHER_PAGE:
+                return cast(EngineSample | None, sample)
+        last.template = None  # its page changed, or its template was dropped: look again
+    elif last.skip:
+        last.skip -= 1
+        return None
+    return _search(text, last, len(_TEMPLATES))
+
+
+#: How often (in its pages) a server whose page matched no template looks through them all
+#: again: its variant's template may since have been made from another server's page.
+_SEARCH_EVERY: Final = 8
+
+
+def _search(text: str, last: LastTemplate | None, tries: int) -> EngineSample | None:
+    """The sample of `text` read through the first template that matches it, of at most
+    `tries` whose probe the page holds, the last one matched first; remembered in `last`."""
     for template in _TEMPLATES:
         lo, hi = template.near
         if text.find(template.probe, lo, hi) < 0:
             continue
-        raws = template.raws(text)
-        values = numbers(raws) if raws is not None else None
-        if values is not None and None not in values:
-            layout = template.layout
-            layout.used = next(_READS)
-            sample = layout.sample(values)  # type: ignore[arg-type]
-            if sample is None:
-                return None  # a value out of bounds: the checked path names its line
-            template.misses = 0
-            if _TEMPLATES[0] is not template:
-                _TEMPLATES.remove(template)
-                _TEMPLATES.insert(0, template)
-            return sample
+        sample = _through(template, text)
+        if sample is not _OTHER_PAGE:
+            if last is not None:
+                last.template = weakref.ref(template)
+            return cast(EngineSample | None, sample)
         tries -= 1
         if not tries:
-            return None
+            break
+    if last is not None:
+        last.skip = _SEARCH_EVERY
     return None
+
+
+#: What `_through` gives for a page that is not its template's.
+_OTHER_PAGE: Final = object()
+
+
+def _through(template: _Template, text: str) -> EngineSample | object | None:
+    """The sample of `text` read through `template`; `_OTHER_PAGE` when it is not the
+    template's page; None when a value is out of its bounds (the checked path names it)."""
+    raws = template.raws(text)
+    values = numbers(raws) if raws is not None else None
+    if values is None or None in values:
+        return _OTHER_PAGE
+    layout = template.layout
+    layout.used = next(_READS)
+    sample = layout.sample(values)  # type: ignore[arg-type]
+    if sample is not None and _TEMPLATES[0] is not template and template in _TEMPLATES:
+        _TEMPLATES.remove(template)
+        _TEMPLATES.insert(0, template)
+    return sample
 
 
 def _labels_of(names: tuple[str, ...], labelsets: tuple[str, ...]) -> list[_Info | str | None]:
@@ -715,7 +795,6 @@ class _Layout:
         "spans",
         "starts",
         "tails",
-        "template",
         "templates_built",
         "usable",
         "used",
@@ -729,8 +808,7 @@ class _Layout:
         summed: _Accumulated,
     ) -> None:
         self.used = next(_READS)  # when a page was last read through it (`_evictable`)
-        self.template: _Template | None = None
-        self.edge_reads = 0  # pages read through `_through_known_layout` without a template
+        self.edge_reads = 0  # pages no template matched, since its last template was made
         self.templates_built = 0
         models = {model: dict[int, list[int]]() for model in summed[0]}
         positions: dict[str, dict[int, list[int]]] = {}
@@ -955,7 +1033,7 @@ def _learn(
         return
     if idle is not True:
         given_up = _LAYOUTS.pop(idle)
-        _drop_template(given_up)
+        _drop_templates(given_up)
         if _BY_EDGES.get(getattr(given_up, "edges", None)) is given_up:  # type: ignore[arg-type]
             del _BY_EDGES[given_up.edges]
     _LAYOUTS[key] = layout
