@@ -124,11 +124,19 @@ def peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
-class Targets:
-    """N fake replicas on one loopback server; counters grow with wall time."""
+#: The line after which `--variants` adds a target's other handlers' lines.
+HANDLED = 'http_requests_total{handler="/v1/completions",method="POST",status="2xx"}'
 
-    def __init__(self, count: int):
+
+class Targets:
+    """N fake replicas on one loopback server; counters grow with wall time. With
+    `variants` > 1, target i's page has i % variants more `http_requests_total` lines (the
+    handlers it was asked on): the same series spectax reads, in pages that differ
+    elsewhere, as a real fleet's do."""
+
+    def __init__(self, count: int, variants: int = 1):
         self.count = count
+        self.variants = variants
         template = PAGE.read_text()
         self.parts: list[str] = []
         self.bases: list[float] = []
@@ -150,7 +158,17 @@ class Targets:
             value = base * growth
             out.append(f"{round(value)}.0" if base.is_integer() else repr(round(value, 6)))
         out.append(self.tail)
-        return "".join(out)
+        page = "".join(out)
+        variant = target % self.variants
+        if variant:
+            head, line, rest = page.partition(HANDLED)
+            end = rest.index("\n") + 1
+            more = "".join(
+                f'http_requests_total{{handler="/v{k}",method="GET",status="4xx"}} {k + 1}.0\n'
+                for k in range(variant)
+            )
+            page = head + line + rest[:end] + more + rest[end:]
+        return page
 
     async def handle(self, request: web.Request) -> web.Response:
         target = int(request.match_info["target"])
@@ -208,13 +226,20 @@ async def main() -> None:
         help="with --history-hours: copy the store from this file if it exists (its windows "
         "age: for runs one after the other), else write it and save a copy there",
     )
+    parser.add_argument(
+        "--variants",
+        type=int,
+        default=1,
+        help="serve this many variants of the page, differing in lines spectax does not "
+        "read (target i gets i %% N more HTTP handler lines)",
+    )
     parser.add_argument("--reader", help=argparse.SUPPRESS)  # the /metrics reader's own process
     args = parser.parse_args()
     if args.reader:
         print(json.dumps(await read_metrics(args.reader, args.seconds, args.metrics_every)))
         return
     work = Path(tempfile.mkdtemp(prefix="spectax-scale-"))
-    targets = Targets(args.endpoints)
+    targets = Targets(args.endpoints, args.variants)
     app = web.Application()
     app.router.add_get("/t/{target}/metrics", targets.handle)
     # vLLM's HTTP server (uvicorn) closes an idle connection after 5 s, so with a 15 s
@@ -302,7 +327,10 @@ async def main() -> None:
         await runner.cleanup()
 
     print(f"machine: {machine()}")
-    print(f"endpoints {args.endpoints}, interval {args.interval:g} s, {args.seconds:g} s per phase")
+    print(
+        f"endpoints {args.endpoints}, interval {args.interval:g} s, {args.seconds:g} s per phase"
+        + (f", {args.variants} variants of the page" if args.variants > 1 else "")
+    )
     print("\n1. spectax alone")
     report_spectax(alone)
     lags = [lag for lag, _ in alone["lags"]]
